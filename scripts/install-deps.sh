@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Installs everything cdcview needs to build, run and test on Debian 12, as root.
+# Safe to run again: apt and pip skip what is already there.
+set -euo pipefail
+here="$(cd "$(dirname "$0")/.." && pwd)"
+
+pkgs=(
+  build-essential cmake ninja-build ccache pkg-config git curl ca-certificates
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  liblmdb-dev lmdb-utils librdkafka-dev prometheus-cpp-dev libyaml-cpp-dev
+  libsimdjson-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libcurl4-openssl-dev libssl-dev
+  python3 python3-venv python3-pip prometheus
+)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "[install-deps] installing ${#missing[@]} Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  # The prometheus package starts a system service on :9090; the tests start their own.
+  if command -v systemctl >/dev/null 2>&1; then systemctl disable --now prometheus >/dev/null 2>&1 || true; fi
+else
+  echo "[install-deps] Debian packages: all present"
+fi
+
+# Python test dependencies, pinned, in a venv inside the checkout (ignored by git).
+venv="$here/.venv"
+if [ ! -x "$venv/bin/python" ]; then
+  echo "[install-deps] creating $venv"
+  python3 -m venv "$venv"
+fi
+if ! "$venv/bin/python" -c 'import sys; sys.exit(0)' 2>/dev/null; then
+  echo "[install-deps] $venv is broken: delete it and run again" >&2; exit 1
+fi
+stamp="$venv/.requirements.sha"
+want="$(sha256sum "$here/tests/requirements.txt" | cut -d' ' -f1)"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "[install-deps] installing Python test packages from tests/requirements.txt"
+  "$venv/bin/pip" install -q --disable-pip-version-check -r "$here/tests/requirements.txt"
+  echo "$want" > "$stamp"
+else
+  echo "[install-deps] Python test packages: up to date"
+fi
