@@ -1,0 +1,29 @@
+// ItemCodec: compact binary serialization of Items for LMDB values.
+//
+// Format (version 1): varint attribute count, then per attribute varint name length, name,
+// type byte, payload (S/N/B: varint length + bytes; BOOL: one byte; NULL: nothing;
+// M: nested item; L: varint count + values; SS/NS/BS: varint count + length-prefixed members).
+// Pure functions; thread-safe.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "index_builders/attribute_value.h"
+
+namespace cdcview {
+
+// Appends the serialization of `item` to `out`.
+void EncodeItem(const Item& item, std::string* out);
+std::string EncodeItem(const Item& item);
+
+// DATA_LOSS naming the offset if `bytes` is not a valid serialization.
+absl::StatusOr<Item> DecodeItem(std::string_view bytes);
+
+// Varints (LEB128), shared with the store's value and position formats.
+void PutVarint(uint64_t v, std::string* out);
+// False if `*in` does not start with a complete varint; advances `*in` otherwise.
+bool GetVarint(std::string_view* in, uint64_t* v);
+
+}  // namespace cdcview

@@ -1,0 +1,73 @@
+// ViewBuilder: (old image, new image) -> the minimal index mutations for one table's views.
+//
+// The pure core of cdcview: no I/O, no clock, no threads. A ViewBuilder is immutable after
+// construction and safe to use from many threads.
+//
+// View entry layout (see docs/ARCHITECTURE.md):
+//   key   = enc(view pk) · enc(view sk)? · enc(table pk) · enc(table sk)?
+//   value = EncodeItem(projected attributes)
+// The table key in the entry key keeps entries unique per item.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "index_builders/attribute_value.h"
+#include "index_builders/view_spec.h"
+
+namespace cdcview {
+
+struct ViewEntry {
+  std::string key;
+  std::string value;
+};
+
+struct IndexMutation {
+  enum class Op { kPut, kDelete };
+  Op op;
+  size_t view;        // index into TableSpec::views
+  std::string key;
+  std::string value;  // empty for kDelete
+};
+
+// Why an item has no entry in a view although a rule matched (for metrics and DescribeView).
+enum class MissReason { kNone, kNoRule, kMissingAttribute, kTypeMismatch };
+
+class ViewBuilder {
+ public:
+  // `max_key_bytes`: the store's key size limit (LMDB: 511 by default).
+  ViewBuilder(TableSpec table, size_t max_key_bytes);
+
+  const TableSpec& table() const { return table_; }
+
+  // Checks that `item` carries the table's key attributes with the declared types and that
+  // its primary key fits; INVALID_ARGUMENT naming the attribute otherwise.
+  absl::Status ValidateTableKey(const Item& item) const;
+
+  // enc(table pk) · enc(table sk)?, the key in items/<table>. Call after ValidateTableKey.
+  std::string PrimaryKey(const Item& item) const;
+
+  // The entry `item` has in view `v`, if any. `reason` (optional) says why there is none.
+  // INVALID_ARGUMENT if the entry's key would exceed max_key_bytes (names view and size).
+  absl::StatusOr<std::optional<ViewEntry>> EntryFor(size_t v, const Item& item,
+                                                    MissReason* reason = nullptr) const;
+
+  // Appends to `out` the mutations that take every view from `old_item` to `new_item`
+  // (either may be null: insert / remove). Unchanged entries produce nothing; a changed key
+  // produces a delete and a put. On error (a key too large) nothing is appended and the
+  // Status names the view; the event must then be rejected as a whole.
+  absl::Status Diff(const Item* old_item, const Item* new_item,
+                    std::vector<IndexMutation>* out) const;
+
+  // Projects `item` for view `v` (KEYS_ONLY: table keys and the view's key attributes).
+  Item Project(size_t v, const Item& item) const;
+
+ private:
+  TableSpec table_;
+  size_t max_key_bytes_;
+};
+
+}  // namespace cdcview

@@ -1,0 +1,205 @@
+#include "index_builders/view_spec.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <string_view>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace cdcview {
+
+KeySpec KeySpec::Attribute(std::string name, AttrType type) {
+  KeySpec spec;
+  spec.kind = Kind::kAttribute;
+  spec.attribute = std::move(name);
+  spec.type = type;
+  return spec;
+}
+
+absl::StatusOr<KeySpec> KeySpec::Template(std::string text) {
+  KeySpec spec;
+  spec.kind = Kind::kTemplate;
+  spec.type = AttrType::kS;
+
+  std::string literal;
+  auto flush_literal = [&] {
+    if (!literal.empty()) {
+      spec.parts.push_back(Part{false, std::move(literal)});
+      literal.clear();
+    }
+  };
+  size_t i = 0;
+  while (i < text.size()) {
+    const char c = text[i];
+    if (c == '{' && i + 1 < text.size() && text[i + 1] == '{') {
+      literal.push_back('{');
+      i += 2;
+    } else if (c == '}' && i + 1 < text.size() && text[i + 1] == '}') {
+      literal.push_back('}');
+      i += 2;
+    } else if (c == '{') {
+      const size_t close = text.find('}', i + 1);
+      if (close == std::string::npos) {
+        return absl::InvalidArgumentError(absl::StrCat("template \"", text, "\": unclosed \"{\""));
+      }
+      if (close == i + 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("template \"", text, "\": empty placeholder \"{}\""));
+      }
+      flush_literal();
+      spec.parts.push_back(Part{true, text.substr(i + 1, close - i - 1)});
+      i = close + 1;
+    } else {
+      // A lone "}" has no other meaning, so it is taken literally.
+      literal.push_back(c);
+      ++i;
+    }
+  }
+  flush_literal();
+  spec.template_text = std::move(text);
+  return spec;
+}
+
+namespace {
+
+// Canonical serialization for fingerprints: every field is tagged and length-prefixed, so
+// two different specs can never serialize to the same bytes. The format is part of the
+// on-disk contract (fingerprints are stored in `meta`): change it only together with a
+// deliberate rebuild of every view, i.e. bump kFingerprintVersion.
+constexpr std::string_view kFingerprintVersion = "cdcview-view-fp-1";
+
+class Canonical {
+ public:
+  void Tag(char t) { out_.push_back(t); }
+  void Str(std::string_view s) {
+    Num(s.size());
+    out_.append(s);
+  }
+  void Num(uint64_t n) {
+    for (int shift = 56; shift >= 0; shift -= 8) out_.push_back(static_cast<char>(n >> shift));
+  }
+  void Type(AttrType t) { Str(AttrTypeName(t)); }
+
+  void Key(const KeySpec& k) {
+    if (k.kind == KeySpec::Kind::kAttribute) {
+      Tag('a');
+      Str(k.attribute);
+      Type(k.type);
+      return;
+    }
+    // Templates are serialized from their parsed parts, re-escaped, so that two texts that
+    // parse the same ("a}b" and "a}}b") give the same fingerprint.
+    Tag('t');
+    std::string canonical;
+    for (const KeySpec::Part& part : k.parts) {
+      if (part.is_placeholder) {
+        absl::StrAppend(&canonical, "{", part.text, "}");
+        continue;
+      }
+      for (char c : part.text) {
+        if (c == '{' || c == '}') canonical.push_back(c);
+        canonical.push_back(c);
+      }
+    }
+    Str(canonical);
+  }
+
+  const std::string& bytes() const { return out_; }
+
+ private:
+  std::string out_;
+};
+
+// FNV-1a, 64 bit: tiny, well known, and identical in every process and build (unlike
+// std::hash or absl::Hash, which are salted or implementation-defined).
+uint64_t Fnv1a64(std::string_view bytes) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+// Tags rather than enum values, so that reordering an enum cannot change fingerprints.
+char OpTag(Condition::Op op) {
+  switch (op) {
+    case Condition::Op::kEquals:
+      return '=';
+    case Condition::Op::kBeginsWith:
+      return '^';
+    case Condition::Op::kExists:
+      return '+';
+    case Condition::Op::kNotExists:
+      return '!';
+  }
+  return '?';
+}
+
+char ProjectionTag(ProjectionKind kind) {
+  switch (kind) {
+    case ProjectionKind::kKeysOnly:
+      return 'K';
+    case ProjectionKind::kInclude:
+      return 'I';
+    case ProjectionKind::kAll:
+      return 'A';
+  }
+  return '?';
+}
+
+}  // namespace
+
+std::string ViewSpec::Fingerprint(const TableKeySpec& table_key) const {
+  Canonical c;
+  c.Str(kFingerprintVersion);
+
+  c.Tag('T');
+  c.Str(table);
+  c.Str(table_key.partition);
+  c.Type(table_key.partition_type);
+  if (table_key.sort.has_value()) {
+    c.Tag('s');
+    c.Str(*table_key.sort);
+    c.Type(table_key.sort_type);
+  } else {
+    c.Tag('-');
+  }
+
+  c.Tag('R');
+  c.Num(rules.size());
+  for (const ViewRule& rule : rules) {
+    c.Num(rule.when.size());
+    for (const Condition& cond : rule.when) {
+      c.Str(cond.attribute);
+      c.Tag(OpTag(cond.op));
+      c.Str(cond.operand);
+    }
+    c.Key(rule.partition_key);
+    if (rule.sort_key.has_value()) {
+      c.Tag('s');
+      c.Key(*rule.sort_key);
+    } else {
+      c.Tag('-');
+    }
+  }
+
+  c.Tag('P');
+  c.Tag(ProjectionTag(projection.kind));
+  if (projection.kind == ProjectionKind::kInclude) {
+    // The order and repetition of INCLUDE attributes do not change the entries.
+    std::vector<std::string> include = projection.include;
+    std::sort(include.begin(), include.end());
+    include.erase(std::unique(include.begin(), include.end()), include.end());
+    c.Num(include.size());
+    for (const std::string& name : include) c.Str(name);
+  }
+  // Not part of it: `name` (renaming keeps the contents) and `inverted` (the rules already
+  // hold the swapped keys).
+
+  return absl::StrCat(absl::Hex(Fnv1a64(c.bytes()), absl::kZeroPad16));
+}
+
+}  // namespace cdcview
