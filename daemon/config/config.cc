@@ -1,0 +1,1039 @@
+#include "daemon/config/config.h"
+
+#include <cerrno>
+#include <concepts>
+#include <cstdio>
+#include <cstring>
+#include <initializer_list>
+#include <limits>
+#include <memory>
+#include <tuple>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
+#include "yaml-cpp/yaml.h"
+
+namespace cdcview {
+
+const TableSpec* Config::FindTable(std::string_view name) const {
+  for (const TableSpec& table : tables) {
+    if (table.name == name) return &table;
+  }
+  return nullptr;
+}
+
+namespace {
+
+// Debian's Abseil is built with its own absl::string_view (not an alias of
+// std::string_view), so absl::StrCat and friends do not take std::string_view. These
+// small adapters keep the conversions in one place.
+absl::string_view Absl(std::string_view text) { return {text.data(), text.size()}; }
+std::string Std(absl::string_view text) { return std::string(text.data(), text.size()); }
+
+void Append(std::string& out, std::string_view text) { out.append(text); }
+template <std::integral N>
+void Append(std::string& out, N number) {
+  out += std::to_string(number);
+}
+template <typename... Parts>
+std::string Cat(const Parts&... parts) {
+  std::string out;
+  (Append(out, parts), ...);
+  return out;
+}
+
+// View and source names become LMDB database names and file names.
+constexpr size_t kMaxNameLength = 200;
+constexpr std::string_view kSizeExpectation = "expected a size like 4GiB, 512MiB or 1048576";
+
+std::string Quote(std::string_view text) { return Cat("\"", absl::CEscape(Absl(text)), "\""); }
+
+// What a node is, for "got ..." in messages.
+std::string Describe(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Scalar:
+      return Quote(node.Scalar());
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Map:
+      return "a mapping";
+    default:
+      return "nothing";
+  }
+}
+
+std::string Child(std::string_view path, std::string_view key) {
+  return path.empty() ? std::string(key) : Cat(path, ".", key);
+}
+
+std::string Index(std::string_view path, size_t i) { return Cat(path, "[", i, "]"); }
+
+bool IsNameChar(char c) { return absl::ascii_isalnum(c) || c == '_' || c == '.' || c == '-'; }
+
+bool IsValidName(std::string_view name) {
+  if (name.empty() || name.size() > kMaxNameLength) return false;
+  for (char c : name) {
+    if (!IsNameChar(c)) return false;
+  }
+  return true;
+}
+
+// "host:port", "[v6]:port"; port 0..65535. An empty host would bind nowhere useful.
+bool IsHostPort(std::string_view text) {
+  size_t colon = text.rfind(':');
+  if (colon == std::string_view::npos || colon == 0) return false;
+  std::string_view host = text.substr(0, colon);
+  std::string_view port = text.substr(colon + 1);
+  uint32_t port_number = 0;
+  if (port.empty() || port.size() > 5 || !absl::SimpleAtoi(Absl(port), &port_number) ||
+      port_number > 65535 || !absl::ascii_isdigit(port.front())) {
+    return false;
+  }
+  if (host.front() == '[') return host.size() > 2 && host.back() == ']';
+  for (char c : host) {
+    if (c == ':' || absl::ascii_isspace(c)) return false;
+  }
+  return true;
+}
+
+// A mapping whose keys were checked: all plain strings, all allowed, none repeated.
+// Looking fields up here (rather than with Node::operator[]) never throws or inserts.
+struct Fields {
+  struct Entry {
+    std::string key;
+    YAML::Node key_node;
+    YAML::Node value;
+  };
+  YAML::Node node;
+  std::string path;
+  std::vector<Entry> entries;
+
+  const Entry* Find(std::string_view key) const {
+    for (const Entry& entry : entries) {
+      if (entry.key == key) return &entry;
+    }
+    return nullptr;
+  }
+  std::string PathOf(std::string_view key) const { return Child(path, key); }
+};
+
+// Where each rule's parts were written, to point at the rule that breaks the key schema.
+struct RuleNodes {
+  YAML::Node rule;
+  YAML::Node partition_key;
+  YAML::Node sort_key;  // undefined when the rule has none
+};
+
+// Turns the YAML tree into a Config. Stops at the first error: one precise message is
+// more useful than a cascade of consequences.
+class Loader {
+ public:
+  explicit Loader(std::string file) : file_(std::move(file)) {}
+
+  absl::StatusOr<Config> Load(const YAML::Node& root);
+
+ private:
+  absl::Status Error(const YAML::Node& node, std::string_view path,
+                     std::string_view problem) const;
+  absl::Status ErrorAtLine(int line, std::string_view path, std::string_view problem) const;
+  // Where an error about `entry`'s value points: the value, or the key for a null value
+  // (yaml-cpp marks an empty value at the following token).
+  static const YAML::Node& ValueNode(const Fields::Entry& entry);
+  static int LineOf(const YAML::Node& node);
+
+  // `unlisted` keys are accepted but not offered in the "expected one of" list.
+  absl::StatusOr<Fields> ReadFields(const YAML::Node& node, std::string path,
+                                    std::initializer_list<std::string_view> allowed,
+                                    std::initializer_list<std::string_view> unlisted = {}) const;
+  // The same for a field's value; an empty value is reported at its key's line.
+  absl::StatusOr<Fields> ReadFields(const Fields::Entry& entry, std::string path,
+                                    std::initializer_list<std::string_view> allowed) const;
+  absl::StatusOr<const Fields::Entry*> Require(const Fields& fields, std::string_view key) const;
+  absl::StatusOr<std::string> ReadString(const Fields::Entry& entry, std::string_view path) const;
+  absl::StatusOr<std::string> ReadNonEmpty(const Fields::Entry& entry,
+                                           std::string_view path) const;
+  absl::StatusOr<std::string> ReadName(const Fields::Entry& entry, std::string_view path) const;
+  absl::StatusOr<bool> ReadBool(const Fields::Entry& entry, std::string_view path) const;
+  absl::StatusOr<uint32_t> ReadUint32(const Fields::Entry& entry, std::string_view path,
+                                      uint32_t min) const;
+  absl::StatusOr<uint64_t> ReadSize(const Fields::Entry& entry, std::string_view path) const;
+  absl::StatusOr<AttrType> ReadKeyType(const Fields::Entry& entry, std::string_view path) const;
+
+  absl::Status ParseStorage(const Fields::Entry& entry, StorageConfig* storage) const;
+  absl::Status ParseServer(const Fields::Entry& entry, ServerConfig* server) const;
+  absl::Status ParseApply(const Fields::Entry& entry, ApplyConfig* apply) const;
+  absl::Status ParseTables(const Fields::Entry& entry, std::vector<TableSpec>* tables);
+  absl::StatusOr<TableSpec> ParseTable(const YAML::Node& node, const std::string& path);
+  absl::StatusOr<TableKeySpec> ParseTableKey(const Fields::Entry& entry,
+                                             const std::string& path) const;
+  absl::StatusOr<std::pair<std::string, AttrType>> ParseTableKeyAttribute(
+      const Fields::Entry& entry, const std::string& path) const;
+  absl::StatusOr<ViewSpec> ParseView(const YAML::Node& node, const std::string& path,
+                                     const TableSpec& table);
+  absl::Status ParseKeyedView(const Fields& fields, ViewSpec* view) const;
+  absl::Status ParseInvertedView(const Fields& fields, const TableSpec& table,
+                                 ViewSpec* view) const;
+  absl::Status ParseRules(const Fields::Entry& entry, const std::string& path,
+                          ViewSpec* view) const;
+  absl::Status CheckSameKeySchema(const std::vector<RuleNodes>& nodes, const std::string& path,
+                                  const ViewSpec& view) const;
+  absl::StatusOr<KeySpec> ParseKeySpec(const Fields::Entry& entry,
+                                       const std::string& path) const;
+  absl::StatusOr<std::vector<Condition>> ParseConditions(const Fields::Entry& entry,
+                                                         const std::string& path) const;
+  absl::StatusOr<Condition> ParseCondition(const YAML::Node& node,
+                                           const std::string& path) const;
+  absl::StatusOr<Projection> ParseProjection(const Fields::Entry& entry,
+                                             const std::string& path) const;
+  absl::Status ParseSources(const Fields::Entry& entry, Config* config);
+  absl::StatusOr<SourceConfig> ParseSource(const YAML::Node& node, const std::string& path,
+                                           const Config& config);
+
+  std::string file_;
+  // Name -> line of first use: view names are global (LMDB databases), so are sources.
+  std::map<std::string, int, std::less<>> table_lines_;
+  std::map<std::string, int, std::less<>> view_lines_;
+  std::map<std::string, int, std::less<>> source_lines_;
+};
+
+int Loader::LineOf(const YAML::Node& node) {
+  // An empty document has no mark; line 1 is the best place to point at.
+  return node.Mark().is_null() ? 1 : node.Mark().line + 1;
+}
+
+absl::Status Loader::Error(const YAML::Node& node, std::string_view path,
+                           std::string_view problem) const {
+  return ErrorAtLine(LineOf(node), path, problem);
+}
+
+absl::Status Loader::ErrorAtLine(int line, std::string_view path,
+                                 std::string_view problem) const {
+  if (path.empty()) return absl::InvalidArgumentError(Cat(file_, ":", line, ": ", problem));
+  return absl::InvalidArgumentError(Cat(file_, ":", line, ": ", path, ": ", problem));
+}
+
+const YAML::Node& Loader::ValueNode(const Fields::Entry& entry) {
+  return entry.value.IsNull() ? entry.key_node : entry.value;
+}
+
+absl::StatusOr<Fields> Loader::ReadFields(const YAML::Node& node, std::string path,
+                                          std::initializer_list<std::string_view> allowed,
+                                          std::initializer_list<std::string_view> unlisted) const {
+  if (!node.IsMap()) {
+    return Error(node, path, Cat("expected a mapping, got ", Describe(node)));
+  }
+  Fields fields{node, std::move(path), {}};
+  for (auto it = node.begin(); it != node.end(); ++it) {
+    const YAML::Node& key = it->first;
+    if (!key.IsScalar()) {
+      return Error(key, fields.path,
+                   Cat("expected field names to be plain strings, got ", Describe(key)));
+    }
+    const std::string& name = key.Scalar();
+    bool known = false;
+    for (std::string_view a : allowed) known = known || a == name;
+    for (std::string_view a : unlisted) known = known || a == name;
+    if (!known) {
+      std::vector<std::string> expected(allowed.begin(), allowed.end());
+      return Error(key, fields.path,
+                   Cat("unknown field ", Quote(name), " (expected one of ",
+                       absl::StrJoin(expected, ", "), ")"));
+    }
+    // yaml-cpp keeps both entries of a repeated key; silently using one would hide a typo.
+    if (const Fields::Entry* first = fields.Find(name)) {
+      return Error(key, fields.PathOf(name),
+                   Cat("is given twice (also at line ", LineOf(first->key_node), ")"));
+    }
+    fields.entries.push_back({name, key, it->second});
+  }
+  return fields;
+}
+
+absl::StatusOr<Fields> Loader::ReadFields(const Fields::Entry& entry, std::string path,
+                                          std::initializer_list<std::string_view> allowed) const {
+  if (!entry.value.IsMap()) {
+    return Error(ValueNode(entry), path, Cat("expected a mapping, got ", Describe(entry.value)));
+  }
+  return ReadFields(entry.value, std::move(path), allowed);
+}
+
+absl::StatusOr<const Fields::Entry*> Loader::Require(const Fields& fields,
+                                                     std::string_view key) const {
+  const Fields::Entry* entry = fields.Find(key);
+  if (entry == nullptr) return Error(fields.node, fields.PathOf(key), "is required");
+  return entry;
+}
+
+absl::StatusOr<std::string> Loader::ReadString(const Fields::Entry& entry,
+                                               std::string_view path) const {
+  if (!entry.value.IsScalar()) {
+    return Error(ValueNode(entry), path,
+                 Cat("expected a string, got ", Describe(entry.value)));
+  }
+  return entry.value.Scalar();
+}
+
+absl::StatusOr<std::string> Loader::ReadNonEmpty(const Fields::Entry& entry,
+                                                 std::string_view path) const {
+  absl::StatusOr<std::string> text = ReadString(entry, path);
+  if (text.ok() && text->empty()) return Error(entry.value, path, "must not be empty");
+  return text;
+}
+
+absl::StatusOr<std::string> Loader::ReadName(const Fields::Entry& entry,
+                                             std::string_view path) const {
+  absl::StatusOr<std::string> name = ReadString(entry, path);
+  if (!name.ok()) return name.status();
+  if (!IsValidName(*name)) {
+    return Error(entry.value, path,
+                 Cat("expected a name of 1 to ", kMaxNameLength,
+                     " characters from A-Z, a-z, 0-9, _, . and -, got ", Quote(*name)));
+  }
+  return name;
+}
+
+absl::StatusOr<bool> Loader::ReadBool(const Fields::Entry& entry, std::string_view path) const {
+  bool value = false;
+  if (!entry.value.IsScalar() || !YAML::convert<bool>::decode(entry.value, value)) {
+    return Error(ValueNode(entry), path,
+                 Cat("expected true or false, got ", Describe(entry.value)));
+  }
+  return value;
+}
+
+absl::StatusOr<uint32_t> Loader::ReadUint32(const Fields::Entry& entry, std::string_view path,
+                                            uint32_t min) const {
+  uint32_t value = 0;
+  if (!entry.value.IsScalar() || !absl::SimpleAtoi(entry.value.Scalar(), &value) ||
+      value < min || !absl::ascii_isdigit(entry.value.Scalar().front())) {
+    return Error(ValueNode(entry), path,
+                 Cat("expected a whole number from ", min, " to ",
+                     std::numeric_limits<uint32_t>::max(), ", got ",
+                     Describe(entry.value)));
+  }
+  return value;
+}
+
+absl::StatusOr<uint64_t> Loader::ReadSize(const Fields::Entry& entry,
+                                          std::string_view path) const {
+  if (!entry.value.IsScalar()) {
+    return Error(ValueNode(entry), path,
+                 Cat(kSizeExpectation, ", got ", Describe(entry.value)));
+  }
+  absl::StatusOr<uint64_t> size = ParseByteSize(entry.value.Scalar());
+  if (!size.ok()) return Error(entry.value, path, Std(size.status().message()));
+  if (*size == 0) return Error(entry.value, path, "must be greater than 0");
+  return size;
+}
+
+absl::StatusOr<AttrType> Loader::ReadKeyType(const Fields::Entry& entry,
+                                             std::string_view path) const {
+  AttrType type = AttrType::kS;
+  bool ok = entry.value.IsScalar() && ParseAttrType(entry.value.Scalar(), &type) &&
+            (type == AttrType::kS || type == AttrType::kN || type == AttrType::kB);
+  if (!ok) {
+    return Error(ValueNode(entry), path,
+                 Cat("expected one of S, N, B, got ", Describe(entry.value)));
+  }
+  return type;
+}
+
+// ---- storage, server, apply ----
+
+absl::Status Loader::ParseStorage(const Fields::Entry& entry, StorageConfig* storage) const {
+  absl::StatusOr<Fields> fields =
+      ReadFields(entry, "storage", {"path", "map_size", "max_map_size"});
+  if (!fields.ok()) return fields.status();
+  if (const Fields::Entry* path = fields->Find("path")) {
+    absl::StatusOr<std::string> text = ReadNonEmpty(*path, "storage.path");
+    if (!text.ok()) return text.status();
+    storage->path = *text;
+  }
+  const Fields::Entry* map_size = fields->Find("map_size");
+  const Fields::Entry* max_map_size = fields->Find("max_map_size");
+  if (map_size != nullptr) {
+    absl::StatusOr<uint64_t> size = ReadSize(*map_size, "storage.map_size");
+    if (!size.ok()) return size.status();
+    storage->map_size = *size;
+  }
+  if (max_map_size != nullptr) {
+    absl::StatusOr<uint64_t> size = ReadSize(*max_map_size, "storage.max_map_size");
+    if (!size.ok()) return size.status();
+    storage->max_map_size = *size;
+  }
+  if (storage->map_size > storage->max_map_size) {
+    const Fields::Entry* culprit = map_size != nullptr ? map_size : max_map_size;
+    return Error(culprit->value, fields->PathOf(culprit->key),
+                 Cat("map_size (", storage->map_size,
+                     " bytes) must not exceed max_map_size (", storage->max_map_size,
+                     " bytes)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Loader::ParseServer(const Fields::Entry& entry, ServerConfig* server) const {
+  absl::StatusOr<Fields> fields = ReadFields(entry, "server", {"grpc", "metrics"});
+  if (!fields.ok()) return fields.status();
+  for (const Fields::Entry& field : fields->entries) {
+    std::string path = fields->PathOf(field.key);
+    absl::StatusOr<std::string> address = ReadString(field, path);
+    if (!address.ok()) return address.status();
+    bool may_disable = field.key == "metrics";
+    if (!IsHostPort(*address) && !(may_disable && address->empty())) {
+      return Error(field.value, path,
+                   Cat("expected host:port like 127.0.0.1:", field.key == "grpc" ? "50051" : "9464",
+                       may_disable ? " (or \"\" to disable)" : "", ", got ",
+                       Quote(*address)));
+    }
+    (field.key == "grpc" ? server->grpc : server->metrics) = *address;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Loader::ParseApply(const Fields::Entry& entry, ApplyConfig* apply) const {
+  absl::StatusOr<Fields> fields =
+      ReadFields(entry, "apply", {"batch_size", "max_delay_ms", "queue_capacity"});
+  if (!fields.ok()) return fields.status();
+  for (const Fields::Entry& field : fields->entries) {
+    // A zero delay means "commit as soon as the queue runs dry"; zero-sized batches or
+    // queues would never move.
+    bool is_delay = field.key == "max_delay_ms";
+    absl::StatusOr<uint32_t> value = ReadUint32(field, fields->PathOf(field.key), is_delay ? 0 : 1);
+    if (!value.ok()) return value.status();
+    if (field.key == "batch_size") apply->batch_size = *value;
+    if (is_delay) apply->max_delay_ms = *value;
+    if (field.key == "queue_capacity") apply->queue_capacity = *value;
+  }
+  return absl::OkStatus();
+}
+
+// ---- tables and views ----
+
+absl::Status Loader::ParseTables(const Fields::Entry& entry, std::vector<TableSpec>* tables) {
+  if (!entry.value.IsSequence() || entry.value.size() == 0) {
+    return Error(ValueNode(entry), "tables",
+                 Cat("expected a list of at least one table, got ",
+                     entry.value.IsSequence() ? "an empty list" : Describe(entry.value)));
+  }
+  for (size_t i = 0; i < entry.value.size(); ++i) {
+    absl::StatusOr<TableSpec> table = ParseTable(entry.value[i], Index("tables", i));
+    if (!table.ok()) return table.status();
+    tables->push_back(*std::move(table));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TableSpec> Loader::ParseTable(const YAML::Node& node, const std::string& path) {
+  absl::StatusOr<Fields> fields = ReadFields(node, path, {"name", "key", "views"});
+  if (!fields.ok()) return fields.status();
+  TableSpec table;
+  absl::StatusOr<const Fields::Entry*> name = Require(*fields, "name");
+  if (!name.ok()) return name.status();
+  absl::StatusOr<std::string> name_text = ReadName(**name, fields->PathOf("name"));
+  if (!name_text.ok()) return name_text.status();
+  table.name = *name_text;
+  if (auto [it, fresh] = table_lines_.emplace(table.name, LineOf((*name)->value)); !fresh) {
+    return Error((*name)->value, fields->PathOf("name"),
+                 Cat("table name ", Quote(table.name), " is used twice (also at line ",
+                     it->second, ")"));
+  }
+  absl::StatusOr<const Fields::Entry*> key = Require(*fields, "key");
+  if (!key.ok()) return key.status();
+  absl::StatusOr<TableKeySpec> key_spec = ParseTableKey(**key, fields->PathOf("key"));
+  if (!key_spec.ok()) return key_spec.status();
+  table.key = *std::move(key_spec);
+
+  // A table without views is legal: its items are still kept and served by key.
+  const Fields::Entry* views = fields->Find("views");
+  if (views == nullptr) return table;
+  std::string views_path = fields->PathOf("views");
+  if (!views->value.IsSequence()) {
+    return Error(ValueNode(*views), views_path,
+                 Cat("expected a list of views, got ", Describe(views->value)));
+  }
+  for (size_t i = 0; i < views->value.size(); ++i) {
+    absl::StatusOr<ViewSpec> view = ParseView(views->value[i], Index(views_path, i), table);
+    if (!view.ok()) return view.status();
+    table.views.push_back(*std::move(view));
+  }
+  return table;
+}
+
+absl::StatusOr<TableKeySpec> Loader::ParseTableKey(const Fields::Entry& entry,
+                                                   const std::string& path) const {
+  absl::StatusOr<Fields> fields = ReadFields(entry, path, {"partition", "sort"});
+  if (!fields.ok()) return fields.status();
+  TableKeySpec key;
+  absl::StatusOr<const Fields::Entry*> partition = Require(*fields, "partition");
+  if (!partition.ok()) return partition.status();
+  auto partition_attr = ParseTableKeyAttribute(**partition, fields->PathOf("partition"));
+  if (!partition_attr.ok()) return partition_attr.status();
+  std::tie(key.partition, key.partition_type) = *partition_attr;
+  if (const Fields::Entry* sort = fields->Find("sort")) {
+    auto sort_attr = ParseTableKeyAttribute(*sort, fields->PathOf("sort"));
+    if (!sort_attr.ok()) return sort_attr.status();
+    key.sort = sort_attr->first;
+    key.sort_type = sort_attr->second;
+  }
+  return key;
+}
+
+// `PK` (an S attribute) or `{ attribute: PK, type: N }`.
+absl::StatusOr<std::pair<std::string, AttrType>> Loader::ParseTableKeyAttribute(
+    const Fields::Entry& entry, const std::string& path) const {
+  if (entry.value.IsScalar()) {
+    absl::StatusOr<std::string> name = ReadNonEmpty(entry, path);
+    if (!name.ok()) return name.status();
+    return std::make_pair(*name, AttrType::kS);
+  }
+  if (!entry.value.IsMap()) {
+    return Error(ValueNode(entry), path,
+                 Cat("expected an attribute name or { attribute: NAME, type: S|N|B }, got ",
+                     Describe(entry.value)));
+  }
+  absl::StatusOr<Fields> fields = ReadFields(entry.value, path, {"attribute", "type"});
+  if (!fields.ok()) return fields.status();
+  absl::StatusOr<const Fields::Entry*> attribute = Require(*fields, "attribute");
+  if (!attribute.ok()) return attribute.status();
+  absl::StatusOr<std::string> name = ReadNonEmpty(**attribute, fields->PathOf("attribute"));
+  if (!name.ok()) return name.status();
+  AttrType type = AttrType::kS;
+  if (const Fields::Entry* type_entry = fields->Find("type")) {
+    absl::StatusOr<AttrType> parsed = ReadKeyType(*type_entry, fields->PathOf("type"));
+    if (!parsed.ok()) return parsed.status();
+    type = *parsed;
+  }
+  return std::make_pair(*name, type);
+}
+
+absl::StatusOr<ViewSpec> Loader::ParseView(const YAML::Node& node, const std::string& path,
+                                           const TableSpec& table) {
+  absl::StatusOr<Fields> fields =
+      ReadFields(node, path,
+                 {"name", "partition_key", "sort_key", "rules", "inverted", "projection",
+                  "filter"});
+  if (!fields.ok()) return fields.status();
+  ViewSpec view;
+  view.table = table.name;
+  absl::StatusOr<const Fields::Entry*> name = Require(*fields, "name");
+  if (!name.ok()) return name.status();
+  absl::StatusOr<std::string> name_text = ReadName(**name, fields->PathOf("name"));
+  if (!name_text.ok()) return name_text.status();
+  view.name = *name_text;
+  // View names are LMDB database names, so they are unique across all tables.
+  if (auto [it, fresh] = view_lines_.emplace(view.name, LineOf((*name)->value)); !fresh) {
+    return Error((*name)->value, fields->PathOf("name"),
+                 Cat("view name ", Quote(view.name), " is used twice (also at line ",
+                     it->second, ")"));
+  }
+
+  if (const Fields::Entry* inverted = fields->Find("inverted")) {
+    absl::StatusOr<bool> flag = ReadBool(*inverted, fields->PathOf("inverted"));
+    if (!flag.ok()) return flag.status();
+    view.inverted = *flag;
+  }
+  absl::Status status;
+  if (view.inverted) {
+    status = ParseInvertedView(*fields, table, &view);
+  } else if (const Fields::Entry* rules = fields->Find("rules")) {
+    for (std::string_view other : {"partition_key", "sort_key", "filter"}) {
+      if (const Fields::Entry* clash = fields->Find(other)) {
+        return Error(clash->key_node, fields->PathOf(other),
+                     "cannot be combined with rules (give it inside each rule)");
+      }
+    }
+    status = ParseRules(*rules, fields->PathOf("rules"), &view);
+  } else {
+    status = ParseKeyedView(*fields, &view);
+  }
+  if (!status.ok()) return status;
+
+  if (const Fields::Entry* projection = fields->Find("projection")) {
+    absl::StatusOr<Projection> parsed = ParseProjection(*projection, fields->PathOf("projection"));
+    if (!parsed.ok()) return parsed.status();
+    view.projection = *std::move(parsed);
+  }
+  return view;
+}
+
+// partition_key [+ sort_key] [+ filter]: one rule.
+absl::Status Loader::ParseKeyedView(const Fields& fields, ViewSpec* view) const {
+  const Fields::Entry* partition = fields.Find("partition_key");
+  if (partition == nullptr) {
+    return Error(fields.node, fields.PathOf("partition_key"),
+                 "is required (or give rules, or inverted: true)");
+  }
+  ViewRule rule;
+  absl::StatusOr<KeySpec> pk = ParseKeySpec(*partition, fields.PathOf("partition_key"));
+  if (!pk.ok()) return pk.status();
+  rule.partition_key = *std::move(pk);
+  if (const Fields::Entry* sort = fields.Find("sort_key")) {
+    absl::StatusOr<KeySpec> sk = ParseKeySpec(*sort, fields.PathOf("sort_key"));
+    if (!sk.ok()) return sk.status();
+    rule.sort_key = *std::move(sk);
+  }
+  if (const Fields::Entry* filter = fields.Find("filter")) {
+    absl::StatusOr<std::vector<Condition>> when = ParseConditions(*filter, fields.PathOf("filter"));
+    if (!when.ok()) return when.status();
+    rule.when = *std::move(when);
+  }
+  view->rules.push_back(std::move(rule));
+  return absl::OkStatus();
+}
+
+// The table's keys swapped: pk = table sort key, sk = table partition key. A filter still
+// applies (a sparse inverted index).
+absl::Status Loader::ParseInvertedView(const Fields& fields, const TableSpec& table,
+                                       ViewSpec* view) const {
+  for (std::string_view other : {"partition_key", "sort_key", "rules"}) {
+    if (const Fields::Entry* clash = fields.Find(other)) {
+      return Error(clash->key_node, fields.PathOf(other),
+                   "cannot be combined with inverted: true (an inverted view's keys are the "
+                   "table's keys swapped)");
+    }
+  }
+  if (!table.key.sort.has_value()) {
+    const Fields::Entry* inverted = fields.Find("inverted");
+    return Error(inverted->value, fields.PathOf("inverted"),
+                 Cat("table ", Quote(table.name),
+                     " has no sort key, so there is nothing to invert"));
+  }
+  ViewRule rule;
+  rule.partition_key = KeySpec::Attribute(*table.key.sort, table.key.sort_type);
+  rule.sort_key = KeySpec::Attribute(table.key.partition, table.key.partition_type);
+  if (const Fields::Entry* filter = fields.Find("filter")) {
+    absl::StatusOr<std::vector<Condition>> when = ParseConditions(*filter, fields.PathOf("filter"));
+    if (!when.ok()) return when.status();
+    rule.when = *std::move(when);
+  }
+  view->rules.push_back(std::move(rule));
+  return absl::OkStatus();
+}
+
+absl::Status Loader::ParseRules(const Fields::Entry& entry, const std::string& path,
+                                ViewSpec* view) const {
+  if (!entry.value.IsSequence() || entry.value.size() == 0) {
+    return Error(ValueNode(entry), path,
+                 Cat("expected a list of at least one rule, got ",
+                     entry.value.IsSequence() ? "an empty list" : Describe(entry.value)));
+  }
+  std::vector<RuleNodes> nodes;
+  for (size_t i = 0; i < entry.value.size(); ++i) {
+    absl::StatusOr<Fields> fields =
+        ReadFields(entry.value[i], Index(path, i), {"when", "partition_key", "sort_key"});
+    if (!fields.ok()) return fields.status();
+    ViewRule rule;
+    RuleNodes where{fields->node, {}, {}};
+    absl::StatusOr<const Fields::Entry*> partition = Require(*fields, "partition_key");
+    if (!partition.ok()) return partition.status();
+    absl::StatusOr<KeySpec> pk = ParseKeySpec(**partition, fields->PathOf("partition_key"));
+    if (!pk.ok()) return pk.status();
+    rule.partition_key = *std::move(pk);
+    where.partition_key = ValueNode(**partition);
+    if (const Fields::Entry* sort = fields->Find("sort_key")) {
+      absl::StatusOr<KeySpec> sk = ParseKeySpec(*sort, fields->PathOf("sort_key"));
+      if (!sk.ok()) return sk.status();
+      rule.sort_key = *std::move(sk);
+      where.sort_key = ValueNode(*sort);
+    }
+    // A rule without `when` matches every item: useful as the last, catch-all rule.
+    if (const Fields::Entry* when = fields->Find("when")) {
+      absl::StatusOr<std::vector<Condition>> conditions =
+          ParseConditions(*when, fields->PathOf("when"));
+      if (!conditions.ok()) return conditions.status();
+      rule.when = *std::move(conditions);
+    }
+    view->rules.push_back(std::move(rule));
+    nodes.push_back(std::move(where));
+  }
+  return CheckSameKeySchema(nodes, path, *view);
+}
+
+// DynamoDB gives an index one key schema; so does a view, whichever rule an item matched.
+absl::Status Loader::CheckSameKeySchema(const std::vector<RuleNodes>& nodes,
+                                        const std::string& path, const ViewSpec& view) const {
+  constexpr std::string_view kWhy = "; all rules of a view share one key schema";
+  const ViewRule& first = view.rules.front();
+  for (size_t i = 1; i < view.rules.size(); ++i) {
+    const ViewRule& rule = view.rules[i];
+    std::string name = Cat("rules[", i, "]");
+    std::string rule_path = Index(path, i);
+    if (rule.partition_key.value_type() != first.partition_key.value_type()) {
+      return Error(nodes[i].partition_key, Child(rule_path, "partition_key"),
+                   Cat("type ", AttrTypeName(rule.partition_key.value_type()),
+                       " differs from rules[0].partition_key (type ",
+                       AttrTypeName(first.partition_key.value_type()), ")", kWhy));
+    }
+    if (rule.sort_key.has_value() != first.sort_key.has_value()) {
+      bool this_has = rule.sort_key.has_value();
+      return Error(this_has ? nodes[i].sort_key : nodes[i].rule, Child(rule_path, "sort_key"),
+                   Cat(this_has ? name : "rules[0]", " has a sort key but ",
+                       this_has ? "rules[0]" : name, " has none", kWhy));
+    }
+    if (rule.sort_key.has_value() &&
+        rule.sort_key->value_type() != first.sort_key->value_type()) {
+      return Error(nodes[i].sort_key, Child(rule_path, "sort_key"),
+                   Cat("type ", AttrTypeName(rule.sort_key->value_type()),
+                       " differs from rules[0].sort_key (type ",
+                       AttrTypeName(first.sort_key->value_type()), ")", kWhy));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// { attribute: X, type: S|N|B } or { template: "..." }.
+absl::StatusOr<KeySpec> Loader::ParseKeySpec(const Fields::Entry& entry,
+                                             const std::string& path) const {
+  absl::StatusOr<Fields> fields = ReadFields(entry, path, {"attribute", "type", "template"});
+  if (!fields.ok()) return fields.status();
+  const Fields::Entry* attribute = fields->Find("attribute");
+  const Fields::Entry* text = fields->Find("template");
+  const Fields::Entry* type = fields->Find("type");
+  if (attribute != nullptr && text != nullptr) {
+    return Error(text->key_node, path, "give either attribute or template, not both");
+  }
+  if (text != nullptr) {
+    if (type != nullptr) {
+      return Error(type->key_node, fields->PathOf("type"),
+                   "applies to attribute keys only (a template always yields an S value)");
+    }
+    absl::StatusOr<std::string> written = ReadNonEmpty(*text, fields->PathOf("template"));
+    if (!written.ok()) return written.status();
+    absl::StatusOr<KeySpec> spec = KeySpec::Template(*written);
+    if (!spec.ok()) {
+      return Error(text->value, fields->PathOf("template"), Std(spec.status().message()));
+    }
+    return spec;
+  }
+  if (attribute == nullptr) {
+    return Error(fields->node, path,
+                 "expected { attribute: NAME, type: S|N|B } or { template: \"...\" }");
+  }
+  absl::StatusOr<std::string> name = ReadNonEmpty(*attribute, fields->PathOf("attribute"));
+  if (!name.ok()) return name.status();
+  AttrType key_type = AttrType::kS;
+  if (type != nullptr) {
+    absl::StatusOr<AttrType> parsed = ReadKeyType(*type, fields->PathOf("type"));
+    if (!parsed.ok()) return parsed.status();
+    key_type = *parsed;
+  }
+  return KeySpec::Attribute(*name, key_type);
+}
+
+// One condition, or a list of them (all must hold).
+absl::StatusOr<std::vector<Condition>> Loader::ParseConditions(const Fields::Entry& entry,
+                                                               const std::string& path) const {
+  std::vector<Condition> conditions;
+  if (entry.value.IsMap()) {
+    absl::StatusOr<Condition> condition = ParseCondition(entry.value, path);
+    if (!condition.ok()) return condition.status();
+    conditions.push_back(*std::move(condition));
+    return conditions;
+  }
+  if (!entry.value.IsSequence() || entry.value.size() == 0) {
+    return Error(ValueNode(entry), path,
+                 Cat("expected a condition { attribute: NAME, equals | begins_with | "
+                     "exists: ... } or a non-empty list of them, got ",
+                     entry.value.IsSequence() ? "an empty list" : Describe(entry.value)));
+  }
+  for (size_t i = 0; i < entry.value.size(); ++i) {
+    absl::StatusOr<Condition> condition = ParseCondition(entry.value[i], Index(path, i));
+    if (!condition.ok()) return condition.status();
+    conditions.push_back(*std::move(condition));
+  }
+  return conditions;
+}
+
+absl::StatusOr<Condition> Loader::ParseCondition(const YAML::Node& node,
+                                                 const std::string& path) const {
+  absl::StatusOr<Fields> fields =
+      ReadFields(node, path, {"attribute", "equals", "begins_with", "exists"});
+  if (!fields.ok()) return fields.status();
+  Condition condition;
+  absl::StatusOr<const Fields::Entry*> attribute = Require(*fields, "attribute");
+  if (!attribute.ok()) return attribute.status();
+  absl::StatusOr<std::string> name = ReadNonEmpty(**attribute, fields->PathOf("attribute"));
+  if (!name.ok()) return name.status();
+  condition.attribute = *name;
+
+  const Fields::Entry* op = nullptr;
+  for (const Fields::Entry& field : fields->entries) {
+    if (field.key == "attribute") continue;
+    if (op != nullptr) {
+      return Error(field.key_node, path,
+                   Cat("expected exactly one of equals, begins_with, exists, got both ",
+                       op->key, " and ", field.key));
+    }
+    op = &field;
+  }
+  if (op == nullptr) {
+    return Error(fields->node, path,
+                 "expected exactly one of equals, begins_with, exists, got none");
+  }
+  std::string op_path = fields->PathOf(op->key);
+  if (op->key == "exists") {
+    absl::StatusOr<bool> exists = ReadBool(*op, op_path);
+    if (!exists.ok()) return exists.status();
+    condition.op = *exists ? Condition::Op::kExists : Condition::Op::kNotExists;
+    return condition;
+  }
+  if (op->key == "begins_with") {
+    absl::StatusOr<std::string> prefix = ReadNonEmpty(*op, op_path);
+    if (!prefix.ok()) return prefix.status();
+    condition.op = Condition::Op::kBeginsWith;
+    condition.operand = *prefix;
+    return condition;
+  }
+  // equals: any YAML scalar, kept as written; the builder compares S, N and BOOL by text.
+  if (!op->value.IsScalar()) {
+    return Error(ValueNode(*op), op_path,
+                 Cat("expected a string, number or bool, got ", Describe(op->value)));
+  }
+  condition.op = Condition::Op::kEquals;
+  condition.operand = op->value.Scalar();
+  return condition;
+}
+
+absl::StatusOr<Projection> Loader::ParseProjection(const Fields::Entry& entry,
+                                                   const std::string& path) const {
+  constexpr std::string_view kExpected = "expected ALL, KEYS_ONLY or { include: [NAMES] }, got ";
+  Projection projection;
+  if (entry.value.IsScalar()) {
+    const std::string& text = entry.value.Scalar();
+    if (text == "ALL") return projection;
+    if (text == "KEYS_ONLY") {
+      projection.kind = ProjectionKind::kKeysOnly;
+      return projection;
+    }
+    return Error(entry.value, path, Cat(kExpected, Quote(text)));
+  }
+  if (!entry.value.IsMap()) {
+    return Error(ValueNode(entry), path, Cat(kExpected, Describe(entry.value)));
+  }
+  absl::StatusOr<Fields> fields = ReadFields(entry.value, path, {"include"});
+  if (!fields.ok()) return fields.status();
+  absl::StatusOr<const Fields::Entry*> include = Require(*fields, "include");
+  if (!include.ok()) return include.status();
+  const YAML::Node& names = (*include)->value;
+  std::string include_path = fields->PathOf("include");
+  if (!names.IsSequence() || names.size() == 0) {
+    return Error(ValueNode(**include), include_path,
+                 Cat("expected a non-empty list of attribute names, got ",
+                     names.IsSequence() ? "an empty list" : Describe(names)));
+  }
+  projection.kind = ProjectionKind::kInclude;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const YAML::Node& name = names[i];
+    if (!name.IsScalar() || name.Scalar().empty()) {
+      return Error(name.IsNull() ? names : name, Index(include_path, i),
+                   Cat("expected an attribute name, got ", Describe(name)));
+    }
+    for (const std::string& seen : projection.include) {
+      if (seen == name.Scalar()) {
+        return Error(name, Index(include_path, i),
+                     Cat("attribute ", Quote(seen), " is listed twice"));
+      }
+    }
+    projection.include.push_back(name.Scalar());
+  }
+  return projection;
+}
+
+// ---- sources ----
+
+absl::Status Loader::ParseSources(const Fields::Entry& entry, Config* config) {
+  if (!entry.value.IsSequence()) {
+    return Error(ValueNode(entry), "sources",
+                 Cat("expected a list of sources, got ", Describe(entry.value)));
+  }
+  for (size_t i = 0; i < entry.value.size(); ++i) {
+    absl::StatusOr<SourceConfig> source = ParseSource(entry.value[i], Index("sources", i), *config);
+    if (!source.ok()) return source.status();
+    config->sources.push_back(*std::move(source));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SourceConfig> Loader::ParseSource(const YAML::Node& node, const std::string& path,
+                                                 const Config& config) {
+  // Source types that are planned but not built yet get a clearer message than "unknown".
+  const std::initializer_list<std::string_view> kPlanned = {"kafka", "dynamodb",
+                                                            "dynamodb_streams"};
+  absl::StatusOr<Fields> fields = ReadFields(node, path, {"name", "table", "file"}, kPlanned);
+  if (!fields.ok()) return fields.status();
+  SourceConfig source;
+  absl::StatusOr<const Fields::Entry*> name = Require(*fields, "name");
+  if (!name.ok()) return name.status();
+  absl::StatusOr<std::string> name_text = ReadName(**name, fields->PathOf("name"));
+  if (!name_text.ok()) return name_text.status();
+  source.name = *name_text;
+  if (auto [it, fresh] = source_lines_.emplace(source.name, LineOf((*name)->value)); !fresh) {
+    return Error((*name)->value, fields->PathOf("name"),
+                 Cat("source name ", Quote(source.name), " is used twice (also at line ",
+                     it->second, ")"));
+  }
+  std::string label = Cat("source ", Quote(source.name), ": ");
+  for (std::string_view planned : kPlanned) {
+    if (const Fields::Entry* other = fields->Find(planned)) {
+      return Error(other->key_node, path,
+                   Cat(label, "unsupported source type ", Quote(planned),
+                       " (supported: file)"));
+    }
+  }
+
+  absl::StatusOr<const Fields::Entry*> table = Require(*fields, "table");
+  if (!table.ok()) return table.status();
+  absl::StatusOr<std::string> table_name = ReadNonEmpty(**table, fields->PathOf("table"));
+  if (!table_name.ok()) return table_name.status();
+  if (config.FindTable(*table_name) == nullptr) {
+    std::vector<std::string> defined;
+    for (const TableSpec& t : config.tables) defined.push_back(t.name);
+    return Error((*table)->value, fields->PathOf("table"),
+                 Cat("source ", Quote(source.name), " names table ", Quote(*table_name),
+                     ", which is not defined (tables: ", absl::StrJoin(defined, ", "),
+                     ")"));
+  }
+  source.table = *table_name;
+
+  const Fields::Entry* file = fields->Find("file");
+  if (file == nullptr) {
+    return Error(fields->node, path,
+                 Cat(label, "expected a source type: file: { path: ... } (supported: file)"));
+  }
+  std::string file_path = fields->PathOf("file");
+  absl::StatusOr<Fields> file_fields =
+      ReadFields(*file, file_path, {"path", "follow", "dead_letter_path"});
+  if (!file_fields.ok()) return file_fields.status();
+  absl::StatusOr<const Fields::Entry*> input = Require(*file_fields, "path");
+  if (!input.ok()) return input.status();
+  // Relative paths stay as written: relative to the daemon's working directory.
+  absl::StatusOr<std::string> input_path = ReadNonEmpty(**input, file_fields->PathOf("path"));
+  if (!input_path.ok()) return input_path.status();
+  source.file.path = *input_path;
+  if (const Fields::Entry* follow = file_fields->Find("follow")) {
+    absl::StatusOr<bool> flag = ReadBool(*follow, file_fields->PathOf("follow"));
+    if (!flag.ok()) return flag.status();
+    source.file.follow = *flag;
+  }
+  if (const Fields::Entry* dead = file_fields->Find("dead_letter_path")) {
+    absl::StatusOr<std::string> dead_path =
+        ReadNonEmpty(*dead, file_fields->PathOf("dead_letter_path"));
+    if (!dead_path.ok()) return dead_path.status();
+    source.file.dead_letter_path = *dead_path;
+  } else {
+    const std::string& root = config.storage.path;
+    source.file.dead_letter_path = Cat(root, root.back() == '/' ? "" : "/",
+                                       "dead-letters/", source.name, ".ndjson");
+  }
+  return source;
+}
+
+absl::StatusOr<Config> Loader::Load(const YAML::Node& root) {
+  if (!root.IsMap()) {
+    return Error(root, "",
+                 Cat("expected a mapping with tables: (and optionally storage:, "
+                     "server:, apply:, sources:), got ",
+                     root.IsNull() ? "an empty document" : Describe(root)));
+  }
+  absl::StatusOr<Fields> fields =
+      ReadFields(root, "", {"storage", "server", "apply", "sources", "tables"});
+  if (!fields.ok()) return fields.status();
+  Config config;
+  config.file = file_;
+  // Storage comes before sources (dead-letter paths default under it), tables before
+  // sources (sources name them), whatever the order in the file.
+  if (const Fields::Entry* storage = fields->Find("storage")) {
+    if (absl::Status s = ParseStorage(*storage, &config.storage); !s.ok()) return s;
+  }
+  if (const Fields::Entry* server = fields->Find("server")) {
+    if (absl::Status s = ParseServer(*server, &config.server); !s.ok()) return s;
+  }
+  if (const Fields::Entry* apply = fields->Find("apply")) {
+    if (absl::Status s = ParseApply(*apply, &config.apply); !s.ok()) return s;
+  }
+  absl::StatusOr<const Fields::Entry*> tables = Require(*fields, "tables");
+  if (!tables.ok()) return tables.status();
+  if (absl::Status s = ParseTables(**tables, &config.tables); !s.ok()) return s;
+  if (const Fields::Entry* sources = fields->Find("sources")) {
+    if (absl::Status s = ParseSources(*sources, &config); !s.ok()) return s;
+  }
+  return config;
+}
+
+}  // namespace
+
+absl::StatusOr<Config> ParseConfig(const std::string& yaml, const std::string& file) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml);
+  } catch (const YAML::Exception& e) {
+    int line = e.mark.is_null() ? 1 : e.mark.line + 1;
+    return absl::InvalidArgumentError(Cat(file, ":", line, ": invalid YAML: ", e.msg));
+  }
+  // The loader only uses accessors that do not throw; this keeps a yaml-cpp surprise from
+  // crossing the module boundary as an exception all the same.
+  try {
+    return Loader(file).Load(root);
+  } catch (const YAML::Exception& e) {
+    return absl::InternalError(Cat(file, ": unexpected yaml-cpp error: ", e.what()));
+  }
+}
+
+absl::StatusOr<Config> LoadConfig(const std::string& path) {
+  auto unreadable = [&path](int error) {
+    return absl::NotFoundError(
+        Cat("cannot read config file ", Quote(path), ": ", std::strerror(error)));
+  };
+  errno = 0;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"),
+                                                       &std::fclose);
+  if (file == nullptr) return unreadable(errno);
+  std::string text;
+  char buffer[1 << 14];
+  size_t n = 0;
+  while ((n = std::fread(buffer, 1, sizeof buffer, file.get())) > 0) text.append(buffer, n);
+  // Opening a directory succeeds; reading it fails (EISDIR) and must not look empty.
+  if (std::ferror(file.get())) return unreadable(errno != 0 ? errno : EIO);
+  return ParseConfig(text, path);
+}
+
+absl::StatusOr<uint64_t> ParseByteSize(std::string_view text) {
+  struct Unit {
+    std::string_view name;
+    uint64_t bytes;
+  };
+  // GB is 10^9 and GiB 2^30, as the SI and IEC prefixes say.
+  constexpr Unit kUnits[] = {{"", 1},
+                             {"B", 1},
+                             {"KB", 1000ull},
+                             {"MB", 1000ull * 1000},
+                             {"GB", 1000ull * 1000 * 1000},
+                             {"TB", 1000ull * 1000 * 1000 * 1000},
+                             {"KiB", 1ull << 10},
+                             {"MiB", 1ull << 20},
+                             {"GiB", 1ull << 30},
+                             {"TiB", 1ull << 40}};
+  absl::Status malformed = absl::InvalidArgumentError(
+      Cat(kSizeExpectation, ", got ", Quote(text)));
+  size_t digits = 0;
+  while (digits < text.size() && absl::ascii_isdigit(text[digits])) ++digits;
+  if (digits == 0) return malformed;
+  std::string_view unit = text.substr(digits);
+  while (!unit.empty() && unit.front() == ' ') unit.remove_prefix(1);
+  absl::Status too_big = absl::InvalidArgumentError(
+      Cat("size ", Quote(text), " does not fit in 64 bits"));
+  uint64_t number = 0;
+  if (!absl::SimpleAtoi(Absl(text.substr(0, digits)), &number)) return too_big;
+  for (const Unit& u : kUnits) {
+    if (u.name != unit) continue;
+    if (number > std::numeric_limits<uint64_t>::max() / u.bytes) return too_big;
+    return number * u.bytes;
+  }
+  return malformed;
+}
+
+}  // namespace cdcview

@@ -1,0 +1,69 @@
+// Config: the daemon's configuration, parsed once from YAML into typed, validated structs.
+//
+// Immutable after LoadConfig returns; share it as const between threads.
+// Errors name the file, line and field and say what was expected, e.g.
+//   examples/cdcview.yaml:14: tables[0].views[1].partition_key.type: expected one of S, N, B, got "X"
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "index_builders/view_spec.h"
+
+namespace cdcview {
+
+struct StorageConfig {
+  std::string path = "./data";
+  uint64_t map_size = 4ull << 30;       // initial LMDB map size
+  uint64_t max_map_size = 64ull << 30;  // MDB_MAP_FULL grows the map up to this
+};
+
+struct ServerConfig {
+  std::string grpc = "127.0.0.1:50051";     // host:port; port 0 picks a free port
+  std::string metrics = "127.0.0.1:9464";   // host:port; port 0 picks a free port; "" disables
+};
+
+struct ApplyConfig {
+  uint32_t batch_size = 1024;      // events per write transaction at most
+  uint32_t max_delay_ms = 20;      // a partial batch is committed after this long
+  uint32_t queue_capacity = 8192;  // events buffered between sources and the writer
+};
+
+struct FileSourceConfig {
+  std::string path;
+  bool follow = false;              // keep reading as the file grows (tail -f)
+  std::string dead_letter_path;     // default: <storage.path>/dead-letters/<source>.ndjson
+};
+
+struct SourceConfig {
+  std::string name;
+  std::string table;
+  enum class Kind { kFile } kind = Kind::kFile;
+  FileSourceConfig file;
+};
+
+struct Config {
+  std::string file;  // where it was loaded from, for messages
+  StorageConfig storage;
+  ServerConfig server;
+  ApplyConfig apply;
+  std::vector<SourceConfig> sources;
+  std::vector<TableSpec> tables;
+
+  const TableSpec* FindTable(std::string_view name) const;
+};
+
+// Reads and validates `path`. INVALID_ARGUMENT with "FILE:LINE: FIELD: problem" for any
+// error, NOT_FOUND if the file cannot be read.
+absl::StatusOr<Config> LoadConfig(const std::string& path);
+// The same from YAML text; `file` is used in messages only.
+absl::StatusOr<Config> ParseConfig(const std::string& yaml, const std::string& file);
+
+// "4GiB", "512MiB", "1048576" -> bytes. INVALID_ARGUMENT otherwise.
+absl::StatusOr<uint64_t> ParseByteSize(std::string_view text);
+
+}  // namespace cdcview
