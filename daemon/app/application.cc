@@ -1,0 +1,116 @@
+#include "daemon/app/application.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/log/log.h"
+#include "daemon/sources/file_source.h"
+
+namespace cdcview {
+namespace {
+
+absl::Status InPhase(const char* phase, const absl::Status& s) {
+  if (s.ok()) return s;
+  return absl::Status(s.code(), absl::StrCat(phase, ": ", s.message()));
+}
+
+std::unique_ptr<ChangeSource> MakeSource(uint32_t index, const SourceConfig& config) {
+  switch (config.kind) {
+    case SourceConfig::Kind::kFile:
+      return std::make_unique<FileSource>(index, config);
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Application>> Application::Start(Config config) {
+  std::unique_ptr<Application> app(new Application());
+  app->config_ = std::move(config);
+  if (absl::Status s = app->Init(); !s.ok()) {
+    app->Shutdown();
+    return s;
+  }
+  return app;
+}
+
+absl::Status Application::Init() {
+  auto store = Store::Open(config_.storage, config_.tables);
+  if (!store.ok()) return InPhase("opening the store", store.status());
+  store_ = std::move(*store);
+  for (const std::string& v : store_->dropped_views()) {
+    LogInfo(absl::StrCat("view ", v, " is no longer configured: dropped its database"));
+  }
+
+  auto metrics = MetricsRegistry::Start(config_.server.metrics);
+  if (!metrics.ok()) return InPhase("starting metrics", metrics.status());
+  metrics_ = std::move(*metrics);
+  apply_probe_ = std::make_unique<ApplyProbe>(*metrics_, config_);
+  query_probe_ = std::make_unique<QueryProbe>(
+      *metrics_, std::vector<std::string>{"Query", "Scan", "GetItem", "ListViews", "DescribeView",
+                                          "GetStatus"});
+
+  catalog_ = std::make_unique<Catalog>(config_, store_->max_key_size());
+  std::vector<DeadLetterSink*> dead_letters;
+  std::vector<const ChangeSource*> readonly_sources;
+  for (size_t i = 0; i < config_.sources.size(); ++i) {
+    sources_.push_back(MakeSource(static_cast<uint32_t>(i), config_.sources[i]));
+    dead_letters.push_back(sources_.back()->dead_letters());
+    readonly_sources.push_back(sources_.back().get());
+  }
+  applier_ = std::make_unique<Applier>(*catalog_, store_.get(), apply_probe_.get(), dead_letters);
+  if (absl::Status s = applier_->Recover(); !s.ok()) return InPhase("loading view states", s);
+
+  reader_ = std::make_unique<ViewReader>(*catalog_, *store_, *applier_, readonly_sources);
+  auto server = ViewServer::Start(config_.server.grpc, *reader_, query_probe_.get());
+  if (!server.ok()) return InPhase("starting the gRPC server", server.status());
+  server_ = std::move(*server);
+  server_->SetServing(true);
+
+  queue_ = std::make_unique<RecordQueue>(config_.apply.queue_capacity);
+  for (size_t i = 0; i < sources_.size(); ++i) {
+    if (absl::Status s = sources_[i]->Start(applier_->PositionsOf(i), queue_.get()); !s.ok()) {
+      // A source that cannot start is reported in GetStatus; the others go on.
+      LogError(absl::StrCat("source ", config_.sources[i].name, ": ", s.message()));
+    }
+  }
+  writer_ = std::thread([this] { WriterMain(); });
+  LogInfo(absl::StrCat("cdcviewd serving gRPC on port ", server_->port(), ", metrics on port ",
+                       metrics_->port(), ", store in ", config_.storage.path));
+  return absl::OkStatus();
+}
+
+void Application::WriterMain() {
+  absl::Status s = applier_->RebuildViews(&stop_writer_);
+  if (!s.ok() && !absl::IsCancelled(s)) {
+    LogError(absl::StrCat("rebuilding views failed: ", s.message(),
+                          "; fix the cause and restart cdcviewd (the rebuild resumes)"));
+    writer_done_ = true;
+    return;
+  }
+  applier_->Run(queue_.get(), &stop_writer_);
+  writer_done_ = true;
+}
+
+void Application::Shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  for (auto& source : sources_) source->Stop();
+  if (queue_) queue_->Close();
+  // The writer drains what the sources had read; if it cannot (a batch keeps failing), it is
+  // told to stop after a grace period and the unapplied events are read again next start.
+  for (int i = 0; i < 200 && !writer_done_.load() && writer_.joinable(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  stop_writer_ = true;
+  if (writer_.joinable()) writer_.join();
+  if (server_) {
+    server_->SetServing(false);
+    server_->Shutdown(5000);
+  }
+  LogInfo("cdcviewd stopped");
+}
+
+Application::~Application() { Shutdown(); }
+
+}  // namespace cdcview

@@ -1,0 +1,69 @@
+// Application: wires the daemon together and walks its phases.
+//
+//   Start:    open the store -> metrics -> catalog -> applier.Recover (positions, view states)
+//             -> gRPC server (health SERVING once the view states are loaded)
+//             -> sources start at the stored positions -> writer thread (rebuilds changed
+//             views, then applies batches)
+//   Shutdown: stop the sources -> close the queue -> the writer drains what was read and
+//             commits -> stop the gRPC server (grace period) -> close the store
+//
+// Integration tests and benchmarks drive this same class. Start/Shutdown are called from one
+// thread; the accessors are thread-safe.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "daemon/apply/applier.h"
+#include "daemon/apply/catalog.h"
+#include "daemon/config/config.h"
+#include "daemon/metrics/metrics.h"
+#include "daemon/server/view_reader.h"
+#include "daemon/server/view_service.h"
+#include "daemon/sources/change_source.h"
+#include "daemon/sources/record_queue.h"
+#include "daemon/store/store.h"
+
+namespace cdcview {
+
+class Application {
+ public:
+  // Errors say which phase failed and what to do.
+  static absl::StatusOr<std::unique_ptr<Application>> Start(Config config);
+  ~Application();
+
+  // Stops everything in order (see the header comment). Idempotent.
+  void Shutdown();
+
+  int grpc_port() const { return server_ ? server_->port() : 0; }
+  int metrics_port() const { return metrics_ ? metrics_->port() : 0; }
+  const Config& config() const { return config_; }
+  Applier& applier() { return *applier_; }
+  MetricsRegistry& metrics() { return *metrics_; }
+
+ private:
+  Application() = default;
+  absl::Status Init();
+  void WriterMain();
+
+  Config config_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<MetricsRegistry> metrics_;
+  std::unique_ptr<ApplyProbe> apply_probe_;
+  std::unique_ptr<QueryProbe> query_probe_;
+  std::unique_ptr<Catalog> catalog_;
+  std::vector<std::unique_ptr<ChangeSource>> sources_;
+  std::unique_ptr<RecordQueue> queue_;
+  std::unique_ptr<Applier> applier_;
+  std::unique_ptr<ViewReader> reader_;
+  std::unique_ptr<ViewServer> server_;
+  std::thread writer_;
+  std::atomic<bool> stop_writer_{false};
+  std::atomic<bool> writer_done_{false};
+  bool shut_down_ = false;
+};
+
+}  // namespace cdcview

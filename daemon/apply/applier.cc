@@ -1,0 +1,464 @@
+#include "daemon/apply/applier.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "daemon/log/log.h"
+#include "daemon/sources/record_queue.h"
+#include "index_builders/item_codec.h"
+
+namespace cdcview {
+namespace {
+
+constexpr std::string_view kReady = "READY";
+constexpr std::string_view kBuilding = "BUILDING";
+constexpr size_t kRebuildChunk = 2000;
+
+int64_t SystemNowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// A new image must carry the key it was sent under: add missing key attributes, refuse
+// conflicting ones.
+absl::Status MergeKeys(const Item& keys, Item* image) {
+  for (const auto& [name, value] : keys) {
+    auto [it, inserted] = image->emplace(name, value);
+    if (!inserted && it->second != value) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("NewImage attribute ", name, " differs from the record's Keys"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Applier::Applier(const Catalog& catalog, Store* store, ApplyProbe* probe,
+                 std::vector<DeadLetterSink*> dead_letters, std::function<int64_t()> now_ms)
+    : catalog_(catalog),
+      store_(store),
+      probe_(probe),
+      dead_letters_(std::move(dead_letters)),
+      now_ms_(now_ms ? std::move(now_ms) : SystemNowMs),
+      stats_(catalog.config().sources.size(), catalog.views().size()),
+      counters_(catalog.config().sources.size()),
+      table_events_(catalog.config().tables.size()),
+      view_writes_(catalog.views().size()) {
+  for (size_t i = 0; i < catalog.views().size(); ++i) {
+    view_states_.push_back(std::make_unique<std::atomic<int>>(static_cast<int>(ViewState::kReady)));
+    view_progress_.push_back(std::make_unique<std::atomic<double>>(1.0));
+  }
+}
+
+void Applier::SetViewState(size_t global_view, ViewState state, double progress) {
+  view_states_[global_view]->store(static_cast<int>(state));
+  view_progress_[global_view]->store(progress);
+  if (probe_ != nullptr) probe_->SetViewBuildProgress(global_view, progress);
+}
+
+ViewState Applier::GetViewState(size_t global_view, double* progress) const {
+  if (progress != nullptr) *progress = view_progress_[global_view]->load();
+  return static_cast<ViewState>(view_states_[global_view]->load());
+}
+
+absl::Status Applier::Recover() {
+  auto txn_or = store_->BeginWrite();
+  if (!txn_or.ok()) return txn_or.status();
+  WriteTxn& txn = **txn_or;
+  for (const ViewRef& view : catalog_.views()) {
+    const std::string& name = view.spec->name;
+    std::string fingerprint =
+        view.spec->Fingerprint(catalog_.config().tables[view.table].key);
+    auto stored_fp = txn.Get(store_->meta(), ViewMetaKey(name, "fingerprint"));
+    auto stored_state = txn.Get(store_->meta(), ViewMetaKey(name, "state"));
+    if (!stored_fp.ok()) return stored_fp.status();
+    if (!stored_state.ok()) return stored_state.status();
+    if (*stored_fp && **stored_fp == fingerprint && *stored_state && **stored_state == kReady) {
+      SetViewState(view.global, ViewState::kReady, 1.0);
+      continue;
+    }
+    if (!*stored_fp || **stored_fp != fingerprint) {
+      LogInfo(absl::StrCat("view ", name, ": definition ",
+                           *stored_fp ? "changed" : "is new", " (fingerprint ", fingerprint,
+                           "); rebuilding it from items/", view.spec->table));
+      for (absl::Status s : {txn.Clear(store_->view(name)),
+                             txn.Put(store_->meta(), ViewMetaKey(name, "fingerprint"), fingerprint),
+                             txn.Put(store_->meta(), ViewMetaKey(name, "state"), kBuilding),
+                             txn.Delete(store_->meta(), ViewMetaKey(name, "build_cursor"))}) {
+        if (!s.ok()) return s;
+      }
+    } else {
+      LogInfo(absl::StrCat("view ", name, ": resuming an interrupted rebuild"));
+    }
+    SetViewState(view.global, ViewState::kBuilding, 0.0);
+  }
+
+  std::lock_guard lock(mu_);
+  positions_.clear();
+  auto cursor = txn.OpenCursor(store_->meta());
+  for (bool ok = cursor->Seek(kPositionPrefix); ok && cursor->key().starts_with(kPositionPrefix);
+       ok = cursor->Next()) {
+    std::string_view rest = cursor->key().substr(kPositionPrefix.size());
+    size_t slash = rest.find('/');
+    if (slash == std::string_view::npos) continue;
+    positions_[{std::string(rest.substr(0, slash)), std::string(rest.substr(slash + 1))}] =
+        std::string(cursor->value());
+  }
+  cursor.reset();
+  return txn.Commit();
+}
+
+absl::Status Applier::RebuildViews(const std::atomic<bool>* stop) {
+  for (const ViewRef& view : catalog_.views()) {
+    if (GetViewState(view.global) == ViewState::kReady) continue;
+    if (absl::Status s = RebuildView(view, stop); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Applier::RebuildView(const ViewRef& view, const std::atomic<bool>* stop) {
+  const std::string& name = view.spec->name;
+  const ViewBuilder& builder = catalog_.builder(view.table);
+  MDB_dbi items = store_->items(view.spec->table);
+  MDB_dbi dbi = store_->view(name);
+  const std::string cursor_key = ViewMetaKey(name, "build_cursor");
+  uint64_t total = 0, done = 0, skipped = 0;
+  {
+    auto rtxn = store_->BeginRead();
+    if (!rtxn.ok()) return rtxn.status();
+    total = (*rtxn)->Entries(items);
+  }
+  auto started = std::chrono::steady_clock::now();
+  bool finished = false;
+  while (!finished) {
+    if (stop != nullptr && stop->load()) return absl::CancelledError("stopping");
+    auto txn_or = store_->BeginWrite();
+    if (!txn_or.ok()) return txn_or.status();
+    WriteTxn& txn = **txn_or;
+    auto resume = txn.Get(store_->meta(), cursor_key);
+    if (!resume.ok()) return resume.status();
+    std::string last = *resume ? std::string(**resume) : std::string();
+    auto cursor = txn.OpenCursor(items);
+    bool ok = last.empty() ? cursor->SeekFirst() : cursor->Seek(last);
+    if (ok && !last.empty() && cursor->key() == last) ok = cursor->Next();
+    size_t n = 0;
+    uint64_t chunk_done = 0, chunk_skipped = 0;
+    absl::Status status;
+    for (; ok && n < kRebuildChunk; ok = cursor->Next(), ++n) {
+      auto stored = DecodeStoredItem(cursor->value());
+      if (!stored.ok()) return stored.status();
+      last.assign(cursor->key());
+      ++chunk_done;
+      if (stored->tombstone) continue;
+      auto item = DecodeItem(stored->image);
+      if (!item.ok()) return item.status();
+      auto entry = builder.EntryFor(view.in_table, *item);
+      if (!entry.ok()) {
+        ++chunk_skipped;
+        LogWarning(absl::StrCat("view ", name, ": item left out of the rebuild: ",
+                                entry.status().message()));
+        continue;
+      }
+      if (!*entry) continue;
+      status = txn.Put(dbi, (*entry)->key, (*entry)->value);
+      if (!status.ok()) break;
+    }
+    cursor.reset();
+    finished = status.ok() && !ok;
+    if (status.ok()) {
+      status = finished ? txn.Delete(store_->meta(), cursor_key)
+                        : txn.Put(store_->meta(), cursor_key, last);
+    }
+    if (status.ok() && finished) status = txn.Put(store_->meta(), ViewMetaKey(name, "state"), kReady);
+    if (status.ok()) status = txn.Commit();
+    if (absl::IsResourceExhausted(status)) {
+      txn.Abort();
+      if (absl::Status g = store_->GrowMap(); !g.ok()) return g;
+      finished = false;
+      continue;
+    }
+    if (!status.ok()) return status;
+    done += chunk_done;
+    skipped += chunk_skipped;
+    double progress = finished ? 1.0 : total ? std::min(0.99, double(done) / double(total)) : 0.0;
+    SetViewState(view.global, finished ? ViewState::kReady : ViewState::kBuilding, progress);
+    if (finished || done % (kRebuildChunk * 25) == 0) {
+      double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      LogInfo(absl::StrFormat("view %s: rebuild %s, %d of %d items (%.0f%%) in %.1fs%s", name,
+                              finished ? "done" : "in progress", done, total, progress * 100, secs,
+                              skipped ? absl::StrCat(", ", skipped, " left out (see warnings)") : ""));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Applier::Outcome> Applier::ApplyEvent(WriteTxn* txn, const SourceRecord& record,
+                                                     absl::Status* rejection, std::string* reason) {
+  const ChangeEvent& event = *record.event;
+  const size_t table = catalog_.TableOfSource(record.source);
+  const ViewBuilder& builder = catalog_.builder(table);
+  const TableSpec& spec = builder.table();
+
+  if (absl::Status s = builder.ValidateTableKey(event.keys); !s.ok()) {
+    *rejection = s;
+    *reason = "bad_key";
+    return Outcome::kRejected;
+  }
+  const std::string pk = builder.PrimaryKey(event.keys);
+  const MDB_dbi items = store_->items(spec.name);
+  auto stored_value = txn->Get(items, pk);
+  if (!stored_value.ok()) return stored_value.status();
+
+  std::optional<Item> old_item;
+  bool had_record = false;
+  if (*stored_value) {
+    auto stored = DecodeStoredItem(**stored_value);
+    if (!stored.ok()) return stored.status();
+    had_record = true;
+    if (!event.sequence_number.empty() && !stored->sequence_number.empty() &&
+        CompareSequenceNumbers(event.sequence_number, stored->sequence_number) <= 0) {
+      return Outcome::kSkipped;
+    }
+    if (!stored->tombstone) {
+      auto decoded = DecodeItem(stored->image);
+      if (!decoded.ok()) return decoded.status();
+      old_item = std::move(*decoded);
+    }
+  }
+
+  std::optional<Item> new_item;
+  if (event.kind != ChangeEvent::Kind::kRemove) {
+    if (!event.new_image) {
+      *rejection = absl::InvalidArgumentError(
+          absl::StrCat(std::string(ChangeKindName(event.kind)), " event without a new image"));
+      *reason = "bad_record";
+      return Outcome::kRejected;
+    }
+    new_item = *event.new_image;
+    if (absl::Status s = MergeKeys(event.keys, &*new_item); !s.ok()) {
+      *rejection = s;
+      *reason = "bad_record";
+      return Outcome::kRejected;
+    }
+  }
+
+  mutations_.clear();
+  if (absl::Status s = builder.Diff(old_item ? &*old_item : nullptr,
+                                    new_item ? &*new_item : nullptr, &mutations_);
+      !s.ok()) {
+    *rejection = s;
+    *reason = "key_too_large";
+    return Outcome::kRejected;
+  }
+  for (const IndexMutation& m : mutations_) {
+    const ViewSpec& view = spec.views[m.view];
+    BatchStats::View& vs = stats_.views[catalog_.GlobalView(table, m.view)];
+    absl::Status s;
+    if (m.op == IndexMutation::Op::kPut) {
+      s = txn->Put(store_->view(view.name), m.key, m.value);
+      ++vs.puts;
+    } else {
+      s = txn->Delete(store_->view(view.name), m.key);
+      ++vs.deletes;
+    }
+    if (!s.ok()) return s;
+  }
+  absl::Status s;
+  if (new_item) {
+    s = txn->Put(items, pk, EncodeStoredItem(false, event.sequence_number, EncodeItem(*new_item)));
+  } else if (had_record || !event.sequence_number.empty()) {
+    // A tombstone keeps the sequence number, so a replayed older event cannot resurrect the item.
+    s = txn->Put(items, pk, EncodeStoredItem(true, event.sequence_number, {}));
+  }
+  if (!s.ok()) return s;
+  return Outcome::kApplied;
+}
+
+absl::Status Applier::TryBatch(std::vector<SourceRecord>* batch, WriteTxn* txn,
+                               std::map<std::string, std::string>* positions) {
+  stats_.Clear();
+  pending_dead_letters_.clear();
+  for (size_t i = 0; i < batch->size(); ++i) {
+    const SourceRecord& record = (*batch)[i];
+    BatchStats::Source& src = stats_.sources[record.source];
+    absl::Status rejection = record.rejection;
+    std::string reason = record.reason;
+    if (record.event) {
+      auto outcome = ApplyEvent(txn, record, &rejection, &reason);
+      if (!outcome.ok()) return outcome.status();
+      if (*outcome == Outcome::kApplied) {
+        ++src.applied;
+        if (record.event->ttl_delete) ++src.ttl_deletes;
+        int64_t created = record.event->creation_time_ms;
+        if (created > 0) {
+          src.newest_creation_ms = std::max(src.newest_creation_ms, created);
+          stats_.lag_seconds.push_back(static_cast<double>(created));
+        }
+      } else if (*outcome == Outcome::kSkipped) {
+        ++src.skipped;
+      }
+    }
+    if (!rejection.ok()) {
+      // Decoders name the record's place themselves; the writer's own rejections gain it here.
+      if (record.event && !record.locator.empty()) {
+        rejection = absl::Status(rejection.code(),
+                                 absl::StrCat(record.locator, ": ", rejection.message()));
+      }
+      ++src.rejected;
+      ++src.rejected_by_reason[reason.empty() ? "bad_record" : reason];
+      pending_dead_letters_.emplace_back(i, std::move(rejection));
+    }
+    (*positions)[PositionKey(catalog_.config().sources[record.source].name, record.partition)] =
+        record.next_position;
+  }
+  for (const auto& [key, position] : *positions) {
+    if (absl::Status s = txn->Put(store_->meta(), key, position); !s.ok()) return s;
+  }
+  for (const ViewRef& view : catalog_.views()) {
+    MDB_dbi dbi = store_->view(view.spec->name);
+    stats_.views[view.global].items = txn->Entries(dbi);
+    stats_.views[view.global].bytes = txn->Bytes(dbi);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Applier::ApplyBatch(std::vector<SourceRecord>* batch) {
+  std::map<std::string, std::string> positions;
+  for (;;) {
+    positions.clear();
+    auto txn_or = store_->BeginWrite();
+    if (!txn_or.ok()) return txn_or.status();
+    WriteTxn& txn = **txn_or;
+    absl::Status s = TryBatch(batch, &txn, &positions);
+    if (s.ok()) {
+      for (const auto& [index, why] : pending_dead_letters_) {
+        const SourceRecord& record = (*batch)[index];
+        s = dead_letters_[record.source]->Write(record, why);
+        if (!s.ok()) {
+          s = absl::UnavailableError(absl::StrCat(
+              "source ", catalog_.config().sources[record.source].name,
+              ": cannot write a dead letter, so the source does not advance past ",
+              record.locator, ": ", s.message()));
+          break;
+        }
+        LogWarning(absl::StrCat("source ", catalog_.config().sources[record.source].name,
+                                ": rejected ", why.message()));
+      }
+    }
+    if (s.ok()) s = txn.Commit();
+    if (absl::IsResourceExhausted(s)) {
+      txn.Abort();
+      absl::Status grown = store_->GrowMap();
+      if (!grown.ok()) return grown;
+      LogInfo(absl::StrCat("LMDB map grown to ", store_->map_size(), " bytes"));
+      continue;
+    }
+    if (!s.ok()) return s;
+    break;
+  }
+
+  const int64_t now = now_ms_();
+  for (double& created : stats_.lag_seconds) created = static_cast<double>(now - int64_t(created)) / 1000.0;
+  stats_.events = batch->size();
+  stats_.map_used_bytes = store_->map_used_bytes();
+  stats_.map_size_bytes = store_->map_size();
+  if (probe_ != nullptr) probe_->RecordBatch(stats_, now);
+  {
+    std::lock_guard lock(mu_);
+    for (const SourceRecord& record : *batch) {
+      positions_[{catalog_.config().sources[record.source].name, record.partition}] =
+          record.next_position;
+    }
+    for (size_t i = 0; i < stats_.sources.size(); ++i) {
+      const BatchStats::Source& s = stats_.sources[i];
+      counters_[i].applied += s.applied;
+      counters_[i].skipped += s.skipped;
+      counters_[i].rejected += s.rejected;
+      if (s.newest_creation_ms > 0) counters_[i].lag_seconds = double(now - s.newest_creation_ms) / 1000.0;
+      table_events_[catalog_.TableOfSource(i)] += s.applied;
+    }
+    for (size_t v = 0; v < stats_.views.size(); ++v) {
+      view_writes_[v] += stats_.views[v].puts + stats_.views[v].deletes;
+    }
+  }
+  {
+    std::lock_guard lock(commit_mu_);
+    commits_.fetch_add(1);
+  }
+  committed_.notify_all();
+  return absl::OkStatus();
+}
+
+void Applier::Run(RecordQueue* queue, const std::atomic<bool>* stop) {
+  const ApplyConfig& cfg = catalog_.config().apply;
+  std::vector<SourceRecord> batch;
+  while (!(stop != nullptr && stop->load())) {
+    batch.clear();
+    if (!queue->PopBatch(cfg.batch_size, std::chrono::milliseconds(cfg.max_delay_ms), &batch)) break;
+    auto backoff = std::chrono::milliseconds(250);
+    for (;;) {
+      absl::Status s = ApplyBatch(&batch);
+      if (s.ok()) break;
+      {
+        std::lock_guard lock(mu_);
+        writer_error_ = std::string(s.message());
+      }
+      if (probe_ != nullptr) probe_->RecordBatchFailure();
+      LogError(absl::StrCat("cannot apply a batch of ", batch.size(), " events, retrying in ",
+                            backoff.count(), "ms: ", s.message()));
+      for (auto waited = std::chrono::milliseconds(0); waited < backoff;
+           waited += std::chrono::milliseconds(50)) {
+        if (stop != nullptr && stop->load()) return;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(30000));
+    }
+    std::lock_guard lock(mu_);
+    writer_error_.clear();
+  }
+}
+
+std::map<std::string, std::string> Applier::PositionsOf(size_t source) const {
+  const std::string& name = catalog_.config().sources[source].name;
+  std::map<std::string, std::string> out;
+  std::lock_guard lock(mu_);
+  for (const auto& [key, position] : positions_) {
+    if (key.first == name) out[key.second] = position;
+  }
+  return out;
+}
+
+std::vector<AppliedPositionEntry> Applier::Positions() const {
+  std::vector<AppliedPositionEntry> out;
+  std::lock_guard lock(mu_);
+  for (const auto& [key, position] : positions_) out.push_back({key.first, key.second, position});
+  return out;
+}
+
+Applier::SourceCounters Applier::Counters(size_t source) const {
+  std::lock_guard lock(mu_);
+  return counters_[source];
+}
+
+double Applier::IndexWritesPerEvent(size_t global_view) const {
+  std::lock_guard lock(mu_);
+  uint64_t events = table_events_[catalog_.views()[global_view].table];
+  return events ? double(view_writes_[global_view]) / double(events) : 0.0;
+}
+
+std::string Applier::WriterError() const {
+  std::lock_guard lock(mu_);
+  return writer_error_;
+}
+
+bool Applier::WaitForCommitAfter(uint64_t since,
+                                 std::chrono::steady_clock::time_point deadline) const {
+  std::unique_lock lock(commit_mu_);
+  return committed_.wait_until(lock, deadline, [&] { return commits_.load() > since; });
+}
+
+}  // namespace cdcview

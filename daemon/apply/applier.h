@@ -1,0 +1,122 @@
+// Applier: the single writer. It takes batches of SourceRecords and applies each batch in
+// one LMDB write transaction: for every event, the stored image (items/<table>) is the old
+// image, the builders give the index mutations, the new image replaces the stored one, and the
+// batch's source positions are written in the same transaction. So an event's effects and the
+// position past it commit together: exactly once across crashes.
+//
+// Rejected records (undecodable, a key of the wrong type, an entry key over the store's limit)
+// go to their source's DeadLetterSink before the commit and are counted; the rest of the batch
+// applies and the position advances past them.
+//
+// Threading: ApplyBatch, Recover and RebuildViews are called from one thread (the writer).
+// Positions(), Counters(), ViewState() and WriterError() may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "daemon/apply/catalog.h"
+#include "daemon/metrics/metrics.h"
+#include "daemon/sources/change_source.h"
+#include "daemon/store/store.h"
+
+namespace cdcview {
+
+class RecordQueue;
+
+struct AppliedPositionEntry {
+  std::string source;
+  std::string partition;
+  std::string position;
+};
+
+enum class ViewState { kBuilding, kReady };
+
+class Applier {
+ public:
+  struct SourceCounters {
+    uint64_t applied = 0;
+    uint64_t skipped = 0;
+    uint64_t rejected = 0;
+    double lag_seconds = 0;
+  };
+
+  // `dead_letters[i]` is source i's sink. `now_ms` is the clock (injected in tests).
+  Applier(const Catalog& catalog, Store* store, ApplyProbe* probe,
+          std::vector<DeadLetterSink*> dead_letters,
+          std::function<int64_t()> now_ms = nullptr);
+
+  // Loads the stored positions and view states; a view whose fingerprint differs from the
+  // stored one (or that is new) is marked BUILDING and emptied, to be rebuilt.
+  absl::Status Recover();
+  // Rebuilds every BUILDING view from items/<table>, in chunks (each chunk one transaction,
+  // resumable after a crash), logging progress. Returns when all views are READY.
+  absl::Status RebuildViews(const std::atomic<bool>* stop = nullptr);
+
+  // Applies one batch in one write transaction (growing the map and retrying on
+  // MDB_MAP_FULL). An error means nothing of the batch was applied (the store is unchanged):
+  // a dead letter that could not be written, the map at its ceiling, an LMDB failure.
+  absl::Status ApplyBatch(std::vector<SourceRecord>* batch);
+
+  // The writer loop: pops batches from `queue` until it is closed and drained, or `stop`.
+  // A failing batch is retried with back-off (WriterError() says why meanwhile).
+  void Run(RecordQueue* queue, const std::atomic<bool>* stop);
+
+  // Stored next positions of source `source` (partition -> position), for ChangeSource::Start.
+  std::map<std::string, std::string> PositionsOf(size_t source) const;
+  std::vector<AppliedPositionEntry> Positions() const;
+  SourceCounters Counters(size_t source) const;
+  ViewState GetViewState(size_t global_view, double* progress = nullptr) const;
+  // Events applied to each table since start, and index writes per view: write amplification.
+  double IndexWritesPerEvent(size_t global_view) const;
+  std::string WriterError() const;
+
+  // Waiting for the writer: returns once the batch committed after `since` (a commit count)
+  // or the deadline passes. commit_count() is incremented after every commit.
+  uint64_t commit_count() const { return commits_.load(); }
+  bool WaitForCommitAfter(uint64_t since, std::chrono::steady_clock::time_point deadline) const;
+
+ private:
+  enum class Outcome { kApplied, kSkipped, kRejected };
+  absl::Status TryBatch(std::vector<SourceRecord>* batch, WriteTxn* txn,
+                        std::map<std::string, std::string>* positions);
+  // Applies one event; a non-OK *rejection means the event was rejected (nothing written).
+  absl::StatusOr<Outcome> ApplyEvent(WriteTxn* txn, const SourceRecord& record,
+                                     absl::Status* rejection, std::string* reason);
+  absl::Status RebuildView(const ViewRef& view, const std::atomic<bool>* stop);
+  void SetViewState(size_t global_view, ViewState state, double progress);
+
+  const Catalog& catalog_;
+  Store* store_;
+  ApplyProbe* probe_;
+  std::vector<DeadLetterSink*> dead_letters_;
+  std::function<int64_t()> now_ms_;
+
+  // Writer-thread scratch, reused across batches.
+  BatchStats stats_;
+  std::vector<IndexMutation> mutations_;
+  std::vector<std::pair<size_t, absl::Status>> pending_dead_letters_;
+
+  mutable std::mutex mu_;
+  std::map<std::pair<std::string, std::string>, std::string> positions_;  // guarded by mu_
+  std::vector<SourceCounters> counters_;                                 // guarded by mu_
+  std::vector<uint64_t> table_events_;                                   // guarded by mu_
+  std::vector<uint64_t> view_writes_;                                    // guarded by mu_
+  std::string writer_error_;                                             // guarded by mu_
+  std::vector<std::unique_ptr<std::atomic<int>>> view_states_;
+  std::vector<std::unique_ptr<std::atomic<double>>> view_progress_;
+  std::atomic<uint64_t> commits_{0};
+  mutable std::mutex commit_mu_;
+  mutable std::condition_variable committed_;
+};
+
+}  // namespace cdcview

@@ -1,0 +1,33 @@
+#include "daemon/apply/catalog.h"
+
+namespace cdcview {
+
+Catalog::Catalog(const Config& config, size_t max_key_bytes) : config_(config) {
+  for (size_t t = 0; t < config.tables.size(); ++t) {
+    const TableSpec& table = config.tables[t];
+    builders_.push_back(std::make_unique<ViewBuilder>(table, max_key_bytes));
+    first_view_.push_back(views_.size());
+    for (size_t v = 0; v < table.views.size(); ++v) {
+      views_.push_back(ViewRef{t, v, views_.size(), &builders_.back()->table().views[v]});
+    }
+  }
+  for (const SourceConfig& s : config.sources) {
+    source_table_.push_back(static_cast<size_t>(FindTable(s.table)));
+  }
+}
+
+const ViewRef* Catalog::FindView(std::string_view name) const {
+  for (const ViewRef& v : views_) {
+    if (v.spec->name == name) return &v;
+  }
+  return nullptr;
+}
+
+int Catalog::FindTable(std::string_view name) const {
+  for (size_t t = 0; t < config_.tables.size(); ++t) {
+    if (config_.tables[t].name == name) return static_cast<int>(t);
+  }
+  return -1;
+}
+
+}  // namespace cdcview

@@ -1,0 +1,239 @@
+// cdcview: the command-line client. One JSON object per item per line on stdout; errors on
+// stderr with the gRPC code, exit status 1 (2 for bad flags).
+#include <grpcpp/grpcpp.h>
+
+#include <iostream>
+#include <optional>
+
+#include "CLI/CLI.hpp"
+#include "cdcview/v1/view_service.grpc.pb.h"
+#include "daemon/cli/json_output.h"
+
+namespace cdcview {
+namespace {
+
+const char* CodeName(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::OK: return "OK";
+    case grpc::CANCELLED: return "CANCELLED";
+    case grpc::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case grpc::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
+    case grpc::NOT_FOUND: return "NOT_FOUND";
+    case grpc::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
+    case grpc::UNAVAILABLE: return "UNAVAILABLE";
+    case grpc::INTERNAL: return "INTERNAL";
+    default: return "ERROR";
+  }
+}
+
+int Fail(const grpc::Status& s, const std::string& addr) {
+  std::cerr << "cdcview: " << CodeName(s.error_code()) << ": " << s.error_message();
+  if (s.error_code() == grpc::UNAVAILABLE) std::cerr << " (is cdcviewd running on " << addr << "?)";
+  std::cerr << "\n";
+  return 1;
+}
+
+std::unique_ptr<grpc::ClientContext> Context() {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  return ctx;
+}
+
+// Turns command-line text into a value of the view's key type (S as is, N as number text,
+// B from base64 is not supported on the command line: pass it as S of the base64).
+v1::AttributeValue Typed(const std::string& text, const std::string& type) {
+  v1::AttributeValue v;
+  if (type == "N") {
+    v.set_n(text);
+  } else {
+    v.set_s(text);
+  }
+  return v;
+}
+
+struct Options {
+  std::string addr = "127.0.0.1:50051";
+  std::string view, pk, table;
+  std::optional<std::string> eq, lt, le, gt, ge, begins_with;
+  std::vector<std::string> between;
+  std::vector<std::string> keys;
+  uint32_t limit = 0;
+  bool reverse = false, all_pages = false, ddb_json = false;
+};
+
+void PrintEntries(const google::protobuf::RepeatedPtrField<v1::ViewEntry>& entries, bool ddb) {
+  for (const v1::ViewEntry& e : entries) std::cout << ItemToJson(e.item(), ddb) << "\n";
+}
+
+int RunQuery(v1::ViewService::Stub& stub, const Options& o) {
+  v1::ViewDescription desc;
+  v1::DescribeViewRequest dreq;
+  dreq.set_view(o.view);
+  if (grpc::Status s = stub.DescribeView(Context().get(), dreq, &desc); !s.ok()) return Fail(s, o.addr);
+  v1::QueryRequest req;
+  req.set_view(o.view);
+  *req.mutable_partition_key() = Typed(o.pk, desc.partition_key().type());
+  const std::string& sk_type = desc.sort_key().type();
+  auto set = [&](v1::SortCondition::Op op, const std::string& v) {
+    req.mutable_sort()->set_op(op);
+    *req.mutable_sort()->mutable_value() = Typed(v, sk_type);
+  };
+  if (o.eq) set(v1::SortCondition::EQ, *o.eq);
+  if (o.lt) set(v1::SortCondition::LT, *o.lt);
+  if (o.le) set(v1::SortCondition::LE, *o.le);
+  if (o.gt) set(v1::SortCondition::GT, *o.gt);
+  if (o.ge) set(v1::SortCondition::GE, *o.ge);
+  if (o.begins_with) set(v1::SortCondition::BEGINS_WITH, *o.begins_with);
+  if (o.between.size() == 2) {
+    set(v1::SortCondition::BETWEEN, o.between[0]);
+    *req.mutable_sort()->mutable_value2() = Typed(o.between[1], sk_type);
+  }
+  req.set_limit(o.limit);
+  req.set_scan_backward(o.reverse);
+  for (;;) {
+    v1::QueryResponse resp;
+    if (grpc::Status s = stub.Query(Context().get(), req, &resp); !s.ok()) return Fail(s, o.addr);
+    PrintEntries(resp.entries(), o.ddb_json);
+    if (!o.all_pages || resp.next_page_token().empty()) {
+      if (!resp.next_page_token().empty()) {
+        std::cerr << "cdcview: more items follow; pass --all-pages to read them all\n";
+      }
+      return 0;
+    }
+    req.set_page_token(resp.next_page_token());
+  }
+}
+
+int RunScan(v1::ViewService::Stub& stub, const Options& o) {
+  v1::ScanRequest req;
+  req.set_view(o.view);
+  req.set_limit(o.limit);
+  for (;;) {
+    v1::ScanResponse resp;
+    if (grpc::Status s = stub.Scan(Context().get(), req, &resp); !s.ok()) return Fail(s, o.addr);
+    PrintEntries(resp.entries(), o.ddb_json);
+    if (!o.all_pages || resp.next_page_token().empty()) {
+      if (!resp.next_page_token().empty()) {
+        std::cerr << "cdcview: more items follow; pass --all-pages to read them all\n";
+      }
+      return 0;
+    }
+    req.set_page_token(resp.next_page_token());
+  }
+}
+
+int RunGet(v1::ViewService::Stub& stub, const Options& o) {
+  v1::GetItemRequest req;
+  req.set_table(o.table);
+  for (const std::string& k : o.keys) {
+    // NAME=VALUE (S) or NAME:N=VALUE / NAME:S=VALUE
+    size_t eq = k.find('=');
+    if (eq == std::string::npos) {
+      std::cerr << "cdcview: --key " << k << ": expected NAME=VALUE or NAME:N=VALUE\n";
+      return 2;
+    }
+    std::string name = k.substr(0, eq), type = "S";
+    if (size_t colon = name.find(':'); colon != std::string::npos) {
+      type = name.substr(colon + 1);
+      name = name.substr(0, colon);
+    }
+    (*req.mutable_key()->mutable_attributes())[name] = Typed(k.substr(eq + 1), type);
+  }
+  v1::GetItemResponse resp;
+  if (grpc::Status s = stub.GetItem(Context().get(), req, &resp); !s.ok()) return Fail(s, o.addr);
+  if (!resp.found()) {
+    std::cerr << "cdcview: no such item\n";
+    return 1;
+  }
+  std::cout << ItemToJson(resp.item(), o.ddb_json) << "\n";
+  return 0;
+}
+
+std::string KeyText(const v1::KeySchema& k) {
+  return (k.attribute().empty() ? JsonString(k.template_()) : JsonString(k.attribute())) + ":" +
+         JsonString(k.type());
+}
+
+int RunViews(v1::ViewService::Stub& stub, const Options& o) {
+  v1::ListViewsResponse resp;
+  if (grpc::Status s = stub.ListViews(Context().get(), {}, &resp); !s.ok()) return Fail(s, o.addr);
+  for (const v1::ViewDescription& d : resp.views()) {
+    std::cout << "{\"name\":" << JsonString(d.name()) << ",\"table\":" << JsonString(d.table())
+              << ",\"state\":" << JsonString(v1::ViewDescription::State_Name(d.state()))
+              << ",\"items\":" << d.item_count() << ",\"bytes\":" << d.bytes()
+              << ",\"index_writes_per_event\":" << d.index_writes_per_event()
+              << ",\"partition_key\":{" << KeyText(d.partition_key()) << "}";
+    if (!d.sort_key().type().empty()) std::cout << ",\"sort_key\":{" << KeyText(d.sort_key()) << "}";
+    std::cout << ",\"projection\":" << JsonString(d.projection()) << "}\n";
+  }
+  return 0;
+}
+
+int RunStatus(v1::ViewService::Stub& stub, const Options& o) {
+  v1::StatusResponse resp;
+  if (grpc::Status s = stub.GetStatus(Context().get(), {}, &resp); !s.ok()) return Fail(s, o.addr);
+  for (const v1::SourceStatus& s : resp.sources()) {
+    std::cout << "{\"source\":" << JsonString(s.name()) << ",\"kind\":" << JsonString(s.kind())
+              << ",\"table\":" << JsonString(s.table()) << ",\"state\":" << JsonString(s.state())
+              << ",\"applied\":" << s.events_applied() << ",\"skipped\":" << s.events_skipped()
+              << ",\"rejected\":" << s.events_rejected() << ",\"lag_seconds\":" << s.lag_seconds();
+    if (!s.error().empty()) std::cout << ",\"error\":" << JsonString(s.error());
+    std::cout << ",\"positions\":{";
+    for (int i = 0; i < s.positions_size(); ++i) {
+      std::cout << (i ? "," : "") << JsonString(s.positions(i).partition()) << ":"
+                << JsonString(s.positions(i).position());
+    }
+    std::cout << "}}\n";
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace cdcview
+
+int main(int argc, char** argv) {
+  using namespace cdcview;
+  Options o;
+  CLI::App cli{"cdcview: query the views of a running cdcviewd"};
+  cli.require_subcommand(1);
+  cli.add_option("--addr", o.addr, "cdcviewd gRPC address host:port")->capture_default_str();
+  cli.add_flag("--ddb-json", o.ddb_json, "print DynamoDB JSON ({\"S\": ...}) instead of plain JSON");
+
+  CLI::App* query = cli.add_subcommand("query", "items of one partition of a view, in sort-key order");
+  query->add_option("--view", o.view, "view name")->required();
+  query->add_option("--pk", o.pk, "partition key value")->required();
+  auto* cond = query->add_option_group("sort condition", "at most one sort-key condition");
+  cond->add_option("--eq", o.eq, "sort key = V");
+  cond->add_option("--lt", o.lt, "sort key < V");
+  cond->add_option("--le", o.le, "sort key <= V");
+  cond->add_option("--gt", o.gt, "sort key > V");
+  cond->add_option("--ge", o.ge, "sort key >= V");
+  cond->add_option("--between", o.between, "A <= sort key <= B")->expected(2);
+  cond->add_option("--begins-with", o.begins_with, "sort key begins with P");
+  cond->require_option(0, 1);
+  query->add_option("--limit", o.limit, "items per page (0: the server's page size)");
+  query->add_flag("--reverse", o.reverse, "descending sort-key order");
+  query->add_flag("--all-pages", o.all_pages, "follow page tokens to the end");
+
+  CLI::App* scan = cli.add_subcommand("scan", "every entry of a view, in key order");
+  scan->add_option("--view", o.view, "view name")->required();
+  scan->add_option("--limit", o.limit, "items per page");
+  scan->add_flag("--all-pages", o.all_pages, "follow page tokens to the end");
+
+  CLI::App* get = cli.add_subcommand("get", "one item of a table by primary key");
+  get->add_option("--table", o.table, "table name")->required();
+  get->add_option("--key", o.keys, "key attribute NAME=VALUE (S) or NAME:N=VALUE; repeat for the sort key")->required();
+
+  CLI::App* views = cli.add_subcommand("views", "the views, their state and sizes");
+  CLI::App* status = cli.add_subcommand("status", "sources, positions and lag");
+
+  CLI11_PARSE(cli, argc, argv);
+  auto channel = grpc::CreateChannel(o.addr, grpc::InsecureChannelCredentials());
+  auto stub = v1::ViewService::NewStub(channel);
+  if (query->parsed()) return RunQuery(*stub, o);
+  if (scan->parsed()) return RunScan(*stub, o);
+  if (get->parsed()) return RunGet(*stub, o);
+  if (views->parsed()) return RunViews(*stub, o);
+  if (status->parsed()) return RunStatus(*stub, o);
+  return 2;
+}

@@ -1,0 +1,207 @@
+#include "daemon/metrics/metrics.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+#include <algorithm>
+#include <exception>
+
+#include "absl/strings/str_cat.h"
+
+namespace cdcview {
+
+using prometheus::BuildCounter;
+using prometheus::BuildGauge;
+using prometheus::BuildHistogram;
+using prometheus::Histogram;
+
+absl::StatusOr<std::unique_ptr<MetricsRegistry>> MetricsRegistry::Start(const std::string& listen) {
+  std::unique_ptr<MetricsRegistry> m(new MetricsRegistry());
+  m->registry_ = std::make_shared<prometheus::Registry>();
+  if (!listen.empty()) {
+    try {
+      m->exposer_ = std::make_unique<prometheus::Exposer>(listen, 2);
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", listen, ": ", e.what(),
+                                                 "; set server.metrics to a free host:port"));
+    }
+    m->exposer_->RegisterCollectable(m->registry_);
+    std::vector<int> ports = m->exposer_->GetListeningPorts();
+    m->port_ = ports.empty() ? 0 : ports.front();
+  }
+  return m;
+}
+
+MetricsRegistry::~MetricsRegistry() = default;
+
+std::string MetricsRegistry::Render() const {
+  return prometheus::TextSerializer().Serialize(registry_->Collect());
+}
+
+void BatchStats::Clear() {
+  for (Source& s : sources) s = Source{};
+  for (View& v : views) v = View{};
+  lag_seconds.clear();
+  events = 0;
+}
+
+ApplyProbe::ApplyProbe(MetricsRegistry& metrics, const Config& config)
+    : registry_(metrics.registry()),
+      lag_bounds_{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,    2.5,
+                  5,     10,     30,    60,   300,   900,  3600, 21600, 86400, 604800} {
+  auto& events = BuildCounter()
+                     .Name("cdcview_events_total")
+                     .Help("Events read from each source, by how they ended: applied, skipped "
+                           "(already applied) or rejected (dead-lettered). Each event is counted once.")
+                     .Register(registry_);
+  auto& ttl = BuildCounter()
+                  .Name("cdcview_ttl_deletes_total")
+                  .Help("REMOVE events made by DynamoDB's TTL process, applied like any other.")
+                  .Register(registry_);
+  auto& lag = BuildGauge()
+                  .Name("cdcview_source_lag_seconds")
+                  .Help("Commit time minus creation time of the newest event applied from the "
+                        "source, set at each batch.")
+                  .Register(registry_);
+  for (const SourceConfig& s : config.sources) {
+    source_names_.push_back(s.name);
+    sources_.push_back(SourceMetrics{
+        &events.Add({{"source", s.name}, {"result", "applied"}}),
+        &events.Add({{"source", s.name}, {"result", "skipped"}}),
+        &events.Add({{"source", s.name}, {"result", "rejected"}}),
+        &ttl.Add({{"source", s.name}}),
+        &lag.Add({{"source", s.name}}),
+        {}});
+  }
+  auto& writes = BuildCounter()
+                     .Name("cdcview_index_writes_total")
+                     .Help("Index entries written (put) and removed (delete) per view.")
+                     .Register(registry_);
+  auto& items = BuildGauge().Name("cdcview_view_items").Help("Entries in each view.").Register(registry_);
+  auto& bytes = BuildGauge()
+                    .Name("cdcview_view_bytes")
+                    .Help("LMDB pages used by each view, in bytes.")
+                    .Register(registry_);
+  auto& progress = BuildGauge()
+                       .Name("cdcview_view_build_progress_ratio")
+                       .Help("Progress of a view rebuild from the items store, 0 to 1 (1 when ready).")
+                       .Register(registry_);
+  for (const TableSpec& t : config.tables) {
+    for (const ViewSpec& v : t.views) {
+      views_.push_back(ViewMetrics{&writes.Add({{"view", v.name}, {"op", "put"}}),
+                                   &writes.Add({{"view", v.name}, {"op", "delete"}}),
+                                   &items.Add({{"view", v.name}}), &bytes.Add({{"view", v.name}}),
+                                   &progress.Add({{"view", v.name}})});
+      views_.back().build_progress->Set(1);
+    }
+  }
+  replication_lag_ = &BuildHistogram()
+                          .Name("cdcview_replication_lag_seconds")
+                          .Help("Apply (commit) time minus the event's creation time "
+                                "(ApproximateCreationDateTime or the message timestamp).")
+                          .Register(registry_)
+                          .Add({}, Histogram::BucketBoundaries(lag_bounds_));
+  batch_size_ = &BuildHistogram()
+                     .Name("cdcview_apply_batch_size")
+                     .Help("Events per committed write transaction.")
+                     .Register(registry_)
+                     .Add({}, Histogram::BucketBoundaries{1, 2, 4, 8, 16, 32, 64, 128, 256, 512,
+                                                          1024, 2048, 4096, 8192});
+  map_used_ = &BuildGauge()
+                   .Name("cdcview_lmdb_map_used_bytes")
+                   .Help("Bytes of the LMDB map in use (last page + 1, times the page size).")
+                   .Register(registry_)
+                   .Add({});
+  map_size_ = &BuildGauge()
+                   .Name("cdcview_lmdb_map_size_bytes")
+                   .Help("Current LMDB map size; grows on MDB_MAP_FULL up to storage.max_map_size.")
+                   .Register(registry_)
+                   .Add({});
+  batch_failures_ = &BuildCounter()
+                         .Name("cdcview_apply_batch_failures_total")
+                         .Help("Batches that could not commit and were retried.")
+                         .Register(registry_)
+                         .Add({});
+}
+
+ApplyProbe::~ApplyProbe() = default;
+
+void ApplyProbe::RecordBatch(const BatchStats& stats, int64_t now_ms) {
+  for (size_t i = 0; i < stats.sources.size() && i < sources_.size(); ++i) {
+    const BatchStats::Source& s = stats.sources[i];
+    SourceMetrics& m = sources_[i];
+    if (s.applied) m.applied->Increment(static_cast<double>(s.applied));
+    if (s.skipped) m.skipped->Increment(static_cast<double>(s.skipped));
+    if (s.rejected) m.rejected->Increment(static_cast<double>(s.rejected));
+    if (s.ttl_deletes) m.ttl_deletes->Increment(static_cast<double>(s.ttl_deletes));
+    for (const auto& [reason, n] : s.rejected_by_reason) {
+      prometheus::Counter*& c = m.rejected_by_reason[reason];
+      if (c == nullptr) {
+        c = &BuildCounter()
+                 .Name("cdcview_rejected_events_total")
+                 .Help("Rejected (dead-lettered) events by source and reason.")
+                 .Register(registry_)
+                 .Add({{"source", source_names_[i]}, {"reason", reason}});
+      }
+      c->Increment(static_cast<double>(n));
+    }
+    if (s.newest_creation_ms > 0) m.lag->Set(static_cast<double>(now_ms - s.newest_creation_ms) / 1000.0);
+  }
+  for (size_t i = 0; i < stats.views.size() && i < views_.size(); ++i) {
+    const BatchStats::View& v = stats.views[i];
+    if (v.puts) views_[i].puts->Increment(static_cast<double>(v.puts));
+    if (v.deletes) views_[i].deletes->Increment(static_cast<double>(v.deletes));
+    views_[i].items->Set(static_cast<double>(v.items));
+    views_[i].bytes->Set(static_cast<double>(v.bytes));
+  }
+  if (!stats.lag_seconds.empty()) {
+    std::vector<double> buckets(lag_bounds_.size() + 1, 0.0);
+    double sum = 0;
+    for (double lag : stats.lag_seconds) {
+      size_t b = std::lower_bound(lag_bounds_.begin(), lag_bounds_.end(), lag) - lag_bounds_.begin();
+      buckets[b] += 1;
+      sum += lag;
+    }
+    replication_lag_->ObserveMultiple(buckets, sum);
+  }
+  if (stats.events) batch_size_->Observe(static_cast<double>(stats.events));
+  map_used_->Set(static_cast<double>(stats.map_used_bytes));
+  map_size_->Set(static_cast<double>(stats.map_size_bytes));
+}
+
+void ApplyProbe::RecordBatchFailure() { batch_failures_->Increment(); }
+
+void ApplyProbe::SetViewBuildProgress(size_t view, double fraction) {
+  if (view < views_.size()) views_[view].build_progress->Set(fraction);
+}
+
+QueryProbe::QueryProbe(MetricsRegistry& metrics, const std::vector<std::string>& methods) {
+  auto& duration = BuildHistogram()
+                       .Name("cdcview_query_duration_seconds")
+                       .Help("Time to answer a gRPC request, per method.")
+                       .Register(metrics.registry());
+  auto& errors = BuildCounter()
+                     .Name("cdcview_query_errors_total")
+                     .Help("gRPC requests answered with an error, per method.")
+                     .Register(metrics.registry());
+  for (const std::string& m : methods) {
+    duration_[m] = &duration.Add({{"method", m}},
+                                 Histogram::BucketBoundaries{0.0001, 0.00025, 0.0005, 0.001, 0.0025,
+                                                             0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                                             0.5, 1, 2.5, 5, 10});
+    errors_[m] = &errors.Add({{"method", m}});
+  }
+}
+
+void QueryProbe::Observe(const std::string& method, double seconds, bool ok) {
+  auto it = duration_.find(method);
+  if (it == duration_.end()) return;
+  it->second->Observe(seconds);
+  if (!ok) errors_[method]->Increment();
+}
+
+}  // namespace cdcview

@@ -1,0 +1,124 @@
+// Metrics: the daemon's Prometheus metrics, one probe per component.
+//
+// Only this folder includes prometheus-cpp. Probes are created once at start-up (all label
+// sets known then: sources, views, methods) and then only updated, so the hot path does no
+// lookups: the writer records one BatchStats per committed batch, never per event.
+// All probe methods are thread-safe (prometheus-cpp metrics are atomic or locked).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "daemon/config/config.h"
+
+namespace prometheus {
+class Registry;
+class Exposer;
+class Counter;
+class Gauge;
+class Histogram;
+}  // namespace prometheus
+
+namespace cdcview {
+
+// Owns the registry and, when an address is configured, the HTTP exposer serving /metrics.
+class MetricsRegistry {
+ public:
+  // `listen` is host:port ("127.0.0.1:0" picks a free port) or "" for no HTTP endpoint.
+  // UNAVAILABLE naming the address when it cannot listen.
+  static absl::StatusOr<std::unique_ptr<MetricsRegistry>> Start(const std::string& listen);
+  ~MetricsRegistry();
+
+  int port() const { return port_; }  // 0 without an endpoint
+  prometheus::Registry& registry() { return *registry_; }
+  // The text exposition of every metric (what /metrics serves).
+  std::string Render() const;
+
+ private:
+  MetricsRegistry() = default;
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  int port_ = 0;
+};
+
+// What one committed batch did; filled by the writer, recorded by ApplyProbe.
+struct BatchStats {
+  struct Source {
+    uint64_t applied = 0;
+    uint64_t skipped = 0;  // already applied (sequence number not newer than the stored one)
+    uint64_t rejected = 0;
+    uint64_t ttl_deletes = 0;
+    std::map<std::string, uint64_t> rejected_by_reason;
+    int64_t newest_creation_ms = 0;  // of the applied events, 0 if none had a time
+  };
+  struct View {
+    uint64_t puts = 0;
+    uint64_t deletes = 0;
+    uint64_t items = 0;  // entries after the batch
+    uint64_t bytes = 0;
+  };
+  explicit BatchStats(size_t sources = 0, size_t views = 0) : sources(sources), views(views) {}
+  void Clear();
+
+  std::vector<Source> sources;       // by source index
+  std::vector<View> views;           // by global view index (tables in order, views in order)
+  std::vector<double> lag_seconds;   // commit time - creation time, per applied event with a time
+  uint64_t events = 0;               // records in the batch
+  uint64_t map_used_bytes = 0;
+  uint64_t map_size_bytes = 0;
+};
+
+class ApplyProbe {
+ public:
+  ApplyProbe(MetricsRegistry& metrics, const Config& config);
+  ~ApplyProbe();
+
+  // `now_ms` is the commit time, for cdcview_source_lag_seconds.
+  void RecordBatch(const BatchStats& stats, int64_t now_ms);
+  void RecordBatchFailure();  // a batch that could not commit and will be retried
+  void SetViewBuildProgress(size_t view, double fraction);
+
+ private:
+  struct SourceMetrics {
+    prometheus::Counter* applied;
+    prometheus::Counter* skipped;
+    prometheus::Counter* rejected;
+    prometheus::Counter* ttl_deletes;
+    prometheus::Gauge* lag;
+    std::map<std::string, prometheus::Counter*> rejected_by_reason;  // created on first use
+  };
+  struct ViewMetrics {
+    prometheus::Counter* puts;
+    prometheus::Counter* deletes;
+    prometheus::Gauge* items;
+    prometheus::Gauge* bytes;
+    prometheus::Gauge* build_progress;
+  };
+  prometheus::Registry& registry_;
+  std::vector<std::string> source_names_;
+  std::vector<SourceMetrics> sources_;
+  std::vector<ViewMetrics> views_;
+  prometheus::Histogram* replication_lag_;
+  prometheus::Histogram* batch_size_;
+  prometheus::Gauge* map_used_;
+  prometheus::Gauge* map_size_;
+  prometheus::Counter* batch_failures_;
+  std::vector<double> lag_bounds_;
+};
+
+class QueryProbe {
+ public:
+  // The methods whose latency is tracked: "Query", "Scan", "GetItem", ...
+  QueryProbe(MetricsRegistry& metrics, const std::vector<std::string>& methods);
+  void Observe(const std::string& method, double seconds, bool ok);
+
+ private:
+  std::map<std::string, prometheus::Histogram*> duration_;
+  std::map<std::string, prometheus::Counter*> errors_;
+};
+
+}  // namespace cdcview

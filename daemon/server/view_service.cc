@@ -1,0 +1,114 @@
+#include "daemon/server/view_service.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "cdcview/v1/view_service.grpc.pb.h"
+
+namespace cdcview {
+namespace {
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  // absl and gRPC share the canonical code numbering.
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+constexpr const char* kServiceName = "cdcview.v1.ViewService";
+
+}  // namespace
+
+class ViewServer::Service final : public v1::ViewService::Service {
+ public:
+  Service(const ViewReader& reader, QueryProbe* probe) : reader_(reader), probe_(probe) {}
+
+  grpc::Status Query(grpc::ServerContext*, const v1::QueryRequest* req, v1::QueryResponse* resp) override {
+    return Timed("Query", [&] { return Assign(reader_.Query(*req), resp); });
+  }
+  grpc::Status Scan(grpc::ServerContext*, const v1::ScanRequest* req, v1::ScanResponse* resp) override {
+    return Timed("Scan", [&] { return Assign(reader_.Scan(*req), resp); });
+  }
+  grpc::Status GetItem(grpc::ServerContext*, const v1::GetItemRequest* req, v1::GetItemResponse* resp) override {
+    return Timed("GetItem", [&] { return Assign(reader_.GetItem(*req), resp); });
+  }
+  grpc::Status ListViews(grpc::ServerContext*, const v1::ListViewsRequest*, v1::ListViewsResponse* resp) override {
+    return Timed("ListViews", [&] {
+      *resp = reader_.ListViews();
+      return absl::OkStatus();
+    });
+  }
+  grpc::Status DescribeView(grpc::ServerContext*, const v1::DescribeViewRequest* req,
+                            v1::ViewDescription* resp) override {
+    return Timed("DescribeView", [&] { return Assign(reader_.DescribeView(req->view()), resp); });
+  }
+  grpc::Status GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*, v1::StatusResponse* resp) override {
+    return Timed("GetStatus", [&] {
+      *resp = reader_.GetStatus();
+      return absl::OkStatus();
+    });
+  }
+
+ private:
+  template <typename T, typename R>
+  static absl::Status Assign(absl::StatusOr<T> result, R* out) {
+    if (!result.ok()) return result.status();
+    *out = std::move(*result);
+    return absl::OkStatus();
+  }
+
+  template <typename F>
+  grpc::Status Timed(const std::string& method, F&& body) {
+    auto start = std::chrono::steady_clock::now();
+    absl::Status s = body();
+    if (probe_ != nullptr) {
+      probe_->Observe(method, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+                      s.ok());
+    }
+    return ToGrpc(s);
+  }
+
+  const ViewReader& reader_;
+  QueryProbe* probe_;
+};
+
+absl::StatusOr<std::unique_ptr<ViewServer>> ViewServer::Start(const std::string& address,
+                                                              const ViewReader& reader,
+                                                              QueryProbe* probe) {
+  std::unique_ptr<ViewServer> server(new ViewServer());
+  server->service_ = std::make_unique<Service>(reader, probe);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &server->port_);
+  builder.RegisterService(server->service_.get());
+  server->server_ = builder.BuildAndStart();
+  if (server->server_ == nullptr || server->port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ", address,
+                                               "; set server.grpc (or --grpc) to a free host:port"));
+  }
+  server->SetServing(false);
+  return server;
+}
+
+ViewServer::~ViewServer() { Shutdown(0); }
+
+void ViewServer::SetServing(bool serving) {
+  if (server_ == nullptr) return;
+  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+  if (health == nullptr) return;
+  health->SetServingStatus("", serving);
+  health->SetServingStatus(kServiceName, serving);
+}
+
+void ViewServer::Shutdown(int grace_ms) {
+  if (server_ == nullptr) return;
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(grace_ms));
+  server_->Wait();
+  server_.reset();
+}
+
+}  // namespace cdcview

@@ -1,0 +1,43 @@
+// ViewServer: the gRPC server: cdcview.v1.ViewService over a ViewReader, the standard health
+// service and server reflection.
+//
+// Thread-safe: gRPC calls handlers from its own thread pool; ViewReader is thread-safe.
+// This file is the one place that translates absl::Status into grpc::Status.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "daemon/metrics/metrics.h"
+#include "daemon/server/view_reader.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace cdcview {
+
+class ViewServer {
+ public:
+  // Listens on `address` (host:port; port 0 picks one). UNAVAILABLE naming the address when
+  // it cannot listen. Health starts NOT_SERVING: call SetServing once views are loaded.
+  static absl::StatusOr<std::unique_ptr<ViewServer>> Start(const std::string& address,
+                                                           const ViewReader& reader,
+                                                           QueryProbe* probe);
+  ~ViewServer();
+
+  int port() const { return port_; }
+  void SetServing(bool serving);
+  // Stops accepting calls and waits up to `grace_ms` for running ones.
+  void Shutdown(int grace_ms);
+
+ private:
+  class Service;
+  ViewServer() = default;
+  std::unique_ptr<Service> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+};
+
+}  // namespace cdcview

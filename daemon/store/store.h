@@ -1,0 +1,175 @@
+// Store: the LMDB environment and its named databases.
+//
+//   meta          schema version, source positions, view fingerprints and states
+//   items/<table> primary key -> StoredItem (last image, its sequence number, tombstone flag)
+//   view/<name>   entry key -> projected item (see index_builders/view_builder.h)
+//
+// Threading: one writer thread at a time uses WriteTxn (LMDB allows one write transaction);
+// any number of threads use ReadTxn concurrently and never block the writer. Growing the map
+// (after MDB_MAP_FULL) needs no live transaction in this process, so read transactions hold a
+// shared lock that GrowMap takes exclusively for the moment of the resize.
+//
+// Ownership: string_views returned by Get and Cursor point into LMDB's memory map and are
+// valid only until the transaction ends or the next write in it.
+//
+// Durability: the environment is opened with MDB_NOMETASYNC. A machine crash may lose the last
+// committed transactions (their source positions roll back with them, so the source replays
+// those events) but never corrupts the file; a process crash loses nothing committed.
+#pragma once
+
+#include <lmdb.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "daemon/config/config.h"
+
+namespace cdcview {
+
+class Store;
+
+// Translates an LMDB return code; `what` says what was being done. MDB_MAP_FULL becomes
+// RESOURCE_EXHAUSTED (the caller grows the map and retries), MDB_BAD_VALSIZE INVALID_ARGUMENT.
+absl::Status LmdbStatus(int rc, std::string_view what);
+
+// A cursor over one database; valid within its transaction.
+class Cursor {
+ public:
+  Cursor(MDB_txn* txn, MDB_dbi dbi);
+  ~Cursor();
+  Cursor(const Cursor&) = delete;
+  Cursor& operator=(const Cursor&) = delete;
+
+  // Positioning: each returns whether the cursor now stands on an entry.
+  bool SeekFirst();
+  bool SeekLast();
+  bool Seek(std::string_view key);  // first entry with key >= `key`
+  bool Next();
+  bool Prev();
+  bool valid() const { return valid_; }
+  std::string_view key() const;
+  std::string_view value() const;
+
+ private:
+  bool Move(MDB_cursor_op op, std::string_view key = {});
+
+  MDB_cursor* cursor_ = nullptr;
+  MDB_val key_{}, value_{};
+  bool valid_ = false;
+};
+
+// Transaction base: Get and cursors work in both read and write transactions.
+class Txn {
+ public:
+  Txn(const Txn&) = delete;
+  Txn& operator=(const Txn&) = delete;
+  virtual ~Txn();
+
+  // The value, nullopt when absent; INTERNAL on an LMDB error.
+  absl::StatusOr<std::optional<std::string_view>> Get(MDB_dbi dbi, std::string_view key) const;
+  std::unique_ptr<Cursor> OpenCursor(MDB_dbi dbi) const;
+  // Entries and bytes (pages * page size) of a database, as seen by this transaction.
+  uint64_t Entries(MDB_dbi dbi) const;
+  uint64_t Bytes(MDB_dbi dbi) const;
+  MDB_txn* raw() const { return txn_; }
+
+ protected:
+  Txn() = default;
+  MDB_txn* txn_ = nullptr;
+};
+
+class ReadTxn : public Txn {
+ public:
+  ~ReadTxn() override;
+
+ private:
+  friend class Store;
+  explicit ReadTxn(std::shared_lock<std::shared_mutex> lock) : lock_(std::move(lock)) {}
+  std::shared_lock<std::shared_mutex> lock_;
+};
+
+class WriteTxn : public Txn {
+ public:
+  ~WriteTxn() override;  // aborts unless committed
+
+  // RESOURCE_EXHAUSTED on MDB_MAP_FULL (abort, Store::GrowMap, retry), INVALID_ARGUMENT for a
+  // key over the size limit, INTERNAL otherwise.
+  absl::Status Put(MDB_dbi dbi, std::string_view key, std::string_view value);
+  // Deleting an absent key is not an error.
+  absl::Status Delete(MDB_dbi dbi, std::string_view key);
+  // Removes every entry of `dbi` (the database stays open).
+  absl::Status Clear(MDB_dbi dbi);
+  absl::Status Commit();
+  void Abort();
+
+ private:
+  friend class Store;
+  WriteTxn() = default;
+};
+
+// What the items database keeps per primary key.
+struct StoredItem {
+  bool tombstone = false;       // the item was removed; kept for its sequence number
+  std::string sequence_number;  // of the change that produced this state; may be empty
+  std::string_view image;       // EncodeItem bytes (empty for a tombstone); points into the value
+};
+std::string EncodeStoredItem(bool tombstone, std::string_view sequence_number,
+                             std::string_view image);
+// DATA_LOSS if the value is not a StoredItem.
+absl::StatusOr<StoredItem> DecodeStoredItem(std::string_view value);
+
+// Keys of the meta database.
+std::string PositionKey(std::string_view source, std::string_view partition);
+inline constexpr std::string_view kPositionPrefix = "pos/";
+std::string ViewMetaKey(std::string_view view, std::string_view field);
+
+class Store {
+ public:
+  // Opens (creating if needed) the environment at config.path and every database the tables
+  // and views need. Views stored before but no longer configured are dropped. Errors name the
+  // path and say what to do (permissions, disk, a newer schema).
+  static absl::StatusOr<std::unique_ptr<Store>> Open(const StorageConfig& config,
+                                                     const std::vector<TableSpec>& tables);
+  ~Store();
+
+  absl::StatusOr<std::unique_ptr<WriteTxn>> BeginWrite();
+  absl::StatusOr<std::unique_ptr<ReadTxn>> BeginRead() const;
+
+  // Doubles the map size, up to max_map_size; RESOURCE_EXHAUSTED when already there (the
+  // message says to raise storage.max_map_size). Call with no transaction of this thread open.
+  absl::Status GrowMap();
+
+  MDB_dbi meta() const { return meta_; }
+  // NOT_FOUND-free lookups: the names were validated by the config.
+  MDB_dbi items(std::string_view table) const;
+  MDB_dbi view(std::string_view name) const;
+  bool has_view(std::string_view name) const;
+
+  size_t max_key_size() const { return max_key_size_; }
+  uint64_t map_size() const;
+  uint64_t map_used_bytes() const;  // (last page + 1) * page size
+  const std::vector<std::string>& dropped_views() const { return dropped_views_; }
+
+ private:
+  Store() = default;
+  absl::Status OpenDatabases(const std::vector<TableSpec>& tables);
+
+  MDB_env* env_ = nullptr;
+  StorageConfig config_;
+  size_t max_key_size_ = 0;
+  MDB_dbi meta_ = 0;
+  std::map<std::string, MDB_dbi, std::less<>> items_;
+  std::map<std::string, MDB_dbi, std::less<>> views_;
+  std::vector<std::string> dropped_views_;
+  mutable std::shared_mutex resize_mu_;  // shared: live read txns; exclusive: GrowMap
+};
+
+}  // namespace cdcview
