@@ -72,6 +72,12 @@ std::string Child(std::string_view path, std::string_view key) {
 
 std::string Index(std::string_view path, size_t i) { return Cat(path, "[", i, "]"); }
 
+std::string JoinViews(std::initializer_list<std::string_view> parts) {
+  std::string out;
+  for (std::string_view part : parts) out += Cat(out.empty() ? "" : ", ", part);
+  return out;
+}
+
 bool IsNameChar(char c) { return absl::ascii_isalnum(c) || c == '_' || c == '.' || c == '-'; }
 
 bool IsValidName(std::string_view name) {
@@ -192,6 +198,16 @@ class Loader {
   absl::Status ParseSources(const Fields::Entry& entry, Config* config);
   absl::StatusOr<SourceConfig> ParseSource(const YAML::Node& node, const std::string& path,
                                            const Config& config);
+  absl::Status ParseFileSource(const Fields::Entry& entry, const std::string& path,
+                               FileSourceConfig* file) const;
+  absl::Status ParseKafkaSource(const Fields::Entry& entry, const std::string& path,
+                                KafkaSourceConfig* kafka) const;
+  absl::Status ParseDynamoDbSource(const Fields::Entry& entry, const std::string& path,
+                                   DynamoDbSourceConfig* dynamodb) const;
+  absl::StatusOr<std::vector<std::string>> ReadStringList(const Fields::Entry& entry,
+                                                          const std::string& path) const;
+  absl::StatusOr<std::string> ReadChoice(const Fields::Entry& entry, const std::string& path,
+                                         std::initializer_list<std::string_view> choices) const;
 
   std::string file_;
   // Name -> line of first use: view names are global (LMDB databases), so are sources.
@@ -860,10 +876,8 @@ absl::Status Loader::ParseSources(const Fields::Entry& entry, Config* config) {
 
 absl::StatusOr<SourceConfig> Loader::ParseSource(const YAML::Node& node, const std::string& path,
                                                  const Config& config) {
-  // Source types that are planned but not built yet get a clearer message than "unknown".
-  const std::initializer_list<std::string_view> kPlanned = {"kafka", "dynamodb",
-                                                            "dynamodb_streams"};
-  absl::StatusOr<Fields> fields = ReadFields(node, path, {"name", "table", "file"}, kPlanned);
+  absl::StatusOr<Fields> fields =
+      ReadFields(node, path, {"name", "table", "file", "kafka", "dynamodb"});
   if (!fields.ok()) return fields.status();
   SourceConfig source;
   absl::StatusOr<const Fields::Entry*> name = Require(*fields, "name");
@@ -877,13 +891,6 @@ absl::StatusOr<SourceConfig> Loader::ParseSource(const YAML::Node& node, const s
                      it->second, ")"));
   }
   std::string label = Cat("source ", Quote(source.name), ": ");
-  for (std::string_view planned : kPlanned) {
-    if (const Fields::Entry* other = fields->Find(planned)) {
-      return Error(other->key_node, path,
-                   Cat(label, "unsupported source type ", Quote(planned),
-                       " (supported: file)"));
-    }
-  }
 
   absl::StatusOr<const Fields::Entry*> table = Require(*fields, "table");
   if (!table.ok()) return table.status();
@@ -899,37 +906,214 @@ absl::StatusOr<SourceConfig> Loader::ParseSource(const YAML::Node& node, const s
   }
   source.table = *table_name;
 
-  const Fields::Entry* file = fields->Find("file");
-  if (file == nullptr) {
-    return Error(fields->node, path,
-                 Cat(label, "expected a source type: file: { path: ... } (supported: file)"));
+  const Fields::Entry* type = nullptr;
+  for (std::string_view kind : {"file", "kafka", "dynamodb"}) {
+    const Fields::Entry* entry = fields->Find(kind);
+    if (entry == nullptr) continue;
+    if (type != nullptr) {
+      return Error(entry->key_node, path,
+                   Cat(label, "has two source types (", type->key, " and ", entry->key,
+                       "); give exactly one"));
+    }
+    type = entry;
   }
-  std::string file_path = fields->PathOf("file");
-  absl::StatusOr<Fields> file_fields =
-      ReadFields(*file, file_path, {"path", "follow", "dead_letter_path"});
-  if (!file_fields.ok()) return file_fields.status();
-  absl::StatusOr<const Fields::Entry*> input = Require(*file_fields, "path");
+  if (type == nullptr) {
+    return Error(fields->node, path,
+                 Cat(label, "expected a source type: file: { path: ... }, kafka: { ... } or "
+                            "dynamodb: { ... }"));
+  }
+  const std::string& root = config.storage.path;
+  const std::string default_dead_letters =
+      Cat(root, root.back() == '/' ? "" : "/", "dead-letters/", source.name, ".ndjson");
+  absl::Status parsed;
+  if (type->key == "file") {
+    source.kind = SourceConfig::Kind::kFile;
+    source.file.dead_letter_path = default_dead_letters;
+    parsed = ParseFileSource(*type, fields->PathOf("file"), &source.file);
+  } else if (type->key == "kafka") {
+    source.kind = SourceConfig::Kind::kKafka;
+    source.kafka.dead_letter_path = default_dead_letters;
+    parsed = ParseKafkaSource(*type, fields->PathOf("kafka"), &source.kafka);
+  } else {
+    source.kind = SourceConfig::Kind::kDynamoDb;
+    source.dynamodb.dead_letter_path = default_dead_letters;
+    parsed = ParseDynamoDbSource(*type, fields->PathOf("dynamodb"), &source.dynamodb);
+  }
+  if (!parsed.ok()) return parsed;
+  return source;
+}
+
+absl::Status Loader::ParseFileSource(const Fields::Entry& entry, const std::string& path,
+                                     FileSourceConfig* file) const {
+  absl::StatusOr<Fields> fields = ReadFields(entry, path, {"path", "follow", "dead_letter_path"});
+  if (!fields.ok()) return fields.status();
+  absl::StatusOr<const Fields::Entry*> input = Require(*fields, "path");
   if (!input.ok()) return input.status();
   // Relative paths stay as written: relative to the daemon's working directory.
-  absl::StatusOr<std::string> input_path = ReadNonEmpty(**input, file_fields->PathOf("path"));
+  absl::StatusOr<std::string> input_path = ReadNonEmpty(**input, fields->PathOf("path"));
   if (!input_path.ok()) return input_path.status();
-  source.file.path = *input_path;
-  if (const Fields::Entry* follow = file_fields->Find("follow")) {
-    absl::StatusOr<bool> flag = ReadBool(*follow, file_fields->PathOf("follow"));
+  file->path = *input_path;
+  if (const Fields::Entry* follow = fields->Find("follow")) {
+    absl::StatusOr<bool> flag = ReadBool(*follow, fields->PathOf("follow"));
     if (!flag.ok()) return flag.status();
-    source.file.follow = *flag;
+    file->follow = *flag;
   }
-  if (const Fields::Entry* dead = file_fields->Find("dead_letter_path")) {
-    absl::StatusOr<std::string> dead_path =
-        ReadNonEmpty(*dead, file_fields->PathOf("dead_letter_path"));
+  if (const Fields::Entry* dead = fields->Find("dead_letter_path")) {
+    absl::StatusOr<std::string> dead_path = ReadNonEmpty(*dead, fields->PathOf("dead_letter_path"));
     if (!dead_path.ok()) return dead_path.status();
-    source.file.dead_letter_path = *dead_path;
-  } else {
-    const std::string& root = config.storage.path;
-    source.file.dead_letter_path = Cat(root, root.back() == '/' ? "" : "/",
-                                       "dead-letters/", source.name, ".ndjson");
+    file->dead_letter_path = *dead_path;
   }
-  return source;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> Loader::ReadStringList(const Fields::Entry& entry,
+                                                                const std::string& path) const {
+  if (!entry.value.IsSequence() || entry.value.size() == 0) {
+    return Error(ValueNode(entry), path,
+                 Cat("expected a non-empty list of names, got ", Describe(entry.value)));
+  }
+  std::vector<std::string> out;
+  for (size_t i = 0; i < entry.value.size(); ++i) {
+    const YAML::Node& item = entry.value[i];
+    if (!item.IsScalar() || item.Scalar().empty()) {
+      return Error(item.IsNull() ? entry.value : item, Index(path, i),
+                   Cat("expected a non-empty string, got ", Describe(item)));
+    }
+    out.push_back(item.Scalar());
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> Loader::ReadChoice(const Fields::Entry& entry, const std::string& path,
+                                               std::initializer_list<std::string_view> choices) const {
+  if (entry.value.IsScalar()) {
+    for (std::string_view choice : choices) {
+      if (entry.value.Scalar() == choice) return std::string(choice);
+    }
+  }
+  return Error(ValueNode(entry), path,
+               Cat("expected one of ", JoinViews(choices), ", got ", Describe(entry.value)));
+}
+
+absl::Status Loader::ParseKafkaSource(const Fields::Entry& entry, const std::string& path,
+                                      KafkaSourceConfig* kafka) const {
+  absl::StatusOr<Fields> fields =
+      ReadFields(entry, path,
+                 {"brokers", "topics", "group", "format", "dead_letter_topic", "dead_letter_path",
+                  "start", "key_attributes", "properties"});
+  if (!fields.ok()) return fields.status();
+  for (auto [key, out] : {std::pair<const char*, std::string*>{"brokers", &kafka->brokers},
+                          {"group", &kafka->group}}) {
+    absl::StatusOr<const Fields::Entry*> field = Require(*fields, key);
+    if (!field.ok()) return field.status();
+    absl::StatusOr<std::string> text = ReadNonEmpty(**field, fields->PathOf(key));
+    if (!text.ok()) return text.status();
+    *out = *text;
+  }
+  absl::StatusOr<const Fields::Entry*> topics = Require(*fields, "topics");
+  if (!topics.ok()) return topics.status();
+  absl::StatusOr<std::vector<std::string>> topic_list =
+      ReadStringList(**topics, fields->PathOf("topics"));
+  if (!topic_list.ok()) return topic_list.status();
+  kafka->topics = *topic_list;
+  if (const Fields::Entry* format = fields->Find("format")) {
+    absl::StatusOr<std::string> choice = ReadChoice(
+        *format, fields->PathOf("format"), {"dynamodb-json", "debezium-json", "protobuf"});
+    if (!choice.ok()) return choice.status();
+    kafka->format = *choice == "dynamodb-json"   ? KafkaSourceConfig::Format::kDynamoDbJson
+                    : *choice == "debezium-json" ? KafkaSourceConfig::Format::kDebeziumJson
+                                                 : KafkaSourceConfig::Format::kProtobuf;
+  }
+  if (const Fields::Entry* start = fields->Find("start")) {
+    absl::StatusOr<std::string> choice =
+        ReadChoice(*start, fields->PathOf("start"), {"earliest", "latest"});
+    if (!choice.ok()) return choice.status();
+    kafka->start = *choice == "earliest" ? KafkaSourceConfig::Start::kEarliest
+                                         : KafkaSourceConfig::Start::kLatest;
+  }
+  for (auto [key, out] :
+       {std::pair<const char*, std::string*>{"dead_letter_topic", &kafka->dead_letter_topic},
+        {"dead_letter_path", &kafka->dead_letter_path}}) {
+    if (const Fields::Entry* field = fields->Find(key)) {
+      absl::StatusOr<std::string> text = ReadNonEmpty(*field, fields->PathOf(key));
+      if (!text.ok()) return text.status();
+      *out = *text;
+    }
+  }
+  if (const Fields::Entry* keys = fields->Find("key_attributes")) {
+    absl::StatusOr<std::vector<std::string>> list =
+        ReadStringList(*keys, fields->PathOf("key_attributes"));
+    if (!list.ok()) return list.status();
+    kafka->key_attributes = *list;
+  }
+  if (const Fields::Entry* properties = fields->Find("properties")) {
+    const std::string props_path = fields->PathOf("properties");
+    if (!properties->value.IsMap()) {
+      return Error(ValueNode(*properties), props_path,
+                   Cat("expected a mapping of librdkafka properties, got ",
+                       Describe(properties->value)));
+    }
+    for (const auto& kv : properties->value) {
+      const std::string key = kv.first.as<std::string>("");
+      if (!kv.second.IsScalar()) {
+        return Error(kv.second.IsNull() ? kv.first : kv.second, Child(props_path, key),
+                     Cat("expected a scalar value, got ", Describe(kv.second)));
+      }
+      kafka->properties[key] = kv.second.Scalar();
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Loader::ParseDynamoDbSource(const Fields::Entry& entry, const std::string& path,
+                                         DynamoDbSourceConfig* ddb) const {
+  absl::StatusOr<Fields> fields =
+      ReadFields(entry, path,
+                 {"table_name", "stream_arn", "region", "endpoint", "start", "poll_interval_ms",
+                  "shard_concurrency", "discovery_interval_ms", "snapshot", "scan_segments",
+                  "scan_read_units_per_second", "dead_letter_path"});
+  if (!fields.ok()) return fields.status();
+  for (auto [key, out] : {std::pair<const char*, std::string*>{"table_name", &ddb->table_name},
+                          {"stream_arn", &ddb->stream_arn},
+                          {"region", &ddb->region},
+                          {"endpoint", &ddb->endpoint},
+                          {"dead_letter_path", &ddb->dead_letter_path}}) {
+    if (const Fields::Entry* field = fields->Find(key)) {
+      absl::StatusOr<std::string> text = ReadNonEmpty(*field, fields->PathOf(key));
+      if (!text.ok()) return text.status();
+      *out = *text;
+    }
+  }
+  if (ddb->table_name.empty() == ddb->stream_arn.empty()) {
+    return Error(fields->node, path, "give exactly one of table_name and stream_arn");
+  }
+  for (auto [key, out, min] :
+       {std::tuple<const char*, uint32_t*, uint32_t>{"poll_interval_ms", &ddb->poll_interval_ms, 0},
+        {"shard_concurrency", &ddb->shard_concurrency, 1},
+        {"discovery_interval_ms", &ddb->discovery_interval_ms, 100},
+        {"scan_segments", &ddb->scan_segments, 1},
+        {"scan_read_units_per_second", &ddb->scan_read_units_per_second, 0}}) {
+    if (const Fields::Entry* field = fields->Find(key)) {
+      absl::StatusOr<uint32_t> n = ReadUint32(*field, fields->PathOf(key), min);
+      if (!n.ok()) return n.status();
+      *out = *n;
+    }
+  }
+  if (const Fields::Entry* start = fields->Find("start")) {
+    absl::StatusOr<std::string> choice =
+        ReadChoice(*start, fields->PathOf("start"), {"trim_horizon", "latest"});
+    if (!choice.ok()) return choice.status();
+    ddb->start = *choice == "trim_horizon" ? DynamoDbSourceConfig::Start::kTrimHorizon
+                                           : DynamoDbSourceConfig::Start::kLatest;
+  }
+  if (const Fields::Entry* snapshot = fields->Find("snapshot")) {
+    absl::StatusOr<std::string> choice =
+        ReadChoice(*snapshot, fields->PathOf("snapshot"), {"none", "scan"});
+    if (!choice.ok()) return choice.status();
+    ddb->snapshot = *choice == "scan" ? DynamoDbSourceConfig::Snapshot::kScan
+                                      : DynamoDbSourceConfig::Snapshot::kNone;
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Config> Loader::Load(const YAML::Node& root) {

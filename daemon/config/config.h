@@ -39,11 +39,49 @@ struct FileSourceConfig {
   std::string dead_letter_path;     // default: <storage.path>/dead-letters/<source>.ndjson
 };
 
+struct KafkaSourceConfig {
+  enum class Format { kDynamoDbJson, kDebeziumJson, kProtobuf };
+  enum class Start { kEarliest, kLatest };
+
+  std::string brokers;              // bootstrap.servers
+  std::vector<std::string> topics;
+  std::string group;                // group.id
+  Format format = Format::kDynamoDbJson;
+  std::string dead_letter_topic;    // "": rejected messages go to dead_letter_path instead
+  std::string dead_letter_path;     // default: <storage.path>/dead-letters/<source>.ndjson
+  Start start = Start::kEarliest;   // where a partition with no stored offset starts
+  // Debezium: the table key attributes come from the message key, or else from these columns.
+  std::vector<std::string> key_attributes;
+  std::map<std::string, std::string> properties;  // any librdkafka property, passed through
+};
+
+struct DynamoDbSourceConfig {
+  enum class Start { kTrimHorizon, kLatest };
+  enum class Snapshot { kNone, kScan };
+
+  std::string table_name;   // one of table_name / stream_arn
+  std::string stream_arn;
+  std::string region = "us-east-1";
+  std::string endpoint;     // "" = the region's public endpoint; set for local endpoints
+  Start start = Start::kTrimHorizon;
+  uint32_t poll_interval_ms = 1000;          // per shard, when a GetRecords returned nothing
+  uint32_t shard_concurrency = 8;            // shards read at once
+  uint32_t discovery_interval_ms = 10000;    // DescribeStream for new shards
+  Snapshot snapshot = Snapshot::kNone;
+  uint32_t scan_segments = 4;                // parallel Scan segments
+  uint32_t scan_read_units_per_second = 0;   // 0: unthrottled
+  std::string dead_letter_path;              // default: <storage.path>/dead-letters/<source>.ndjson
+};
+
 struct SourceConfig {
+  enum class Kind { kFile, kKafka, kDynamoDb };
+
   std::string name;
   std::string table;
-  enum class Kind { kFile } kind = Kind::kFile;
+  Kind kind = Kind::kFile;
   FileSourceConfig file;
+  KafkaSourceConfig kafka;
+  DynamoDbSourceConfig dynamodb;
 };
 
 struct Config {

@@ -432,20 +432,21 @@ TEST(ConfigErrorTest, SourceNamesAreUnique) {
             "t.yaml:3: sources[1].name: source name \"s\" is used twice (also at line 2)");
 }
 
-TEST(ConfigErrorTest, OnlyFileSourcesAreSupportedYet) {
-  EXPECT_EQ(ErrorOf("sources:\n"
-                    "  - name: x\n"
-                    "    table: App\n"
-                    "    kafka: { topic: t }\n"
-                    "tables: [ { name: App, key: { partition: PK } } ]\n"),
-            "t.yaml:4: sources[0]: source \"x\": unsupported source type \"kafka\" (supported: "
-            "file)");
+TEST(ConfigErrorTest, SourceTypes) {
   EXPECT_EQ(ErrorOf("sources:\n"
                     "  - name: x\n"
                     "    table: App\n"
                     "tables: [ { name: App, key: { partition: PK } } ]\n"),
-            "t.yaml:2: sources[0]: source \"x\": expected a source type: file: { path: ... } "
-            "(supported: file)");
+            "t.yaml:2: sources[0]: source \"x\": expected a source type: file: { path: ... }, "
+            "kafka: { ... } or dynamodb: { ... }");
+  EXPECT_EQ(ErrorOf("sources:\n"
+                    "  - name: x\n"
+                    "    table: App\n"
+                    "    file: { path: a }\n"
+                    "    kafka: { brokers: b, topics: [t], group: g }\n"
+                    "tables: [ { name: App, key: { partition: PK } } ]\n"),
+            "t.yaml:5: sources[0]: source \"x\": has two source types (file and kafka); give "
+            "exactly one");
   EXPECT_EQ(ErrorOf("sources:\n"
                     "  - { name: x, table: App, file: { path: a, folow: true } }\n"
                     "tables: [ { name: App, key: { partition: PK } } ]\n"),
@@ -455,6 +456,101 @@ TEST(ConfigErrorTest, OnlyFileSourcesAreSupportedYet) {
                     "  - { name: x, table: App, file: { path: a, follow: maybe } }\n"
                     "tables: [ { name: App, key: { partition: PK } } ]\n"),
             "t.yaml:2: sources[0].file.follow: expected true or false, got \"maybe\"");
+}
+
+TEST(ConfigTest, KafkaSource) {
+  absl::StatusOr<Config> config = ParseConfig(
+      "storage: { path: /var/lib/cdcview }\n"
+      "sources:\n"
+      "  - name: orders\n"
+      "    table: App\n"
+      "    kafka:\n"
+      "      brokers: 127.0.0.1:9092\n"
+      "      topics: [orders, users]\n"
+      "      group: cdcview\n"
+      "      format: debezium-json\n"
+      "      dead_letter_topic: orders.dlq\n"
+      "      start: latest\n"
+      "      key_attributes: [PK, SK]\n"
+      "      properties: { fetch.min.bytes: 1024, enable.idempotence: true }\n"
+      "tables: [ { name: App, key: { partition: PK, sort: SK } } ]\n",
+      "t.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  const SourceConfig& s = config->sources.at(0);
+  EXPECT_EQ(s.kind, SourceConfig::Kind::kKafka);
+  EXPECT_EQ(s.kafka.brokers, "127.0.0.1:9092");
+  EXPECT_EQ(s.kafka.topics, (std::vector<std::string>{"orders", "users"}));
+  EXPECT_EQ(s.kafka.group, "cdcview");
+  EXPECT_EQ(s.kafka.format, KafkaSourceConfig::Format::kDebeziumJson);
+  EXPECT_EQ(s.kafka.dead_letter_topic, "orders.dlq");
+  EXPECT_EQ(s.kafka.dead_letter_path, "/var/lib/cdcview/dead-letters/orders.ndjson");
+  EXPECT_EQ(s.kafka.start, KafkaSourceConfig::Start::kLatest);
+  EXPECT_EQ(s.kafka.key_attributes, (std::vector<std::string>{"PK", "SK"}));
+  EXPECT_EQ(s.kafka.properties,
+            (std::map<std::string, std::string>{{"enable.idempotence", "true"},
+                                                {"fetch.min.bytes", "1024"}}));
+}
+
+TEST(ConfigErrorTest, KafkaSource) {
+  EXPECT_EQ(ErrorOf("sources:\n"
+                    "  - name: x\n"
+                    "    table: App\n"
+                    "    kafka: { brokers: b, topics: [t] }\n"
+                    "tables: [ { name: App, key: { partition: PK } } ]\n"),
+            "t.yaml:4: sources[0].kafka.group: is required");
+  EXPECT_EQ(ErrorOf("sources:\n"
+                    "  - name: x\n"
+                    "    table: App\n"
+                    "    kafka: { brokers: b, topics: [t], group: g, format: avro }\n"
+                    "tables: [ { name: App, key: { partition: PK } } ]\n"),
+            "t.yaml:4: sources[0].kafka.format: expected one of dynamodb-json, debezium-json, "
+            "protobuf, got \"avro\"");
+  EXPECT_EQ(ErrorOf("sources:\n"
+                    "  - name: x\n"
+                    "    table: App\n"
+                    "    kafka: { brokers: b, topics: [], group: g }\n"
+                    "tables: [ { name: App, key: { partition: PK } } ]\n"),
+            "t.yaml:4: sources[0].kafka.topics: expected a non-empty list of names, got a list");
+}
+
+TEST(ConfigTest, DynamoDbSource) {
+  absl::StatusOr<Config> config = ParseConfig(
+      "sources:\n"
+      "  - name: app\n"
+      "    table: App\n"
+      "    dynamodb: { table_name: App, region: eu-west-1, endpoint: 'http://127.0.0.1:8000',\n"
+      "                start: latest, snapshot: scan, scan_segments: 8, poll_interval_ms: 250 }\n"
+      "tables: [ { name: App, key: { partition: PK } } ]\n",
+      "t.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  const SourceConfig& s = config->sources.at(0);
+  EXPECT_EQ(s.kind, SourceConfig::Kind::kDynamoDb);
+  EXPECT_EQ(s.dynamodb.table_name, "App");
+  EXPECT_EQ(s.dynamodb.stream_arn, "");
+  EXPECT_EQ(s.dynamodb.region, "eu-west-1");
+  EXPECT_EQ(s.dynamodb.endpoint, "http://127.0.0.1:8000");
+  EXPECT_EQ(s.dynamodb.start, DynamoDbSourceConfig::Start::kLatest);
+  EXPECT_EQ(s.dynamodb.snapshot, DynamoDbSourceConfig::Snapshot::kScan);
+  EXPECT_EQ(s.dynamodb.scan_segments, 8u);
+  EXPECT_EQ(s.dynamodb.poll_interval_ms, 250u);
+  EXPECT_EQ(s.dynamodb.shard_concurrency, 8u);
+  EXPECT_EQ(s.dynamodb.dead_letter_path, "./data/dead-letters/app.ndjson");
+}
+
+TEST(ConfigErrorTest, DynamoDbSource) {
+  EXPECT_EQ(ErrorOf("sources:\n"
+                    "  - name: x\n"
+                    "    table: App\n"
+                    "    dynamodb: { region: us-east-1 }\n"
+                    "tables: [ { name: App, key: { partition: PK } } ]\n"),
+            "t.yaml:4: sources[0].dynamodb: give exactly one of table_name and stream_arn");
+  EXPECT_EQ(ErrorOf("sources:\n"
+                    "  - name: x\n"
+                    "    table: App\n"
+                    "    dynamodb: { table_name: App, start: beginning }\n"
+                    "tables: [ { name: App, key: { partition: PK } } ]\n"),
+            "t.yaml:4: sources[0].dynamodb.start: expected one of trim_horizon, latest, got "
+            "\"beginning\"");
 }
 
 TEST(ConfigErrorTest, SizesAndLimits) {
