@@ -58,6 +58,13 @@ void EncodeValue(const AttributeValue& v, std::string* out) {
   }
 }
 
+bool Named(const std::vector<std::string_view>& names, std::string_view name) {
+  for (std::string_view n : names) {
+    if (n == name) return true;
+  }
+  return false;
+}
+
 // A cursor over the whole input, so errors can name absolute offsets.
 class Decoder {
  public:
@@ -220,6 +227,19 @@ class Decoder {
 }  // namespace
 
 void EncodeItem(const Item& item, std::string* out) { EncodeItemBody(item, out); }
+
+void EncodeItemSubset(const Item& item, const std::vector<std::string_view>& names,
+                      std::string* out) {
+  // The item's own (sorted) order keeps the serialization canonical.
+  size_t count = 0;
+  for (const auto& entry : item) count += Named(names, entry.first) ? 1 : 0;
+  PutVarint(count, out);
+  for (const auto& [name, value] : item) {
+    if (!Named(names, name)) continue;
+    PutBytes(name, out);
+    EncodeValue(value, out);
+  }
+}
 
 std::string EncodeItem(const Item& item) {
   std::string out;

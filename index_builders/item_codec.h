@@ -8,6 +8,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "index_builders/attribute_value.h"
@@ -17,6 +18,11 @@ namespace cdcview {
 // Appends the serialization of `item` to `out`.
 void EncodeItem(const Item& item, std::string* out);
 std::string EncodeItem(const Item& item);
+
+// Appends the serialization of the attributes of `item` named in `names` (as EncodeItem of
+// that subset would, without copying it). `names` may hold duplicates and absent names.
+void EncodeItemSubset(const Item& item, const std::vector<std::string_view>& names,
+                      std::string* out);
 
 // DATA_LOSS naming the offset if `bytes` is not a valid serialization.
 absl::StatusOr<Item> DecodeItem(std::string_view bytes);

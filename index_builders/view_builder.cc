@@ -150,22 +150,63 @@ Item ProjectUnder(const TableSpec& table, const ViewSpec& view, const ViewRule* 
   return out;
 }
 
-}  // namespace
-
-ViewBuilder::ViewBuilder(TableSpec table, size_t max_key_bytes)
-    : table_(std::move(table)), max_key_bytes_(max_key_bytes) {
-  for (const ViewSpec& view : table_.views) {
-    if (view.rules.empty()) Crash(absl::StrCat("view ", view.name, " has no rules"));
-    const bool sorted = view.rules.front().sort_key.has_value();
-    for (const ViewRule& rule : view.rules) {
-      if (rule.sort_key.has_value() != sorted) {
-        Crash(absl::StrCat("view ", view.name, ": rules disagree on having a sort key"));
-      }
-    }
+void AddKeyNames(const KeySpec& spec, std::vector<std::string_view>* names) {
+  if (spec.kind == KeySpec::Kind::kAttribute) {
+    names->push_back(spec.attribute);
+    return;
+  }
+  for (const KeySpec::Part& part : spec.parts) {
+    if (part.is_placeholder) names->push_back(part.text);
   }
 }
 
-namespace {
+// The attributes a KEYS_ONLY / INCLUDE entry keeps under `rule` (ProjectUnder's selection).
+void ProjectedNames(const TableSpec& table, const ViewSpec& view, const ViewRule* rule,
+                    std::vector<std::string_view>* names) {
+  names->push_back(table.key.partition);
+  if (table.key.sort.has_value()) names->push_back(*table.key.sort);
+  if (rule != nullptr) {
+    AddKeyNames(rule->partition_key, names);
+    if (rule->sort_key.has_value()) AddKeyNames(*rule->sort_key, names);
+  }
+  if (view.projection.kind == ProjectionKind::kInclude) {
+    for (const std::string& name : view.projection.include) names->push_back(name);
+  }
+}
+
+// The entry's value: the projection of `item`, encoded without copying the item.
+std::string EncodeProjection(const TableSpec& table, const ViewSpec& view, const ViewRule* rule,
+                             const Item& item) {
+  std::string out;
+  if (view.projection.kind == ProjectionKind::kAll) {
+    EncodeItem(item, &out);
+    return out;
+  }
+  std::vector<std::string_view> names;
+  ProjectedNames(table, view, rule, &names);
+  EncodeItemSubset(item, names, &out);
+  return out;
+}
+
+bool SameAttribute(const Item& a, const Item& b, std::string_view name) {
+  const AttributeValue* x = Find(a, name);
+  const AttributeValue* y = Find(b, name);
+  return x == nullptr ? y == nullptr : y != nullptr && *x == *y;
+}
+
+// Whether two images project to the same entry value, compared on the values themselves
+// rather than by encoding both.
+bool SameProjection(const TableSpec& table, const ViewSpec& view, const ViewRule* old_rule,
+                    const ViewRule* new_rule, const Item& old_item, const Item& new_item) {
+  if (view.projection.kind == ProjectionKind::kAll) return old_item == new_item;
+  std::vector<std::string_view> names;
+  ProjectedNames(table, view, old_rule, &names);
+  if (new_rule != old_rule) ProjectedNames(table, view, new_rule, &names);
+  for (std::string_view name : names) {
+    if (!SameAttribute(old_item, new_item, name)) return false;
+  }
+  return true;
+}
 
 absl::Status CheckKeyAttribute(const std::string& table, const std::string& name,
                                AttrType type, const Item& item) {
@@ -183,16 +224,34 @@ absl::Status CheckKeyAttribute(const std::string& table, const std::string& name
   return absl::OkStatus();
 }
 
+// The table's key attributes are present with their declared types.
+absl::Status CheckTableKeyAttributes(const TableSpec& table, const Item& item) {
+  const TableKeySpec& key = table.key;
+  absl::Status status = CheckKeyAttribute(table.name, key.partition, key.partition_type, item);
+  if (status.ok() && key.sort.has_value()) {
+    status = CheckKeyAttribute(table.name, *key.sort, key.sort_type, item);
+  }
+  return status;
+}
+
 }  // namespace
 
-absl::Status ViewBuilder::ValidateTableKey(const Item& item) const {
-  const TableKeySpec& key = table_.key;
-  absl::Status status = CheckKeyAttribute(table_.name, key.partition, key.partition_type, item);
-  if (!status.ok()) return status;
-  if (key.sort.has_value()) {
-    status = CheckKeyAttribute(table_.name, *key.sort, key.sort_type, item);
-    if (!status.ok()) return status;
+ViewBuilder::ViewBuilder(TableSpec table, size_t max_key_bytes)
+    : table_(std::move(table)), max_key_bytes_(max_key_bytes) {
+  for (const ViewSpec& view : table_.views) {
+    if (view.rules.empty()) Crash(absl::StrCat("view ", view.name, " has no rules"));
+    const bool sorted = view.rules.front().sort_key.has_value();
+    for (const ViewRule& rule : view.rules) {
+      if (rule.sort_key.has_value() != sorted) {
+        Crash(absl::StrCat("view ", view.name, ": rules disagree on having a sort key"));
+      }
+    }
   }
+}
+
+absl::Status ViewBuilder::ValidateTableKey(const Item& item) const {
+  absl::Status status = CheckTableKeyAttributes(table_, item);
+  if (!status.ok()) return status;
   const size_t size = PrimaryKey(item).size();
   if (size > max_key_bytes_) {
     return absl::InvalidArgumentError(absl::StrCat("table ", table_.name, ": primary key is ",
@@ -215,83 +274,99 @@ std::string ViewBuilder::PrimaryKey(const Item& item) const {
   return key;
 }
 
-absl::StatusOr<std::optional<ViewEntry>> ViewBuilder::EntryFor(size_t v, const Item& item,
-                                                               MissReason* reason) const {
-  if (v >= table_.views.size()) Crash(absl::StrCat("EntryFor: no view ", v));
+absl::StatusOr<std::optional<ViewBuilder::Placement>> ViewBuilder::Place(
+    size_t v, const Item& item, std::string_view primary_key, MissReason* reason) const {
   const ViewSpec& view = table_.views[v];
   SetReason(reason, MissReason::kNone);
-
-  // The table key is part of every entry key; an item without a valid one has no entries.
-  const TableKeySpec& table_key = table_.key;
-  absl::Status status =
-      CheckKeyAttribute(table_.name, table_key.partition, table_key.partition_type, item);
-  if (status.ok() && table_key.sort.has_value()) {
-    status = CheckKeyAttribute(table_.name, *table_key.sort, table_key.sort_type, item);
-  }
-  if (!status.ok()) return status;
-
   // The first matching rule decides; if its keys do not resolve the item is not in the
   // view, even if a later rule would have given it keys: rule order is the precedence the
   // user wrote, and an item has one meaning per view.
   const ViewRule* rule = MatchRule(view, item);
   if (rule == nullptr) {
     SetReason(reason, MissReason::kNoRule);
-    return std::optional<ViewEntry>();
+    return std::optional<Placement>();
   }
-  std::string key;
-  if (!AppendKey(rule->partition_key, item, &key, reason)) return std::optional<ViewEntry>();
-  if (rule->sort_key.has_value() && !AppendKey(*rule->sort_key, item, &key, reason)) {
-    return std::optional<ViewEntry>();
+  Placement place{std::string(), rule};
+  place.key.reserve(64 + primary_key.size());
+  if (!AppendKey(rule->partition_key, item, &place.key, reason)) return std::optional<Placement>();
+  if (rule->sort_key.has_value() && !AppendKey(*rule->sort_key, item, &place.key, reason)) {
+    return std::optional<Placement>();
   }
-  key.append(PrimaryKey(item));
-  if (key.size() > max_key_bytes_) {
+  place.key.append(primary_key);
+  if (place.key.size() > max_key_bytes_) {
     return absl::InvalidArgumentError(absl::StrCat("view ", view.name, ": entry key is ",
-                                                   key.size(),
+                                                   place.key.size(),
                                                    " bytes, over the store's limit of ",
                                                    max_key_bytes_, " bytes"));
   }
-  return std::optional<ViewEntry>(
-      ViewEntry{std::move(key), EncodeItem(ProjectUnder(table_, view, rule, item))});
+  return std::optional<Placement>(std::move(place));
+}
+
+absl::StatusOr<std::optional<ViewEntry>> ViewBuilder::EntryFor(size_t v, const Item& item,
+                                                               MissReason* reason) const {
+  if (v >= table_.views.size()) Crash(absl::StrCat("EntryFor: no view ", v));
+  SetReason(reason, MissReason::kNone);
+  // The table key is part of every entry key; an item without a valid one has no entries.
+  absl::Status status = CheckTableKeyAttributes(table_, item);
+  if (!status.ok()) return status;
+  absl::StatusOr<std::optional<Placement>> place = Place(v, item, PrimaryKey(item), reason);
+  if (!place.ok()) return place.status();
+  if (!place->has_value()) return std::optional<ViewEntry>();
+  Placement& p = **place;
+  return std::optional<ViewEntry>(ViewEntry{
+      std::move(p.key), EncodeProjection(table_, table_.views[v], p.rule, item)});
 }
 
 absl::Status ViewBuilder::Diff(const Item* old_item, const Item* new_item,
                                std::vector<IndexMutation>* out) const {
-  // Staged first, so that an error in any view leaves `out` untouched.
-  std::vector<IndexMutation> staged;
-  for (size_t v = 0; v < table_.views.size(); ++v) {
-    std::optional<ViewEntry> old_entry;
-    if (old_item != nullptr) {
-      // The old image is the stored one: it was accepted, so its entries fit. If it has no
-      // valid entry now (the limit shrank), there is nothing in the view to delete, and
-      // refusing would leave the item stuck forever.
-      absl::StatusOr<std::optional<ViewEntry>> entry = EntryFor(v, *old_item);
-      if (entry.ok()) old_entry = *std::move(entry);
-    }
-    std::optional<ViewEntry> new_entry;
-    if (new_item != nullptr) {
-      absl::StatusOr<std::optional<ViewEntry>> entry = EntryFor(v, *new_item);
-      if (!entry.ok()) return entry.status();
-      new_entry = *std::move(entry);
-    }
+  // An unchanged image changes no entry (a replayed or no-op MODIFY).
+  if (old_item != nullptr && new_item != nullptr && *old_item == *new_item) return absl::OkStatus();
 
-    if (old_entry.has_value() && new_entry.has_value() && old_entry->key == new_entry->key) {
-      if (old_entry->value != new_entry->value) {
-        staged.push_back(IndexMutation{IndexMutation::Op::kPut, v, std::move(new_entry->key),
-                                       std::move(new_entry->value)});
+  // The table key is checked and encoded once per image, not once per view. The old image is
+  // the stored one: it was accepted, so its entries fit. If it has no valid entry now (the
+  // limit shrank), there is nothing in the view to delete, and refusing would leave the item
+  // stuck forever.
+  const bool has_old = old_item != nullptr && CheckTableKeyAttributes(table_, *old_item).ok();
+  const std::string old_pk = has_old ? PrimaryKey(*old_item) : std::string();
+  std::string new_pk;
+  if (new_item != nullptr) {
+    if (absl::Status s = CheckTableKeyAttributes(table_, *new_item); !s.ok()) return s;
+    new_pk = PrimaryKey(*new_item);
+  }
+
+  // Staged first, so that an error in any view leaves `out` untouched.
+  const size_t first = out->size();
+  for (size_t v = 0; v < table_.views.size(); ++v) {
+    std::optional<Placement> old_place;
+    if (has_old) {
+      absl::StatusOr<std::optional<Placement>> place = Place(v, *old_item, old_pk, nullptr);
+      if (place.ok()) old_place = *std::move(place);
+    }
+    std::optional<Placement> new_place;
+    if (new_item != nullptr) {
+      absl::StatusOr<std::optional<Placement>> place = Place(v, *new_item, new_pk, nullptr);
+      if (!place.ok()) {
+        out->resize(first);
+        return place.status();
+      }
+      new_place = *std::move(place);
+    }
+    const ViewSpec& view = table_.views[v];
+    if (old_place.has_value() && new_place.has_value() && old_place->key == new_place->key) {
+      if (!SameProjection(table_, view, old_place->rule, new_place->rule, *old_item, *new_item)) {
+        out->push_back(IndexMutation{IndexMutation::Op::kPut, v, std::move(new_place->key),
+                                     EncodeProjection(table_, view, new_place->rule, *new_item)});
       }
       continue;
     }
-    if (old_entry.has_value()) {
-      staged.push_back(
-          IndexMutation{IndexMutation::Op::kDelete, v, std::move(old_entry->key), ""});
+    if (old_place.has_value()) {
+      out->push_back(IndexMutation{IndexMutation::Op::kDelete, v, std::move(old_place->key), ""});
     }
-    if (new_entry.has_value()) {
-      staged.push_back(IndexMutation{IndexMutation::Op::kPut, v, std::move(new_entry->key),
-                                     std::move(new_entry->value)});
+    if (new_place.has_value()) {
+      out->push_back(IndexMutation{IndexMutation::Op::kPut, v, std::move(new_place->key),
+                                   EncodeProjection(table_, view, new_place->rule, *new_item)});
     }
   }
-  out->insert(out->end(), std::make_move_iterator(staged.begin()),
-              std::make_move_iterator(staged.end()));
   return absl::OkStatus();
 }
 

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -66,6 +67,16 @@ class ViewBuilder {
   Item Project(size_t v, const Item& item) const;
 
  private:
+  // Where an item sits in a view: its entry key and the rule that put it there.
+  struct Placement {
+    std::string key;
+    const ViewRule* rule;
+  };
+  // The item's placement in view `v`, given its encoded primary key (table key checked).
+  absl::StatusOr<std::optional<Placement>> Place(size_t v, const Item& item,
+                                                 std::string_view primary_key,
+                                                 MissReason* reason) const;
+
   TableSpec table_;
   size_t max_key_bytes_;
 };
