@@ -1,0 +1,97 @@
+#include "daemon/sources/record_queue.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace cdcview {
+namespace {
+
+// Moves up to `max` records from the front of `from` to the back of `out`.
+size_t MoveFront(std::deque<SourceRecord>* from, size_t max, std::vector<SourceRecord>* out) {
+  size_t n = std::min(max, from->size());
+  for (size_t i = 0; i < n; ++i) {
+    out->push_back(std::move(from->front()));
+    from->pop_front();
+  }
+  return n;
+}
+
+}  // namespace
+
+bool RecordQueue::Push(SourceRecord record) {
+  std::unique_lock<std::mutex> lock(mu_);
+  // A capacity of 0 would block forever; it behaves as 1.
+  const size_t capacity = std::max<size_t>(capacity_, 1);
+  not_full_.wait(lock, [&] { return closed_ || records_.size() < capacity; });
+  if (closed_) return false;
+  records_.push_back(std::move(record));
+  not_empty_.notify_one();
+  return true;
+}
+
+RecordQueue::PushResult RecordQueue::PushFor(SourceRecord* record,
+                                             std::chrono::milliseconds wait) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const size_t capacity = std::max<size_t>(capacity_, 1);
+  if (!not_full_.wait_for(lock, wait, [&] { return closed_ || records_.size() < capacity; })) {
+    return PushResult::kFull;
+  }
+  if (closed_) return PushResult::kClosed;
+  records_.push_back(std::move(*record));
+  not_empty_.notify_one();
+  return PushResult::kPushed;
+}
+
+bool RecordQueue::TryPush(SourceRecord&& record) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closed_ || records_.size() >= std::max<size_t>(capacity_, 1)) return false;
+  records_.push_back(std::move(record));
+  not_empty_.notify_one();
+  return true;
+}
+
+bool RecordQueue::PopBatch(size_t max, std::chrono::milliseconds linger,
+                           std::vector<SourceRecord>* out) {
+  if (max == 0) return true;
+  std::unique_lock<std::mutex> lock(mu_);
+  not_empty_.wait(lock, [&] { return closed_ || !records_.empty(); });
+  if (records_.empty()) return false;  // closed and drained
+  size_t taken = MoveFront(&records_, max, out);
+  not_full_.notify_all();
+  if (taken < max && linger.count() > 0) {
+    // Waiting a little for a fuller batch makes each write transaction carry more events.
+    const auto deadline = std::chrono::steady_clock::now() + linger;
+    while (taken < max && !closed_) {
+      if (!not_empty_.wait_until(lock, deadline, [&] { return closed_ || !records_.empty(); })) {
+        break;  // linger is over
+      }
+      taken += MoveFront(&records_, max - taken, out);
+      not_full_.notify_all();
+    }
+    taken += MoveFront(&records_, max - taken, out);  // whatever arrived with Close
+    not_full_.notify_all();
+  }
+  return true;
+}
+
+void RecordQueue::PopBatchFor(size_t max, std::chrono::milliseconds wait,
+                              std::vector<SourceRecord>* out) {
+  if (max == 0) return;
+  std::unique_lock<std::mutex> lock(mu_);
+  not_empty_.wait_for(lock, wait, [&] { return closed_ || !records_.empty(); });
+  if (MoveFront(&records_, max, out) > 0) not_full_.notify_all();
+}
+
+void RecordQueue::Close() {
+  std::lock_guard<std::mutex> lock(mu_);
+  closed_ = true;
+  not_empty_.notify_all();
+  not_full_.notify_all();
+}
+
+size_t RecordQueue::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return records_.size();
+}
+
+}  // namespace cdcview

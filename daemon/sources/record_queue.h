@@ -1,0 +1,55 @@
+// RecordQueue: the bounded hand-over between sources (producers) and the writer (consumer).
+//
+// Thread-safe. Push blocks while the queue is full, so a fast source is slowed to the
+// writer's pace instead of growing memory (back-pressure). Close wakes everyone up.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <mutex>
+#include <vector>
+
+#include "daemon/sources/change_source.h"
+
+namespace cdcview {
+
+class RecordQueue {
+ public:
+  explicit RecordQueue(size_t capacity) : capacity_(capacity) {}
+
+  // Blocks while full. False if the queue was closed (the record is dropped: shutting down,
+  // and the source will resume from the stored position next time).
+  bool Push(SourceRecord record);
+  // Never blocks: false (leaving `record` untouched) if the queue is full or closed. For
+  // sources that must keep serving their client while they wait (Kafka pauses its
+  // partitions instead of blocking its poll loop).
+  bool TryPush(SourceRecord&& record);
+
+  // Like Push, but waits at most `wait` for room, so a producer can notice it is being
+  // stopped even when nobody drains the queue. Moves from `*record` only when it returns
+  // kPushed.
+  enum class PushResult { kPushed, kClosed, kFull };
+  PushResult PushFor(SourceRecord* record, std::chrono::milliseconds wait);
+
+  // Moves up to `max` records into `out`: waits until at least one is there, then up to
+  // `linger` for more to fill the batch. Returns false once closed and empty.
+  bool PopBatch(size_t max, std::chrono::milliseconds linger, std::vector<SourceRecord>* out);
+
+  // Like PopBatch but returns after at most `wait` with whatever is there (maybe nothing).
+  void PopBatchFor(size_t max, std::chrono::milliseconds wait, std::vector<SourceRecord>* out);
+
+  void Close();
+  size_t size() const;
+
+ private:
+  const size_t capacity_;
+  mutable std::mutex mu_;
+  std::condition_variable not_empty_;
+  std::condition_variable not_full_;
+  std::deque<SourceRecord> records_;  // guarded by mu_
+  bool closed_ = false;               // guarded by mu_
+};
+
+}  // namespace cdcview

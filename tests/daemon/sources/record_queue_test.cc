@@ -1,0 +1,130 @@
+#include "daemon/sources/record_queue.h"
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace cdcview {
+namespace {
+
+using std::chrono::milliseconds;
+
+SourceRecord Rec(int n) {
+  SourceRecord r;
+  r.next_position = std::to_string(n);
+  return r;
+}
+
+std::vector<std::string> Positions(const std::vector<SourceRecord>& records) {
+  std::vector<std::string> out;
+  for (const SourceRecord& r : records) out.push_back(r.next_position);
+  return out;
+}
+
+TEST(RecordQueueTest, PopsInOrderUpToMax) {
+  RecordQueue q(10);
+  for (int i = 1; i <= 3; ++i) ASSERT_TRUE(q.Push(Rec(i)));
+  EXPECT_EQ(q.size(), 3u);
+  std::vector<SourceRecord> batch;
+  ASSERT_TRUE(q.PopBatch(2, milliseconds(0), &batch));
+  EXPECT_EQ(Positions(batch), (std::vector<std::string>{"1", "2"}));
+  batch.clear();
+  ASSERT_TRUE(q.PopBatch(5, milliseconds(0), &batch));
+  EXPECT_EQ(Positions(batch), (std::vector<std::string>{"3"}));
+  EXPECT_EQ(q.size(), 0u);
+}
+
+TEST(RecordQueueTest, PushBlocksWhileFullUntilAPop) {
+  RecordQueue q(2);
+  ASSERT_TRUE(q.Push(Rec(1)));
+  ASSERT_TRUE(q.Push(Rec(2)));
+  std::atomic<bool> pushed{false};
+  std::thread producer([&] {
+    EXPECT_TRUE(q.Push(Rec(3)));
+    pushed = true;
+  });
+  // A correct queue can never let the third push through here, however long we wait.
+  std::this_thread::sleep_for(milliseconds(50));
+  EXPECT_FALSE(pushed.load());
+  EXPECT_EQ(q.size(), 2u);
+
+  std::vector<SourceRecord> batch;
+  q.PopBatchFor(1, milliseconds(0), &batch);
+  EXPECT_EQ(Positions(batch), (std::vector<std::string>{"1"}));
+  producer.join();  // returns only because the pop made room
+  EXPECT_TRUE(pushed.load());
+  batch.clear();
+  q.PopBatchFor(10, milliseconds(0), &batch);
+  EXPECT_EQ(Positions(batch), (std::vector<std::string>{"2", "3"}));
+}
+
+TEST(RecordQueueTest, CloseWakesABlockedPush) {
+  RecordQueue q(1);
+  ASSERT_TRUE(q.Push(Rec(1)));
+  std::atomic<int> result{-1};
+  std::thread producer([&] { result = q.Push(Rec(2)) ? 1 : 0; });
+  q.Close();
+  producer.join();
+  EXPECT_EQ(result.load(), 0);  // dropped: the queue was closed
+  EXPECT_FALSE(q.Push(Rec(3)));
+}
+
+TEST(RecordQueueTest, CloseWakesABlockedPopAndDrainsFirst) {
+  RecordQueue q(4);
+  std::atomic<int> result{-1};
+  std::thread consumer([&] {
+    std::vector<SourceRecord> batch;
+    result = q.PopBatch(10, milliseconds(0), &batch) ? 1 : 0;
+  });
+  q.Close();
+  consumer.join();
+  EXPECT_EQ(result.load(), 0);  // closed and empty
+
+  RecordQueue drained(4);
+  ASSERT_TRUE(drained.Push(Rec(1)));
+  drained.Close();
+  std::vector<SourceRecord> batch;
+  EXPECT_TRUE(drained.PopBatch(10, milliseconds(1000), &batch));
+  EXPECT_EQ(Positions(batch), (std::vector<std::string>{"1"}));
+  EXPECT_FALSE(drained.PopBatch(10, milliseconds(0), &batch));
+}
+
+TEST(RecordQueueTest, PopBatchLingersForAFullerBatch) {
+  RecordQueue q(10);
+  ASSERT_TRUE(q.Push(Rec(1)));
+  std::thread producer([&] {
+    std::this_thread::sleep_for(milliseconds(20));
+    q.Push(Rec(2));
+  });
+  std::vector<SourceRecord> batch;
+  // Returns as soon as the batch is full (2), long before the linger ends.
+  ASSERT_TRUE(q.PopBatch(2, milliseconds(60000), &batch));
+  producer.join();
+  EXPECT_EQ(Positions(batch), (std::vector<std::string>{"1", "2"}));
+}
+
+TEST(RecordQueueTest, PushForGivesUpWhileFullAndKeepsTheRecord) {
+  RecordQueue q(1);
+  SourceRecord first = Rec(1);
+  EXPECT_EQ(q.PushFor(&first, milliseconds(0)), RecordQueue::PushResult::kPushed);
+  SourceRecord second = Rec(2);
+  EXPECT_EQ(q.PushFor(&second, milliseconds(1)), RecordQueue::PushResult::kFull);
+  EXPECT_EQ(second.next_position, "2");  // not moved from
+  EXPECT_EQ(q.size(), 1u);
+  q.Close();
+  EXPECT_EQ(q.PushFor(&second, milliseconds(1)), RecordQueue::PushResult::kClosed);
+  EXPECT_EQ(second.next_position, "2");
+}
+
+TEST(RecordQueueTest, PopBatchForReturnsEmptyAfterWaiting) {
+  RecordQueue q(2);
+  std::vector<SourceRecord> batch;
+  q.PopBatchFor(5, milliseconds(1), &batch);
+  EXPECT_TRUE(batch.empty());
+}
+
+}  // namespace
+}  // namespace cdcview
