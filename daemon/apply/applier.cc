@@ -1,6 +1,7 @@
 #include "daemon/apply/applier.h"
 
 #include <algorithm>
+#include <charconv>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -24,6 +25,15 @@ int64_t SystemNowMs() {
 
 // A new image must carry the key it was sent under: add missing key attributes, refuse
 // conflicting ones.
+// Whether `image` already holds every key attribute with the same value.
+bool CarriesKeys(const Item& keys, const Item& image) {
+  for (const auto& [name, value] : keys) {
+    auto it = image.find(name);
+    if (it == image.end() || it->second != value) return false;
+  }
+  return true;
+}
+
 absl::Status MergeKeys(const Item& keys, Item* image) {
   for (const auto& [name, value] : keys) {
     auto [it, inserted] = image->emplace(name, value);
@@ -48,6 +58,7 @@ Applier::Applier(const Catalog& catalog, Store* store, ApplyProbe* probe,
       counters_(catalog.config().sources.size()),
       table_events_(catalog.config().tables.size()),
       view_writes_(catalog.views().size()) {
+  for (const ViewRef& view : catalog.views()) view_dbis_.push_back(store->view(view.spec->name));
   for (size_t i = 0; i < catalog.views().size(); ++i) {
     view_states_.push_back(std::make_unique<std::atomic<int>>(static_cast<int>(ViewState::kReady)));
     view_progress_.push_back(std::make_unique<std::atomic<double>>(1.0));
@@ -71,8 +82,7 @@ absl::Status Applier::Recover() {
   WriteTxn& txn = **txn_or;
   for (const ViewRef& view : catalog_.views()) {
     const std::string& name = view.spec->name;
-    std::string fingerprint =
-        view.spec->Fingerprint(catalog_.config().tables[view.table].key);
+    const std::string& fingerprint = view.fingerprint;
     auto stored_fp = txn.Get(store_->meta(), ViewMetaKey(name, "fingerprint"));
     auto stored_state = txn.Get(store_->meta(), ViewMetaKey(name, "state"));
     if (!stored_fp.ok()) return stored_fp.status();
@@ -109,14 +119,34 @@ absl::Status Applier::Recover() {
         std::string(cursor->value());
   }
   cursor.reset();
-  return txn.Commit();
+  if (absl::Status s = txn.Commit(); !s.ok()) return s;
+  PublishSizes();
+  return absl::OkStatus();
+}
+
+void Applier::PublishSizes() {
+  auto txn = store_->BeginRead();
+  if (!txn.ok() || probe_ == nullptr) return;
+  stats_.Clear();
+  for (const ViewRef& view : catalog_.views()) {
+    MDB_dbi dbi = store_->view(view.spec->name);
+    stats_.views[view.global].items = (*txn)->Entries(dbi);
+    stats_.views[view.global].bytes = (*txn)->Bytes(dbi);
+  }
+  txn->reset();
+  stats_.map_used_bytes = store_->map_used_bytes();
+  stats_.map_size_bytes = store_->map_size();
+  probe_->RecordBatch(stats_, now_ms_());
 }
 
 absl::Status Applier::RebuildViews(const std::atomic<bool>* stop) {
+  bool rebuilt = false;
   for (const ViewRef& view : catalog_.views()) {
     if (GetViewState(view.global) == ViewState::kReady) continue;
     if (absl::Status s = RebuildView(view, stop); !s.ok()) return s;
+    rebuilt = true;
   }
+  if (rebuilt) PublishSizes();
   return absl::OkStatus();
 }
 
@@ -131,6 +161,13 @@ absl::Status Applier::RebuildView(const ViewRef& view, const std::atomic<bool>* 
     auto rtxn = store_->BeginRead();
     if (!rtxn.ok()) return rtxn.status();
     total = (*rtxn)->Entries(items);
+    // A resumed rebuild counts what the interrupted one already did, so progress stays true.
+    auto resume = (*rtxn)->Get(store_->meta(), cursor_key);
+    if (!resume.ok()) return resume.status();
+    if (*resume) {
+      auto cursor = (*rtxn)->OpenCursor(items);
+      for (bool ok = cursor->SeekFirst(); ok && cursor->key() <= **resume; ok = cursor->Next()) ++done;
+    }
   }
   auto started = std::chrono::steady_clock::now();
   bool finished = false;
@@ -230,7 +267,9 @@ absl::StatusOr<Applier::Outcome> Applier::ApplyEvent(WriteTxn* txn, const Source
     }
   }
 
-  std::optional<Item> new_item;
+  // The new image is used in place unless the record's Keys must be merged into it.
+  const Item* new_item = nullptr;
+  std::optional<Item> merged;
   if (event.kind != ChangeEvent::Kind::kRemove) {
     if (!event.new_image) {
       *rejection = absl::InvalidArgumentError(
@@ -238,31 +277,34 @@ absl::StatusOr<Applier::Outcome> Applier::ApplyEvent(WriteTxn* txn, const Source
       *reason = "bad_record";
       return Outcome::kRejected;
     }
-    new_item = *event.new_image;
-    if (absl::Status s = MergeKeys(event.keys, &*new_item); !s.ok()) {
-      *rejection = s;
-      *reason = "bad_record";
-      return Outcome::kRejected;
+    new_item = &*event.new_image;
+    if (!CarriesKeys(event.keys, *new_item)) {
+      merged = *new_item;
+      if (absl::Status s = MergeKeys(event.keys, &*merged); !s.ok()) {
+        *rejection = s;
+        *reason = "bad_record";
+        return Outcome::kRejected;
+      }
+      new_item = &*merged;
     }
   }
 
   mutations_.clear();
-  if (absl::Status s = builder.Diff(old_item ? &*old_item : nullptr,
-                                    new_item ? &*new_item : nullptr, &mutations_);
+  if (absl::Status s = builder.Diff(old_item ? &*old_item : nullptr, new_item, &mutations_);
       !s.ok()) {
     *rejection = s;
     *reason = "key_too_large";
     return Outcome::kRejected;
   }
   for (const IndexMutation& m : mutations_) {
-    const ViewSpec& view = spec.views[m.view];
-    BatchStats::View& vs = stats_.views[catalog_.GlobalView(table, m.view)];
+    const size_t global = catalog_.GlobalView(table, m.view);
+    BatchStats::View& vs = stats_.views[global];
     absl::Status s;
     if (m.op == IndexMutation::Op::kPut) {
-      s = txn->Put(store_->view(view.name), m.key, m.value);
+      s = txn->Put(view_dbis_[global], m.key, m.value);
       ++vs.puts;
     } else {
-      s = txn->Delete(store_->view(view.name), m.key);
+      s = txn->Delete(view_dbis_[global], m.key);
       ++vs.deletes;
     }
     if (!s.ok()) return s;
@@ -278,13 +320,38 @@ absl::StatusOr<Applier::Outcome> Applier::ApplyEvent(WriteTxn* txn, const Source
   return Outcome::kApplied;
 }
 
+bool Applier::IsStale(const SourceRecord& record,
+                      const std::map<std::string, std::string>& batch_positions) const {
+  if (record.offset < 0) return false;
+  const std::string& source = catalog_.config().sources[record.source].name;
+  std::string stored;
+  if (auto it = batch_positions.find(PositionKey(source, record.partition));
+      it != batch_positions.end()) {
+    stored = it->second;
+  } else {
+    std::lock_guard lock(mu_);
+    auto committed = positions_.find({source, record.partition});
+    if (committed == positions_.end()) return false;
+    stored = committed->second;
+  }
+  int64_t next = 0;
+  auto [end, error] = std::from_chars(stored.data(), stored.data() + stored.size(), next);
+  return error == std::errc() && end == stored.data() + stored.size() && record.offset < next;
+}
+
 absl::Status Applier::TryBatch(std::vector<SourceRecord>* batch, WriteTxn* txn,
                                std::map<std::string, std::string>* positions) {
   stats_.Clear();
   pending_dead_letters_.clear();
+  stale_.assign(batch->size(), false);
   for (size_t i = 0; i < batch->size(); ++i) {
     const SourceRecord& record = (*batch)[i];
     BatchStats::Source& src = stats_.sources[record.source];
+    if (IsStale(record, *positions)) {  // read again after a rebalance: applied already
+      stale_[i] = true;
+      ++src.skipped;
+      continue;
+    }
     absl::Status rejection = record.rejection;
     std::string reason = record.reason;
     if (record.event) {
@@ -301,6 +368,8 @@ absl::Status Applier::TryBatch(std::vector<SourceRecord>* batch, WriteTxn* txn,
       } else if (*outcome == Outcome::kSkipped) {
         ++src.skipped;
       }
+    } else if (rejection.ok() && !record.position_only) {
+      ++src.skipped;  // read, but nothing to apply (a Debezium tombstone)
     }
     if (!rejection.ok()) {
       // Decoders name the record's place themselves; the writer's own rejections gain it here.
@@ -369,7 +438,9 @@ absl::Status Applier::ApplyBatch(std::vector<SourceRecord>* batch) {
   if (probe_ != nullptr) probe_->RecordBatch(stats_, now);
   {
     std::lock_guard lock(mu_);
-    for (const SourceRecord& record : *batch) {
+    for (size_t i = 0; i < batch->size(); ++i) {
+      const SourceRecord& record = (*batch)[i];
+      if (stale_[i]) continue;  // its position is behind the stored one
       positions_[{catalog_.config().sources[record.source].name, record.partition}] =
           record.next_position;
     }

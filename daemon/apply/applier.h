@@ -92,7 +92,14 @@ class Applier {
   // Applies one event; a non-OK *rejection means the event was rejected (nothing written).
   absl::StatusOr<Outcome> ApplyEvent(WriteTxn* txn, const SourceRecord& record,
                                      absl::Status* rejection, std::string* reason);
+  // A record with a Kafka offset below its partition's stored next offset (this batch's
+  // positions first, then the committed ones): it was applied already and is skipped.
+  bool IsStale(const SourceRecord& record,
+               const std::map<std::string, std::string>& batch_positions) const;
   absl::Status RebuildView(const ViewRef& view, const std::atomic<bool>* stop);
+  // Sets the size gauges (view items and bytes, map use) from the store as it is: at start-up
+  // and after rebuilds, when no batch has reported them yet.
+  void PublishSizes();
   void SetViewState(size_t global_view, ViewState state, double progress);
 
   const Catalog& catalog_;
@@ -100,11 +107,13 @@ class Applier {
   ApplyProbe* probe_;
   std::vector<DeadLetterSink*> dead_letters_;
   std::function<int64_t()> now_ms_;
+  std::vector<MDB_dbi> view_dbis_;  // by global view index
 
   // Writer-thread scratch, reused across batches.
   BatchStats stats_;
   std::vector<IndexMutation> mutations_;
   std::vector<std::pair<size_t, absl::Status>> pending_dead_letters_;
+  std::vector<bool> stale_;  // per batch record: a Kafka offset below the stored next offset
 
   mutable std::mutex mu_;
   std::map<std::pair<std::string, std::string>, std::string> positions_;  // guarded by mu_

@@ -8,7 +8,8 @@ Catalog::Catalog(const Config& config, size_t max_key_bytes) : config_(config) {
     builders_.push_back(std::make_unique<ViewBuilder>(table, max_key_bytes));
     first_view_.push_back(views_.size());
     for (size_t v = 0; v < table.views.size(); ++v) {
-      views_.push_back(ViewRef{t, v, views_.size(), &builders_.back()->table().views[v]});
+      const ViewSpec* spec = &builders_.back()->table().views[v];
+      views_.push_back(ViewRef{t, v, views_.size(), spec, spec->Fingerprint(table.key)});
     }
   }
   for (const SourceConfig& s : config.sources) {

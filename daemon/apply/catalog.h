@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -19,6 +20,7 @@ struct ViewRef {
   size_t in_table = 0;  // index into TableSpec::views (and IndexMutation::view)
   size_t global = 0;
   const ViewSpec* spec = nullptr;
+  std::string fingerprint;  // ViewSpec::Fingerprint, computed once
 };
 
 class Catalog {

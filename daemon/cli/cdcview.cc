@@ -196,6 +196,8 @@ int main(int argc, char** argv) {
   Options o;
   CLI::App cli{"cdcview: query the views of a running cdcviewd"};
   cli.require_subcommand(1);
+  // Subcommands inherit this: --addr and --ddb-json may also follow the subcommand.
+  cli.fallthrough();
   cli.add_option("--addr", o.addr, "cdcviewd gRPC address host:port")->capture_default_str();
   cli.add_flag("--ddb-json", o.ddb_json, "print DynamoDB JSON ({\"S\": ...}) instead of plain JSON");
 
@@ -227,7 +229,16 @@ int main(int argc, char** argv) {
   CLI::App* views = cli.add_subcommand("views", "the views, their state and sizes");
   CLI::App* status = cli.add_subcommand("status", "sources, positions and lag");
 
-  CLI11_PARSE(cli, argc, argv);
+  try {
+    cli.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return cli.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return cli.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "cdcview: " << e.what() << " (see cdcview --help)\n";
+    return 2;
+  }
   auto channel = grpc::CreateChannel(o.addr, grpc::InsecureChannelCredentials());
   auto stub = v1::ViewService::NewStub(channel);
   if (query->parsed()) return RunQuery(*stub, o);

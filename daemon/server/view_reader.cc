@@ -40,6 +40,16 @@ void KeySchemaOf(const KeySpec& key, v1::KeySchema* out) {
   out->set_type(std::string(AttrTypeName(key.value_type())));
 }
 
+// The smallest key greater than every key whose leading components are exactly `encoded`
+// (complete components). Not PrefixSuccessor: S and B escape a NUL byte as 00 FF, so the
+// encoding of "ab" (.. 'b' 00) is a byte prefix of that of "ab\0x" (.. 'b' 00 FF ..). After a
+// complete component comes the next component's type tag (01..03), never FF.
+std::string AfterComponents(std::string_view encoded) {
+  std::string key(encoded);
+  key.push_back('\xFF');
+  return key;
+}
+
 // Reads the stored positions inside `txn`, so a response's position matches what it read.
 void AppliedIn(const Txn& txn, MDB_dbi meta, v1::AppliedPosition* out) {
   auto cursor = txn.OpenCursor(meta);
@@ -206,7 +216,7 @@ absl::StatusOr<v1::QueryResponse> ViewReader::Query(const v1::QueryRequest& requ
   if (!pk.ok()) return pk.status();
   std::string prefix;
   EncodeKeyComponent(*pk, &prefix);
-  std::string lower = prefix, upper = PrefixSuccessor(prefix);
+  std::string lower = prefix, upper = AfterComponents(prefix);
 
   if (request.has_sort() && request.sort().op() != v1::SortCondition::OP_UNSPECIFIED) {
     const v1::SortCondition& cond = request.sort();
@@ -228,10 +238,10 @@ absl::StatusOr<v1::QueryResponse> ViewReader::Query(const v1::QueryRequest& requ
       EncodeKeyComponent(*value, &at);
     }
     switch (cond.op()) {
-      case v1::SortCondition::EQ: lower = at; upper = PrefixSuccessor(at); break;
+      case v1::SortCondition::EQ: lower = at; upper = AfterComponents(at); break;
       case v1::SortCondition::LT: upper = at; break;
-      case v1::SortCondition::LE: upper = PrefixSuccessor(at); break;
-      case v1::SortCondition::GT: lower = PrefixSuccessor(at); break;
+      case v1::SortCondition::LE: upper = AfterComponents(at); break;
+      case v1::SortCondition::GT: lower = AfterComponents(at); break;
       case v1::SortCondition::GE: lower = at; break;
       case v1::SortCondition::BEGINS_WITH: lower = at; upper = PrefixSuccessor(at); break;
       case v1::SortCondition::BETWEEN: {
@@ -244,7 +254,7 @@ absl::StatusOr<v1::QueryResponse> ViewReader::Query(const v1::QueryRequest& requ
               "sort: BETWEEN bounds are in the wrong order; value must be <= value2");
         }
         lower = at;
-        upper = PrefixSuccessor(hi);
+        upper = AfterComponents(hi);
         break;
       }
       default:
@@ -252,12 +262,13 @@ absl::StatusOr<v1::QueryResponse> ViewReader::Query(const v1::QueryRequest& requ
     }
   }
 
-  const std::string fingerprint = spec.Fingerprint(catalog_.config().tables[view.table].key);
+  const std::string& fingerprint = view.fingerprint;
   std::string resume;
   if (!request.page_token().empty()) {
     auto last = DecodePageToken(request.page_token(), fingerprint, request.scan_backward());
     if (!last.ok()) return last.status();
-    if (!last->starts_with(prefix)) {
+    // Within enc(pk)'s range, not merely starting with its bytes (see AfterComponents).
+    if (*last < prefix || *last >= AfterComponents(prefix)) {
       return absl::InvalidArgumentError(
           "page_token belongs to another partition key; start again without a token");
     }
@@ -281,7 +292,7 @@ absl::StatusOr<v1::ScanResponse> ViewReader::Scan(const v1::ScanRequest& request
   auto view_or = ReadyView(request.view());
   if (!view_or.ok()) return view_or.status();
   const ViewRef& view = **view_or;
-  const std::string fingerprint = view.spec->Fingerprint(catalog_.config().tables[view.table].key);
+  const std::string& fingerprint = view.fingerprint;
   std::string resume;
   if (!request.page_token().empty()) {
     auto last = DecodePageToken(request.page_token(), fingerprint, false);
@@ -343,11 +354,21 @@ v1::ViewDescription ViewReader::Describe(const ViewRef& view, const Txn& txn) co
   bool ready = applier_.GetViewState(view.global, &progress) == ViewState::kReady;
   d.set_state(ready ? v1::ViewDescription::READY : v1::ViewDescription::BUILDING);
   d.set_build_progress(ready ? 1.0 : progress);
+  // A view is only as complete as its table's sources: one still reading a snapshot makes it
+  // BACKFILLING (queries answer, from a partial table).
+  for (size_t i = 0; ready && i < sources_.size(); ++i) {
+    if (sources_[i] == nullptr || catalog_.TableOfSource(i) != view.table) continue;
+    SourceHealth health = sources_[i]->Health();
+    if (health.state == "backfilling") {
+      d.set_state(v1::ViewDescription::BACKFILLING);
+      d.set_build_progress(health.progress);
+    }
+  }
   MDB_dbi dbi = store_.view(spec.name);
   d.set_item_count(txn.Entries(dbi));
   d.set_bytes(txn.Bytes(dbi));
   d.set_index_writes_per_event(applier_.IndexWritesPerEvent(view.global));
-  d.set_fingerprint(spec.Fingerprint(catalog_.config().tables[view.table].key));
+  d.set_fingerprint(view.fingerprint);
   KeySchemaOf(spec.rules.front().partition_key, d.mutable_partition_key());
   if (spec.has_sort_key()) KeySchemaOf(*spec.rules.front().sort_key, d.mutable_sort_key());
   d.set_projection(std::string(ProjectionName(spec.projection.kind)));
@@ -387,6 +408,7 @@ v1::StatusResponse ViewReader::GetStatus() const {
       SourceHealth health = sources_[i]->Health();
       s->set_kind(std::string(sources_[i]->kind()));
       s->set_state(health.state);
+      if (health.state == "backfilling") s->set_progress(health.progress);
       s->set_error(health.error);
     }
     if (!writer_error.empty()) {

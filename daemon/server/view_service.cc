@@ -104,6 +104,12 @@ void ViewServer::SetServing(bool serving) {
   health->SetServingStatus(kServiceName, serving);
 }
 
+void ViewServer::SetServiceServing(const std::string& service, bool serving) {
+  if (server_ == nullptr) return;
+  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+  if (health != nullptr) health->SetServingStatus(service, serving);
+}
+
 void ViewServer::Shutdown(int grace_ms) {
   if (server_ == nullptr) return;
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(grace_ms));

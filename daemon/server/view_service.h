@@ -29,6 +29,8 @@ class ViewServer {
 
   int port() const { return port_; }
   void SetServing(bool serving);
+  // The status of one more grpc.health.v1 service name (a view's "cdcview.view.<name>").
+  void SetServiceServing(const std::string& service, bool serving);
   // Stops accepting calls and waits up to `grace_ms` for running ones.
   void Shutdown(int grace_ms);
 

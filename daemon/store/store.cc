@@ -203,7 +203,8 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StorageConfig& config,
         "cannot open the LMDB store in \"", config.path, "\": ", mdb_strerror(rc),
         rc == EAGAIN || rc == EBUSY ? "; is another cdcviewd using it?" : "; check storage.path"));
   }
-  // A store that grew past the configured size keeps its size (LMDB reads it from the file).
+  // LMDB maps at least what the file already uses, whatever map_size says; a map grown by
+  // GrowMap in an earlier run starts again from map_size and grows again when needed.
   MDB_envinfo info;
   mdb_env_info(store->env_, &info);
   if (info.me_mapsize > config.map_size) store->config_.map_size = info.me_mapsize;

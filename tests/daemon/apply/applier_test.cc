@@ -1,0 +1,856 @@
+#include "daemon/apply/applier.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "daemon/apply/catalog.h"
+#include "daemon/config/config.h"
+#include "daemon/log/log.h"
+#include "daemon/metrics/metrics.h"
+#include "daemon/store/store.h"
+#include "gtest/gtest.h"
+#include "index_builders/item_codec.h"
+#include "tests/fakes/fake_dead_letter_sink.h"
+#include "tests/fakes/records.h"
+#include "tests/fakes/temp_dir.h"
+
+namespace cdcview {
+namespace {
+
+using test::At;
+using test::DescribeEntry;
+using test::DescribeKey;
+using test::N;
+using test::S;
+
+constexpr uint64_t kMiB = 1 << 20;
+
+std::string Text(const absl::Status& status) { return std::string(status.message()); }
+
+// The tables and views of examples/cdcview.yaml; OpenOrders' projection is a parameter so a
+// test can change the view's definition. Two sources feed the table.
+constexpr char kConfigYaml[] = R"(
+sources:
+  - name: sample
+    table: App
+    file: { path: unused-sample.ndjson }
+  - name: second
+    table: App
+    file: { path: unused-second.ndjson }
+tables:
+  - name: App
+    key: { partition: PK, sort: SK }
+    views:
+      - name: GSI1
+        partition_key: { attribute: GSI1PK, type: S }
+        sort_key: { attribute: GSI1SK, type: S }
+        projection: ALL
+      - name: OpenOrders
+        partition_key: { template: "OPEN" }
+        sort_key: { attribute: open_since, type: S }
+        projection: OPEN_ORDERS_PROJECTION
+      - name: ByMember
+        inverted: true
+        projection: KEYS_ONLY
+      - name: ByEntity
+        rules:
+          - when: { attribute: type, equals: order }
+            partition_key: { template: "STATUS#{status}" }
+            sort_key: { template: "{created_at}" }
+          - when: { attribute: type, equals: user }
+            partition_key: { template: "EMAIL#{email}" }
+            sort_key: { attribute: PK, type: S }
+      - name: ByLocation
+        partition_key: { attribute: country, type: S }
+        sort_key: { template: "{state}#{city}" }
+      - name: ByScore
+        partition_key: { attribute: board, type: S }
+        sort_key: { attribute: score, type: N }
+)";
+
+constexpr char kIncludeStatusTotal[] = "{ include: [status, total] }";
+
+Config MakeConfig(const std::string& open_orders_projection = kIncludeStatusTotal) {
+  absl::StatusOr<Config> config = ParseConfig(
+      absl::StrReplaceAll(kConfigYaml, {{"OPEN_ORDERS_PROJECTION", open_orders_projection}}),
+      "test.yaml");
+  EXPECT_TRUE(config.ok()) << config.status();
+  return config.ok() ? *std::move(config) : Config();
+}
+
+const std::vector<std::string> kViews = {"GSI1",     "OpenOrders", "ByMember",
+                                         "ByEntity", "ByLocation", "ByScore"};
+enum GlobalView { kGsi1 = 0, kOpenOrders, kByMember, kByEntity, kByLocation, kByScore };
+
+// ---- Items and what the views hold for them
+
+Item Order1() {
+  return {{"PK", S("CUST#1")},          {"SK", S("ORDER#1")},
+          {"type", S("order")},         {"status", S("OPEN")},
+          {"created_at", S("2024-05-01")}, {"open_since", S("2024-05-01")},
+          {"total", N("25.50")},        {"GSI1PK", S("CUST#1")},
+          {"GSI1SK", S("2024-05-01")}};
+}
+constexpr char kOrder1All[] =
+    "{GSI1PK=S:CUST#1, GSI1SK=S:2024-05-01, PK=S:CUST#1, SK=S:ORDER#1, created_at=S:2024-05-01, "
+    "open_since=S:2024-05-01, status=S:OPEN, total=N:25.5, type=S:order}";
+
+Item User1() {
+  return {{"PK", S("USER#u1")}, {"SK", S("PROFILE")},  {"type", S("user")},
+          {"email", S("a@x.io")}, {"country", S("DE")}, {"state", S("BY")},
+          {"city", S("Munich")},  {"board", S("chess")}, {"score", N("-7.5")}};
+}
+constexpr char kUser1All[] =
+    "{PK=S:USER#u1, SK=S:PROFILE, board=S:chess, city=S:Munich, country=S:DE, email=S:a@x.io, "
+    "score=N:-7.5, state=S:BY, type=S:user}";
+
+using ViewContents = std::map<std::string, std::vector<std::string>>;
+
+// What Order1 and User1 together put in the views.
+ViewContents Order1AndUser1Views() {
+  return {
+      {"GSI1", {absl::StrCat("[S:CUST#1 | S:2024-05-01 | S:CUST#1 | S:ORDER#1] ", kOrder1All)}},
+      {"OpenOrders",
+       {"[S:OPEN | S:2024-05-01 | S:CUST#1 | S:ORDER#1] {PK=S:CUST#1, SK=S:ORDER#1, "
+        "open_since=S:2024-05-01, status=S:OPEN, total=N:25.5}"}},
+      {"ByMember",
+       {"[S:ORDER#1 | S:CUST#1 | S:CUST#1 | S:ORDER#1] {PK=S:CUST#1, SK=S:ORDER#1}",
+        "[S:PROFILE | S:USER#u1 | S:USER#u1 | S:PROFILE] {PK=S:USER#u1, SK=S:PROFILE}"}},
+      {"ByEntity",
+       {absl::StrCat("[S:EMAIL#a@x.io | S:USER#u1 | S:USER#u1 | S:PROFILE] ", kUser1All),
+        absl::StrCat("[S:STATUS#OPEN | S:2024-05-01 | S:CUST#1 | S:ORDER#1] ", kOrder1All)}},
+      {"ByLocation", {absl::StrCat("[S:DE | S:BY#Munich | S:USER#u1 | S:PROFILE] ", kUser1All)}},
+      {"ByScore", {absl::StrCat("[S:chess | N:-7.5 | S:USER#u1 | S:PROFILE] ", kUser1All)}},
+  };
+}
+
+// ---- Fixture: a store in a temp dir, the writer, a metrics registry and fake sinks
+
+class ApplierTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SetLogLevel(LogLevel::kWarning);  // rebuild progress is info; rejections stay visible
+    config_ = MakeConfig();
+  }
+  void TearDown() override { Close(); }
+
+  // Opens the store and the writer; with `rebuild`, also Recover and RebuildViews (a fresh
+  // store has every view new).
+  absl::Status Open(uint64_t map_size = 64 * kMiB, uint64_t max_map_size = 256 * kMiB,
+                    bool rebuild = true) {
+    config_.storage.path = dir_.Sub("store");
+    config_.storage.map_size = map_size;
+    config_.storage.max_map_size = max_map_size;
+    auto store = Store::Open(config_.storage, config_.tables);
+    if (!store.ok()) return store.status();
+    store_ = *std::move(store);
+    catalog_ = std::make_unique<Catalog>(config_, store_->max_key_size());
+    auto metrics = MetricsRegistry::Start("");
+    if (!metrics.ok()) return metrics.status();
+    metrics_ = *std::move(metrics);
+    probe_ = std::make_unique<ApplyProbe>(*metrics_, config_);
+    applier_ = std::make_unique<Applier>(*catalog_, store_.get(), probe_.get(),
+                                         std::vector<DeadLetterSink*>{&sample_sink_, &second_sink_},
+                                         [this] { return now_ms_; });
+    if (!rebuild) return absl::OkStatus();
+    if (absl::Status s = applier_->Recover(); !s.ok()) return s;
+    return applier_->RebuildViews();
+  }
+
+  void Close() {
+    applier_.reset();
+    probe_.reset();
+    metrics_.reset();
+    catalog_.reset();
+    store_.reset();
+  }
+
+  absl::Status Apply(std::vector<SourceRecord> batch) { return applier_->ApplyBatch(&batch); }
+
+  const TableKeySpec& key() const { return config_.tables[0].key; }
+
+  std::vector<std::string> Entries(const std::string& view) const {
+    std::vector<std::string> out;
+    auto txn = store_->BeginRead();
+    EXPECT_TRUE(txn.ok()) << txn.status();
+    if (!txn.ok()) return out;
+    auto cursor = (*txn)->OpenCursor(store_->view(view));
+    for (bool ok = cursor->SeekFirst(); ok; ok = cursor->Next()) {
+      out.push_back(DescribeEntry(cursor->key(), cursor->value()));
+    }
+    return out;
+  }
+
+  // Every non-empty view.
+  ViewContents Views() const {
+    ViewContents out;
+    for (const std::string& view : kViews) {
+      std::vector<std::string> entries = Entries(view);
+      if (!entries.empty()) out[view] = std::move(entries);
+    }
+    return out;
+  }
+
+  // "[pk | sk] live 100 {...}" or "[pk | sk] tombstone 200" per stored item, in key order.
+  std::vector<std::string> StoredItems() const {
+    std::vector<std::string> out;
+    auto txn = store_->BeginRead();
+    EXPECT_TRUE(txn.ok()) << txn.status();
+    if (!txn.ok()) return out;
+    auto cursor = (*txn)->OpenCursor(store_->items("App"));
+    for (bool ok = cursor->SeekFirst(); ok; ok = cursor->Next()) {
+      absl::StatusOr<StoredItem> item = DecodeStoredItem(cursor->value());
+      if (!item.ok()) {
+        out.push_back("<bad stored item: " + item.status().ToString() + ">");
+        continue;
+      }
+      std::string line = "[" + DescribeKey(cursor->key()) + "] " +
+                         (item->tombstone ? "tombstone " : "live ") + item->sequence_number;
+      if (!item->tombstone) line += " " + test::DescribeValue(item->image);
+      out.push_back(line);
+    }
+    return out;
+  }
+
+  // "key=value" of every meta entry that starts with `prefix`.
+  std::vector<std::string> Meta(std::string_view prefix) const {
+    std::vector<std::string> out;
+    auto txn = store_->BeginRead();
+    EXPECT_TRUE(txn.ok()) << txn.status();
+    if (!txn.ok()) return out;
+    auto cursor = (*txn)->OpenCursor(store_->meta());
+    for (bool ok = cursor->Seek(prefix); ok && cursor->key().starts_with(prefix); ok = cursor->Next()) {
+      out.push_back(std::string(cursor->key()) + "=" + std::string(cursor->value()));
+    }
+    return out;
+  }
+
+  // The exposition lines of one metric family (no comments), sorted.
+  std::vector<std::string> MetricLines(std::string_view family) const {
+    std::vector<std::string> out;
+    std::istringstream text(metrics_->Render());
+    for (std::string line; std::getline(text, line);) {
+      if (line.starts_with(family) && line.size() > family.size() &&
+          (line[family.size()] == '{' || line[family.size()] == ' ')) {
+        out.emplace_back(line);
+      }
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+  std::vector<std::string> Positions() const {
+    std::vector<std::string> out;
+    for (const AppliedPositionEntry& e : applier_->Positions()) {
+      out.push_back(e.source + "/" + e.partition + "=" + e.position);
+    }
+    return out;
+  }
+
+  test::TempDir dir_;
+  Config config_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<Catalog> catalog_;
+  std::unique_ptr<MetricsRegistry> metrics_;
+  std::unique_ptr<ApplyProbe> probe_;
+  FakeDeadLetterSink sample_sink_;
+  FakeDeadLetterSink second_sink_;
+  std::unique_ptr<Applier> applier_;
+  int64_t now_ms_ = 1'700'000'000'000;
+};
+
+// ---- Insert, modify, remove
+
+TEST_F(ApplierTest, InsertModifyRemoveLeaveExactlyTheRightEntries) {
+  ASSERT_TRUE(Open().ok());
+  ASSERT_TRUE(Apply({test::Insert(key(), Order1(), At("1")),
+                     test::Insert(key(), User1(), At("2"))})
+                  .ok());
+  EXPECT_EQ(Views(), Order1AndUser1Views());
+
+  // The order ships: it leaves OpenOrders, moves within ByEntity, is rewritten in GSI1.
+  Item shipped = Order1();
+  shipped["status"] = S("SHIPPED");
+  shipped.erase("open_since");
+  ASSERT_TRUE(Apply({test::Modify(key(), shipped, At("3"))}).ok());
+  const std::string shipped_all =
+      "{GSI1PK=S:CUST#1, GSI1SK=S:2024-05-01, PK=S:CUST#1, SK=S:ORDER#1, "
+      "created_at=S:2024-05-01, status=S:SHIPPED, total=N:25.5, type=S:order}";
+  ViewContents expected = Order1AndUser1Views();
+  expected["GSI1"] = {"[S:CUST#1 | S:2024-05-01 | S:CUST#1 | S:ORDER#1] " + shipped_all};
+  expected.erase("OpenOrders");
+  expected["ByEntity"][1] = "[S:STATUS#SHIPPED | S:2024-05-01 | S:CUST#1 | S:ORDER#1] " + shipped_all;
+  EXPECT_EQ(Views(), expected);
+
+  // Removing the user takes all its entries; a REMOVE needs only the keys.
+  ASSERT_TRUE(Apply({test::Remove(key(), {{"PK", S("USER#u1")}, {"SK", S("PROFILE")}},
+                                  At("4"))})
+                  .ok());
+  EXPECT_EQ(Views(), (ViewContents{
+                         {"GSI1", expected["GSI1"]},
+                         {"ByMember",
+                          {"[S:ORDER#1 | S:CUST#1 | S:CUST#1 | S:ORDER#1] {PK=S:CUST#1, SK=S:ORDER#1}"}},
+                         {"ByEntity", {expected["ByEntity"][1]}},
+                     }));
+  // Without sequence numbers a removed item that existed keeps a tombstone with an empty one.
+  EXPECT_EQ(StoredItems(),
+            (std::vector<std::string>{"[S:CUST#1 | S:ORDER#1] live  " + shipped_all,
+                                      "[S:USER#u1 | S:PROFILE] tombstone "}));
+  Applier::SourceCounters c = applier_->Counters(0);
+  EXPECT_EQ(c.applied, 4u);
+  EXPECT_EQ(c.skipped, 0u);
+  EXPECT_EQ(c.rejected, 0u);
+  EXPECT_EQ(applier_->commit_count(), 3u);
+}
+
+TEST_F(ApplierTest, PositionsCommitWithTheBatchAndRecoverGivesThemBack) {
+  ASSERT_TRUE(Open().ok());
+  ASSERT_TRUE(
+      Apply({test::Insert(key(), Order1(), At("17").Partition("shard-0")),
+             test::Insert(key(), User1(), At("5").Partition("shard-1")),
+             test::Remove(key(), User1(), At("18").Partition("shard-0")),
+             test::Insert(key(), User1(),
+                          At("line 9").Source(1).Partition(""))})
+          .ok());
+  const std::vector<std::string> positions = {"sample/shard-0=18", "sample/shard-1=5",
+                                              "second/=line 9"};
+  EXPECT_EQ(Positions(), positions);
+  EXPECT_EQ(Meta(kPositionPrefix),
+            (std::vector<std::string>{"pos/sample/shard-0=18", "pos/sample/shard-1=5",
+                                      "pos/second/=line 9"}));
+
+  Close();
+  ASSERT_TRUE(Open().ok());
+  EXPECT_EQ(Positions(), positions);
+  EXPECT_EQ(applier_->PositionsOf(0),
+            (std::map<std::string, std::string>{{"shard-0", "18"}, {"shard-1", "5"}}));
+  EXPECT_EQ(applier_->PositionsOf(1), (std::map<std::string, std::string>{{"", "line 9"}}));
+  EXPECT_EQ(Views(), Order1AndUser1Views());
+}
+
+// ---- Sequence numbers: replays and old events
+
+TEST_F(ApplierTest, ReplayingABatchChangesNothing) {
+  ASSERT_TRUE(Open().ok());
+  Item shipped = Order1();
+  shipped["status"] = S("SHIPPED");
+  const std::vector<SourceRecord> batch = {
+      test::Insert(key(), Order1(), At("1").Seq("100")),
+      test::Insert(key(), User1(), At("2").Seq("101")),
+      test::Modify(key(), shipped, At("3").Seq("102")),
+  };
+  ASSERT_TRUE(Apply(batch).ok());
+  const ViewContents views = Views();
+  const std::vector<std::string> items = StoredItems();
+  const std::vector<std::string> writes = MetricLines("cdcview_index_writes_total");
+  EXPECT_EQ(applier_->Counters(0).applied, 3u);
+
+  ASSERT_TRUE(Apply(batch).ok());
+  EXPECT_EQ(Views(), views);
+  EXPECT_EQ(StoredItems(), items);
+  EXPECT_EQ(MetricLines("cdcview_index_writes_total"), writes);
+  Applier::SourceCounters c = applier_->Counters(0);
+  EXPECT_EQ(c.applied, 3u);
+  EXPECT_EQ(c.skipped, 3u);
+  EXPECT_EQ(MetricLines("cdcview_events_total"),
+            (std::vector<std::string>{
+                "cdcview_events_total{result=\"applied\",source=\"sample\"} 3",
+                "cdcview_events_total{result=\"applied\",source=\"second\"} 0",
+                "cdcview_events_total{result=\"rejected\",source=\"sample\"} 0",
+                "cdcview_events_total{result=\"rejected\",source=\"second\"} 0",
+                "cdcview_events_total{result=\"skipped\",source=\"sample\"} 3",
+                "cdcview_events_total{result=\"skipped\",source=\"second\"} 0",
+            }));
+}
+
+TEST_F(ApplierTest, OlderOrEqualSequenceNumbersAreSkippedNumerically) {
+  ASSERT_TRUE(Open().ok());
+  ASSERT_TRUE(
+      Apply({test::Insert(key(), Order1(), At("1").Seq("1000"))})
+          .ok());
+  const ViewContents before = Views();
+  Item changed = Order1();
+  changed["GSI1PK"] = S("CUST#OTHER");
+  // "999" sorts after "1000" as text but is older as a number; "1000" is the same event.
+  ASSERT_TRUE(
+      Apply({test::Modify(key(), changed, At("2").Seq("999")),
+             test::Modify(key(), changed, At("3").Seq("1000"))})
+          .ok());
+  EXPECT_EQ(Views(), before);
+  EXPECT_EQ(applier_->Counters(0).skipped, 2u);
+  EXPECT_EQ(Positions(), (std::vector<std::string>{"sample/=3"}));  // skipping still advances
+
+  ASSERT_TRUE(
+      Apply({test::Modify(key(), changed, At("4").Seq("1001"))})
+          .ok());
+  EXPECT_EQ(Entries("GSI1"),
+            (std::vector<std::string>{
+                "[S:CUST#OTHER | S:2024-05-01 | S:CUST#1 | S:ORDER#1] "
+                "{GSI1PK=S:CUST#OTHER, GSI1SK=S:2024-05-01, PK=S:CUST#1, SK=S:ORDER#1, "
+                "created_at=S:2024-05-01, open_since=S:2024-05-01, status=S:OPEN, total=N:25.5, "
+                "type=S:order}"}));
+  EXPECT_EQ(applier_->Counters(0).applied, 2u);
+}
+
+TEST_F(ApplierTest, RemoveLeavesATombstoneSoAReplayedInsertDoesNotResurrect) {
+  ASSERT_TRUE(Open().ok());
+  ASSERT_TRUE(
+      Apply({test::Insert(key(), User1(), At("1").Seq("100")),
+             test::Remove(key(), User1(), At("2").Seq("200"))})
+          .ok());
+  EXPECT_EQ(Views(), ViewContents{});
+  EXPECT_EQ(StoredItems(), (std::vector<std::string>{"[S:USER#u1 | S:PROFILE] tombstone 200"}));
+
+  ASSERT_TRUE(
+      Apply({test::Insert(key(), User1(), At("1").Seq("100"))})
+          .ok());
+  EXPECT_EQ(Views(), ViewContents{});
+  EXPECT_EQ(applier_->Counters(0).skipped, 1u);
+
+  // A REMOVE of an item never seen still records its sequence number ...
+  ASSERT_TRUE(
+      Apply({test::Remove(key(), Order1(), At("3").Seq("50")),
+             test::Insert(key(), Order1(), At("4").Seq("40"))})
+          .ok());
+  EXPECT_EQ(Views(), ViewContents{});
+  // ... and one without a sequence number of an unknown item stores nothing.
+  Item unknown = {{"PK", S("NOBODY")}, {"SK", S("X")}};
+  ASSERT_TRUE(Apply({test::Remove(key(), unknown, At("5"))}).ok());
+  EXPECT_EQ(StoredItems(), (std::vector<std::string>{"[S:CUST#1 | S:ORDER#1] tombstone 50",
+                                                     "[S:USER#u1 | S:PROFILE] tombstone 200"}));
+
+  // A newer INSERT brings the item back.
+  ASSERT_TRUE(
+      Apply({test::Insert(key(), User1(), At("6").Seq("300"))})
+          .ok());
+  EXPECT_EQ(Entries("ByScore"),
+            (std::vector<std::string>{
+                absl::StrCat("[S:chess | N:-7.5 | S:USER#u1 | S:PROFILE] ", kUser1All)}));
+}
+
+TEST_F(ApplierTest, EventsWithoutOldImageDeleteTheStoredImagesEntries) {
+  ASSERT_TRUE(Open().ok());
+  ASSERT_TRUE(Apply({test::Insert(key(), Order1(), At("1"))}).ok());
+
+  // NEW_IMAGE stream: no OldImage; the stored image says which entries to delete.
+  Item moved = Order1();
+  moved["GSI1PK"] = S("CUST#2");
+  ASSERT_TRUE(Apply({test::Modify(key(), moved, At("2"))}).ok());
+  std::vector<std::string> gsi1 = Entries("GSI1");
+  ASSERT_EQ(gsi1.size(), 1u);
+  EXPECT_TRUE(gsi1[0].starts_with("[S:CUST#2 | S:2024-05-01 | S:CUST#1 | S:ORDER#1] ")) << gsi1[0];
+
+  // An OldImage that disagrees with the store is ignored: the stored image is the old image.
+  Item again = Order1();
+  again["GSI1PK"] = S("CUST#3");
+  ASSERT_TRUE(Apply({test::Modify(key(), again, At("3"), /*old_image=*/Order1())})
+                  .ok());
+  gsi1 = Entries("GSI1");
+  ASSERT_EQ(gsi1.size(), 1u);
+  EXPECT_TRUE(gsi1[0].starts_with("[S:CUST#3 | S:2024-05-01 | S:CUST#1 | S:ORDER#1] ")) << gsi1[0];
+
+  // An INSERT over a stored item (its REMOVE was never seen) replaces it the same way.
+  ASSERT_TRUE(Apply({test::Insert(key(), Order1(), At("4"))}).ok());
+  EXPECT_EQ(Views(), (ViewContents{{"GSI1", Order1AndUser1Views()["GSI1"]},
+                                   {"OpenOrders", Order1AndUser1Views()["OpenOrders"]},
+                                   {"ByMember", {Order1AndUser1Views()["ByMember"][0]}},
+                                   {"ByEntity", {Order1AndUser1Views()["ByEntity"][1]}}}));
+}
+
+// ---- Rejections
+
+TEST_F(ApplierTest, RejectedRecordsAreDeadLetteredCountedAndTheRestApplies) {
+  ASSERT_TRUE(Open().ok());
+  Item bad_type = {{"PK", N("1")}, {"SK", S("X")}};
+  Item long_pk = {{"PK", S(std::string(600, 'p'))}, {"SK", S("S")}};
+  Item long_entry = {{"PK", S("CUST#9")},
+                     {"SK", S("ORDER#9")},
+                     {"GSI1PK", S(std::string(500, 'g'))},
+                     {"GSI1SK", S("s")}};
+  SourceRecord conflicting = test::Insert(key(), Order1(), At("7").Locator("line 7"));
+  conflicting.event->new_image->at("SK") = S("ORDER#2");
+  SourceRecord no_image = test::Insert(key(), User1(), At("8").Locator("line 8"));
+  no_image.event->new_image.reset();
+
+  ASSERT_TRUE(
+      Apply({test::Insert(key(), Order1(), At("1").Locator("line 1")),
+             test::Rejected(absl::InvalidArgumentError("line 2: expected a JSON object"),
+                            "malformed_json", At("2").Locator("line 2")),
+             test::Insert(key(), bad_type, At("3").Locator("line 3")),
+             test::Insert(key(), long_entry, At("4").Locator("line 4")),
+             test::Insert(key(), long_pk,
+                          At("5").Source(1).Locator("shard/1@5")),
+             test::Insert(key(), User1(), At("6").Locator("line 6")),
+             std::move(conflicting), std::move(no_image)})
+          .ok());
+
+  // The good records applied around the bad ones.
+  EXPECT_EQ(Views(), Order1AndUser1Views());
+  EXPECT_EQ(StoredItems().size(), 2u);
+
+  std::vector<std::string> letters;
+  for (const auto& l : sample_sink_.letters()) {
+    letters.push_back(l.locator + " | " + l.raw + " | " + l.why.ToString());
+  }
+  EXPECT_EQ(letters,
+            (std::vector<std::string>{
+                "line 2 | raw line 2 | INVALID_ARGUMENT: line 2: expected a JSON object",
+                "line 3 | raw line 3 | INVALID_ARGUMENT: line 3: table App: key attribute PK must "
+                "be S, got N",
+                "line 4 | raw line 4 | INVALID_ARGUMENT: line 4: view GSI1: entry key is 522 bytes, "
+                "over the store's limit of 511 bytes",
+                "line 7 | raw line 7 | INVALID_ARGUMENT: line 7: NewImage attribute SK differs from "
+                "the record's Keys",
+                "line 8 | raw line 8 | INVALID_ARGUMENT: line 8: INSERT event without a new image",
+            }));
+  ASSERT_EQ(second_sink_.letters().size(), 1u);
+  EXPECT_EQ(second_sink_.letters()[0].why.ToString(),
+            "INVALID_ARGUMENT: shard/1@5: table App: primary key is 605 bytes, over the store's "
+            "limit of 511 bytes");
+
+  // Positions advance past the rejections.
+  EXPECT_EQ(Positions(), (std::vector<std::string>{"sample/=8", "second/=5"}));
+  EXPECT_EQ(applier_->Counters(0).applied, 2u);
+  EXPECT_EQ(applier_->Counters(0).rejected, 5u);
+  EXPECT_EQ(applier_->Counters(1).rejected, 1u);
+  EXPECT_EQ(MetricLines("cdcview_rejected_events_total"),
+            (std::vector<std::string>{
+                "cdcview_rejected_events_total{reason=\"bad_key\",source=\"sample\"} 1",
+                "cdcview_rejected_events_total{reason=\"bad_key\",source=\"second\"} 1",
+                "cdcview_rejected_events_total{reason=\"bad_record\",source=\"sample\"} 2",
+                "cdcview_rejected_events_total{reason=\"key_too_large\",source=\"sample\"} 1",
+                "cdcview_rejected_events_total{reason=\"malformed_json\",source=\"sample\"} 1",
+            }));
+}
+
+TEST_F(ApplierTest, AFailingDeadLetterSinkFailsTheBatchAndAppliesNothing) {
+  ASSERT_TRUE(Open().ok());
+  ASSERT_TRUE(Apply({test::Insert(key(), Order1(), At("1"))}).ok());
+  const ViewContents views = Views();
+  const std::vector<std::string> items = StoredItems();
+  const std::vector<std::string> meta = Meta("");
+  const std::string events = absl::StrJoin(MetricLines("cdcview_events_total"), "\n");
+
+  sample_sink_.FailWith(absl::UnavailableError("disk full"));
+  Item shipped = Order1();
+  shipped["status"] = S("SHIPPED");
+  const std::vector<SourceRecord> batch = {
+      test::Insert(key(), User1(), At("2").Locator("line 2")),
+      test::Rejected(absl::InvalidArgumentError("line 3: bad"), "malformed_json",
+                     At("3").Locator("line 3")),
+      test::Modify(key(), shipped, At("4").Locator("line 4")),
+  };
+  absl::Status s = Apply(batch);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(Text(s),
+            "source sample: cannot write a dead letter, so the source does not advance past "
+            "line 3: disk full");
+  EXPECT_EQ(Views(), views);
+  EXPECT_EQ(StoredItems(), items);
+  EXPECT_EQ(Meta(""), meta);
+  EXPECT_EQ(Positions(), (std::vector<std::string>{"sample/=1"}));
+  EXPECT_EQ(applier_->Counters(0).applied, 1u);
+  EXPECT_EQ(applier_->Counters(0).rejected, 0u);
+  EXPECT_EQ(absl::StrJoin(MetricLines("cdcview_events_total"), "\n"), events);
+  EXPECT_EQ(applier_->commit_count(), 1u);
+
+  // Once the sink works again the same batch applies.
+  sample_sink_.FailWith(absl::OkStatus());
+  ASSERT_TRUE(Apply(batch).ok());
+  EXPECT_EQ(Positions(), (std::vector<std::string>{"sample/=4"}));
+  EXPECT_EQ(sample_sink_.letters().size(), 1u);
+  EXPECT_EQ(Entries("ByScore").size(), 1u);
+}
+
+// ---- MDB_MAP_FULL
+
+// `n` orders with a 200-byte payload: about 0.5 KiB per item in items/App and in GSI1.
+std::vector<SourceRecord> BigBatch(const TableKeySpec& key, int n) {
+  std::vector<SourceRecord> batch;
+  for (int i = 0; i < n; ++i) {
+    char id[16];
+    std::snprintf(id, sizeof id, "%05d", i);
+    Item item = {{"PK", S(absl::StrCat("CUST#", id))},
+                 {"SK", S(absl::StrCat("ORDER#", id))},
+                 {"GSI1PK", S("ALL")},
+                 {"GSI1SK", S(id)},
+                 {"payload", S(std::string(200, 'x'))}};
+    batch.push_back(test::Insert(key, item, At(absl::StrCat(i + 1))));
+  }
+  return batch;
+}
+
+TEST_F(ApplierTest, MapFullGrowsTheMapAndRetries) {
+  ASSERT_TRUE(Open(1 * kMiB, 64 * kMiB).ok());
+  ASSERT_TRUE(Apply(BigBatch(key(), 3000)).ok());
+  EXPECT_GT(store_->map_size(), 1 * kMiB);
+  EXPECT_EQ(Entries("GSI1").size(), 3000u);
+  EXPECT_EQ(Entries("ByMember").size(), 3000u);
+  EXPECT_EQ(StoredItems().size(), 3000u);
+  EXPECT_EQ(Positions(), (std::vector<std::string>{"sample/=3000"}));
+  EXPECT_EQ(applier_->Counters(0).applied, 3000u);  // counted once, not once per attempt
+  EXPECT_EQ(MetricLines("cdcview_lmdb_map_size_bytes"),
+            (std::vector<std::string>{absl::StrCat("cdcview_lmdb_map_size_bytes ",
+                                                   store_->map_size())}));
+}
+
+TEST_F(ApplierTest, MapFullAtTheMaximumFailsWithNothingApplied) {
+  ASSERT_TRUE(Open(1 * kMiB, 1 * kMiB).ok());
+  absl::Status s = Apply(BigBatch(key(), 3000));
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(Text(s),
+            "the LMDB map is full at storage.max_map_size (1048576 bytes); raise "
+            "storage.max_map_size or free disk space");
+  EXPECT_EQ(Views(), ViewContents{});
+  EXPECT_TRUE(StoredItems().empty());
+  EXPECT_TRUE(Meta(kPositionPrefix).empty());
+  EXPECT_TRUE(Positions().empty());
+  EXPECT_EQ(applier_->Counters(0).applied, 0u);
+  EXPECT_EQ(applier_->commit_count(), 0u);
+  // A small batch still fits.
+  ASSERT_TRUE(Apply({test::Insert(key(), Order1(), At("1"))}).ok());
+  EXPECT_EQ(Positions(), (std::vector<std::string>{"sample/=1"}));
+}
+
+// ---- View rebuilds
+
+TEST_F(ApplierTest, AChangedDefinitionIsRebuiltFromItems) {
+  ASSERT_TRUE(Open().ok());
+  Item closed = {{"PK", S("CUST#2")}, {"SK", S("ORDER#2")}, {"open_since", S("2023-01-01")},
+                 {"status", S("OPEN")}};
+  ASSERT_TRUE(Apply({test::Insert(key(), Order1(), At("1")),
+                     test::Insert(key(), User1(), At("2")),
+                     test::Insert(key(), closed, At("3")),
+                     test::Remove(key(), closed, At("4"))})
+                  .ok());
+  EXPECT_EQ(Entries("OpenOrders").size(), 1u);
+  Close();
+
+  config_ = MakeConfig("KEYS_ONLY");
+  ASSERT_TRUE(Open(64 * kMiB, 256 * kMiB, /*rebuild=*/false).ok());
+  ASSERT_TRUE(applier_->Recover().ok());
+  for (int v : {kGsi1, kByMember, kByEntity, kByLocation, kByScore}) {
+    EXPECT_EQ(applier_->GetViewState(v), ViewState::kReady) << kViews[v];
+  }
+  double progress = -1;
+  EXPECT_EQ(applier_->GetViewState(kOpenOrders, &progress), ViewState::kBuilding);
+  EXPECT_EQ(progress, 0.0);
+  EXPECT_TRUE(Entries("OpenOrders").empty());  // emptied, to be rebuilt
+  const std::string fingerprint =
+      config_.tables[0].views[kOpenOrders].Fingerprint(config_.tables[0].key);
+  EXPECT_EQ(Meta("view/OpenOrders/"),
+            (std::vector<std::string>{"view/OpenOrders/fingerprint=" + fingerprint,
+                                      "view/OpenOrders/state=BUILDING"}));
+
+  ASSERT_TRUE(applier_->RebuildViews().ok());
+  EXPECT_EQ(applier_->GetViewState(kOpenOrders, &progress), ViewState::kReady);
+  EXPECT_EQ(progress, 1.0);
+  ViewContents expected = Order1AndUser1Views();
+  expected["OpenOrders"] = {
+      "[S:OPEN | S:2024-05-01 | S:CUST#1 | S:ORDER#1] {PK=S:CUST#1, SK=S:ORDER#1, "
+      "open_since=S:2024-05-01}"};
+  EXPECT_EQ(Views(), expected);
+  EXPECT_EQ(Meta("view/OpenOrders/"),
+            (std::vector<std::string>{"view/OpenOrders/fingerprint=" + fingerprint,
+                                      "view/OpenOrders/state=READY"}));
+
+  // Nothing left to do on the next start.
+  Close();
+  ASSERT_TRUE(Open(64 * kMiB, 256 * kMiB, /*rebuild=*/false).ok());
+  ASSERT_TRUE(applier_->Recover().ok());
+  EXPECT_EQ(applier_->GetViewState(kOpenOrders), ViewState::kReady);
+  EXPECT_EQ(Views(), expected);
+}
+
+// 5000 orders with 900-byte payloads; every 7th has no open_since (not in OpenOrders), every
+// 11th is removed again (a tombstone). Batches of 1000.
+std::vector<std::vector<SourceRecord>> ManyOrders(const TableKeySpec& key) {
+  std::vector<std::vector<SourceRecord>> batches(5);
+  for (int i = 0; i < 5000; ++i) {
+    char id[16];
+    std::snprintf(id, sizeof id, "%05d", i);
+    Item item = {{"PK", S(absl::StrCat("CUST#", id))},
+                 {"SK", S("ORDER")},
+                 {"status", S("OPEN")},
+                 {"total", N(absl::StrCat(i))},
+                 {"payload", S(std::string(900, 'x'))}};
+    if (i % 7 != 0) item["open_since"] = S(absl::StrCat("2024-", id));
+    std::vector<SourceRecord>& batch = batches[i / 1000];
+    batch.push_back(test::Insert(key, item, At(absl::StrCat(i))));
+    if (i % 11 == 0) batch.push_back(test::Remove(key, item, At(absl::StrCat(i))));
+  }
+  return batches;
+}
+
+TEST_F(ApplierTest, AnInterruptedRebuildResumesAndEndsExact) {
+  // What OpenOrders with projection ALL must hold: built by the writer in a fresh store.
+  std::vector<std::string> expected;
+  uint64_t view_bytes = 0;
+  {
+    config_ = MakeConfig("ALL");
+    ASSERT_TRUE(Open().ok());
+    for (const auto& batch : ManyOrders(key())) ASSERT_TRUE(Apply(batch).ok());
+    expected = Entries("OpenOrders");
+    auto txn = store_->BeginRead();
+    ASSERT_TRUE(txn.ok());
+    view_bytes = (*txn)->Bytes(store_->view("OpenOrders"));
+    txn->reset();
+    Close();
+    std::filesystem::remove_all(config_.storage.path);
+  }
+  ASSERT_EQ(expected.size(), 5000u - 715 - 455 + 65);  // minus every 7th, every 11th, plus both
+
+  // The same items under the old definition (INCLUDE status, total).
+  config_ = MakeConfig();
+  ASSERT_TRUE(Open().ok());
+  for (const auto& batch : ManyOrders(key())) ASSERT_TRUE(Apply(batch).ok());
+  const uint64_t used = store_->map_used_bytes();
+  Close();
+
+  // New definition, and a map with room for about half the rebuilt view: the first chunk of
+  // 2000 items (40% of them) fits, the rest does not, so the rebuild stops with the map full
+  // part-way, its progress committed.
+  config_ = MakeConfig("ALL");
+  const uint64_t tight = used + (view_bytes / 2 + 4095) / 4096 * 4096;
+  ASSERT_TRUE(Open(tight, tight, /*rebuild=*/false).ok());
+  ASSERT_TRUE(applier_->Recover().ok());
+  absl::Status s = applier_->RebuildViews();
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_EQ(applier_->GetViewState(kOpenOrders), ViewState::kBuilding);
+  const std::vector<std::string> cursor = Meta("view/OpenOrders/build_cursor");
+  ASSERT_EQ(cursor.size(), 1u);
+  const std::string at = cursor[0].substr(cursor[0].find('=') + 1);
+  const std::string described = DescribeKey(at);
+  ASSERT_TRUE(described == "S:CUST#01999 | S:ORDER" || described == "S:CUST#03999 | S:ORDER")
+      << described;
+  // Exactly the entries of the items up to the cursor are in the view.
+  const std::string last_pk = described.substr(2, 10);
+  std::vector<std::string> partial = Entries("OpenOrders");
+  size_t expected_partial = 0;
+  for (const std::string& e : expected) {
+    if (e.substr(e.find("S:CUST#") + 2, 10) <= last_pk) ++expected_partial;
+  }
+  EXPECT_EQ(partial.size(), expected_partial);
+
+  // The stop flag: nothing more happens.
+  std::atomic<bool> stop{true};
+  s = applier_->RebuildViews(&stop);
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(Text(s), "stopping");
+  EXPECT_EQ(Meta("view/OpenOrders/build_cursor"), cursor);
+  EXPECT_EQ(Entries("OpenOrders"), partial);
+  Close();
+
+  // Restart with room: Recover resumes (the partial view is kept) and the rebuild ends exact.
+  ASSERT_TRUE(Open(64 * kMiB, 256 * kMiB, /*rebuild=*/false).ok());
+  ASSERT_TRUE(applier_->Recover().ok());
+  EXPECT_EQ(applier_->GetViewState(kOpenOrders), ViewState::kBuilding);
+  EXPECT_EQ(Entries("OpenOrders"), partial);
+  ASSERT_TRUE(applier_->RebuildViews().ok());
+  EXPECT_EQ(applier_->GetViewState(kOpenOrders), ViewState::kReady);
+  EXPECT_EQ(Entries("OpenOrders"), expected);
+  EXPECT_TRUE(Meta("view/OpenOrders/build_cursor").empty());
+  EXPECT_EQ(Meta("view/OpenOrders/state"),
+            (std::vector<std::string>{"view/OpenOrders/state=READY"}));
+  EXPECT_EQ(MetricLines("cdcview_view_build_progress_ratio{view=\"OpenOrders\"}"),
+            (std::vector<std::string>{"cdcview_view_build_progress_ratio{view=\"OpenOrders\"} 1"}));
+}
+
+// ---- Metrics
+
+TEST_F(ApplierTest, MetricsCountEventsWritesItemsRejectionsAndBatches) {
+  ASSERT_TRUE(Open().ok());
+  ASSERT_TRUE(Apply({test::Insert(key(), Order1(), At("1").Seq("100")),
+                     test::Insert(key(), User1(), At("2").Seq("101"))})
+                  .ok());
+  Item shipped = Order1();
+  shipped["status"] = S("SHIPPED");
+  shipped.erase("open_since");
+  ASSERT_TRUE(
+      Apply({test::Modify(key(), shipped, At("3").Seq("102")),
+             test::Remove(key(), User1(), At("4").Seq("103")),
+             test::Insert(key(), Order1(), At("5").Seq("100")),
+             test::Rejected(absl::InvalidArgumentError("line 6: bad json"), "malformed_json",
+                            At("6").Locator("line 6")),
+             test::Insert(key(), {{"PK", S("X")}}, At("7").Source(1))})
+          .ok());
+
+  EXPECT_EQ(MetricLines("cdcview_events_total"),
+            (std::vector<std::string>{
+                "cdcview_events_total{result=\"applied\",source=\"sample\"} 4",
+                "cdcview_events_total{result=\"applied\",source=\"second\"} 0",
+                "cdcview_events_total{result=\"rejected\",source=\"sample\"} 1",
+                "cdcview_events_total{result=\"rejected\",source=\"second\"} 1",
+                "cdcview_events_total{result=\"skipped\",source=\"sample\"} 1",
+                "cdcview_events_total{result=\"skipped\",source=\"second\"} 0",
+            }));
+  EXPECT_EQ(MetricLines("cdcview_index_writes_total"),
+            (std::vector<std::string>{
+                "cdcview_index_writes_total{op=\"delete\",view=\"ByEntity\"} 2",
+                "cdcview_index_writes_total{op=\"delete\",view=\"ByLocation\"} 1",
+                "cdcview_index_writes_total{op=\"delete\",view=\"ByMember\"} 1",
+                "cdcview_index_writes_total{op=\"delete\",view=\"ByScore\"} 1",
+                "cdcview_index_writes_total{op=\"delete\",view=\"GSI1\"} 0",
+                "cdcview_index_writes_total{op=\"delete\",view=\"OpenOrders\"} 1",
+                "cdcview_index_writes_total{op=\"put\",view=\"ByEntity\"} 3",
+                "cdcview_index_writes_total{op=\"put\",view=\"ByLocation\"} 1",
+                "cdcview_index_writes_total{op=\"put\",view=\"ByMember\"} 2",
+                "cdcview_index_writes_total{op=\"put\",view=\"ByScore\"} 1",
+                "cdcview_index_writes_total{op=\"put\",view=\"GSI1\"} 2",
+                "cdcview_index_writes_total{op=\"put\",view=\"OpenOrders\"} 1",
+            }));
+  EXPECT_EQ(MetricLines("cdcview_view_items"),
+            (std::vector<std::string>{
+                "cdcview_view_items{view=\"ByEntity\"} 1",
+                "cdcview_view_items{view=\"ByLocation\"} 0",
+                "cdcview_view_items{view=\"ByMember\"} 1",
+                "cdcview_view_items{view=\"ByScore\"} 0",
+                "cdcview_view_items{view=\"GSI1\"} 1",
+                "cdcview_view_items{view=\"OpenOrders\"} 0",
+            }));
+  EXPECT_EQ(MetricLines("cdcview_rejected_events_total"),
+            (std::vector<std::string>{
+                "cdcview_rejected_events_total{reason=\"bad_key\",source=\"second\"} 1",
+                "cdcview_rejected_events_total{reason=\"malformed_json\",source=\"sample\"} 1",
+            }));
+  EXPECT_EQ(MetricLines("cdcview_apply_batch_size_count"),
+            (std::vector<std::string>{"cdcview_apply_batch_size_count 2"}));
+  EXPECT_EQ(MetricLines("cdcview_apply_batch_size_sum"),
+            (std::vector<std::string>{"cdcview_apply_batch_size_sum 7"}));
+
+  // Write amplification: (puts + deletes) / events applied to the table.
+  EXPECT_EQ(applier_->IndexWritesPerEvent(kGsi1), 0.5);
+  EXPECT_EQ(applier_->IndexWritesPerEvent(kByEntity), 1.25);
+  EXPECT_EQ(applier_->Counters(1).rejected, 1u);
+}
+
+TEST_F(ApplierTest, LagIsMeasuredAgainstTheInjectedClock) {
+  ASSERT_TRUE(Open().ok());
+  ASSERT_TRUE(Apply({test::Insert(key(), Order1(),
+                                  At("1").Created(now_ms_ - 2500)),
+                     test::Insert(key(), User1(),
+                                  At("2").Created(now_ms_ - 1500))})
+                  .ok());
+  EXPECT_EQ(applier_->Counters(0).lag_seconds, 1.5);  // the newest event
+  EXPECT_EQ(MetricLines("cdcview_source_lag_seconds"),
+            (std::vector<std::string>{"cdcview_source_lag_seconds{source=\"sample\"} 1.5",
+                                      "cdcview_source_lag_seconds{source=\"second\"} 0"}));
+  EXPECT_EQ(MetricLines("cdcview_replication_lag_seconds_count"),
+            (std::vector<std::string>{"cdcview_replication_lag_seconds_count 2"}));
+  EXPECT_EQ(MetricLines("cdcview_replication_lag_seconds_sum"),
+            (std::vector<std::string>{"cdcview_replication_lag_seconds_sum 4"}));
+}
+
+}  // namespace
+}  // namespace cdcview

@@ -1,0 +1,526 @@
+#include "daemon/store/store.h"
+
+#include <lmdb.h>
+
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/fakes/temp_dir.h"
+
+namespace cdcview {
+namespace {
+
+using test::TempDir;
+
+constexpr uint64_t kMiB = 1 << 20;
+
+std::string Text(const absl::Status& status) { return std::string(status.message()); }
+
+// Tables with the given views; the store only looks at the names.
+std::vector<TableSpec> Tables(const std::vector<std::string>& views) {
+  TableSpec table;
+  table.name = "App";
+  table.key.partition = "PK";
+  table.key.sort = "SK";
+  for (const std::string& name : views) {
+    ViewSpec view;
+    view.name = name;
+    view.table = "App";
+    table.views.push_back(view);
+  }
+  return {table};
+}
+
+StorageConfig Storage(const std::string& path, uint64_t map_size = 8 * kMiB,
+                      uint64_t max_map_size = 64 * kMiB) {
+  StorageConfig config;
+  config.path = path;
+  config.map_size = map_size;
+  config.max_map_size = max_map_size;
+  return config;
+}
+
+std::unique_ptr<Store> OpenOrDie(const StorageConfig& config, const std::vector<TableSpec>& tables) {
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(config, tables);
+  EXPECT_TRUE(store.ok()) << store.status();
+  return store.ok() ? *std::move(store) : nullptr;
+}
+
+absl::Status PutAndCommit(Store& store, MDB_dbi dbi,
+                          const std::vector<std::pair<std::string, std::string>>& entries) {
+  auto txn = store.BeginWrite();
+  if (!txn.ok()) return txn.status();
+  for (const auto& [key, value] : entries) {
+    if (absl::Status s = (*txn)->Put(dbi, key, value); !s.ok()) return s;
+  }
+  return (*txn)->Commit();
+}
+
+// The value under `key` as a read transaction sees it; "<absent>" if there is none.
+std::string ValueOf(const Txn& txn, MDB_dbi dbi, std::string_view key) {
+  auto value = txn.Get(dbi, key);
+  if (!value.ok()) return "<error: " + value.status().ToString() + ">";
+  return *value ? std::string(**value) : "<absent>";
+}
+
+std::string ReadValue(const Store& store, MDB_dbi dbi, std::string_view key) {
+  auto txn = store.BeginRead();
+  if (!txn.ok()) return "<error: " + txn.status().ToString() + ">";
+  return ValueOf(**txn, dbi, key);
+}
+
+// "k=v" for every entry, walking forward from `from` ("" = first).
+std::vector<std::string> ForwardFrom(const Txn& txn, MDB_dbi dbi, std::string_view from) {
+  std::vector<std::string> out;
+  auto cursor = txn.OpenCursor(dbi);
+  for (bool ok = cursor->Seek(from); ok; ok = cursor->Next()) {
+    out.push_back(std::string(cursor->key()) + "=" + std::string(cursor->value()));
+  }
+  return out;
+}
+
+// ---- Open, reopen, put/get/delete
+
+TEST(StoreTest, OpenCreatesTheDirectoryAndDataSurvivesAReopen) {
+  TempDir dir;
+  const StorageConfig config = Storage(dir.Sub("nested/data"));
+  {
+    std::unique_ptr<Store> store = OpenOrDie(config, Tables({"GSI1"}));
+    ASSERT_NE(store, nullptr);
+    EXPECT_TRUE(std::filesystem::is_directory(config.path));
+    EXPECT_TRUE(store->has_view("GSI1"));
+    EXPECT_FALSE(store->has_view("Other"));
+    EXPECT_EQ(store->max_key_size(), 511u);
+    EXPECT_EQ(store->map_size(), 8 * kMiB);
+    ASSERT_TRUE(PutAndCommit(*store, store->items("App"), {{"k1", "v1"}}).ok());
+    ASSERT_TRUE(PutAndCommit(*store, store->view("GSI1"), {{"e1", "x"}}).ok());
+    EXPECT_TRUE(store->dropped_views().empty());
+  }
+  std::unique_ptr<Store> store = OpenOrDie(config, Tables({"GSI1"}));
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(ReadValue(*store, store->items("App"), "k1"), "v1");
+  EXPECT_EQ(ReadValue(*store, store->view("GSI1"), "e1"), "x");
+  EXPECT_EQ(ReadValue(*store, store->meta(), "schema"), "1");
+  EXPECT_TRUE(store->dropped_views().empty());
+}
+
+TEST(StoreTest, OpenRefusesAPathThatIsAFile) {
+  TempDir dir;
+  const std::string file = dir.Sub("file");
+  std::ofstream(file) << "not a directory";
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(Storage(file), Tables({}));
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Text(store.status()), "cannot create storage directory \"" + file +
+                                      "\": Not a directory; check storage.path and its permissions");
+}
+
+TEST(StoreTest, PutGetDeleteAndAbort) {
+  TempDir dir;
+  std::unique_ptr<Store> store = OpenOrDie(Storage(dir.path()), Tables({}));
+  ASSERT_NE(store, nullptr);
+  const MDB_dbi items = store->items("App");
+  ASSERT_TRUE(PutAndCommit(*store, items, {{"a", "1"}, {"b", "2"}}).ok());
+  {
+    auto txn = store->BeginWrite();
+    ASSERT_TRUE(txn.ok());
+    ASSERT_TRUE((*txn)->Put(items, "a", "one").ok());  // overwrite
+    ASSERT_TRUE((*txn)->Delete(items, "b").ok());
+    EXPECT_TRUE((*txn)->Delete(items, "never-there").ok());  // absent: not an error
+    // A write transaction sees its own writes.
+    EXPECT_EQ(ValueOf(**txn, items, "a"), "one");
+    EXPECT_EQ(ValueOf(**txn, items, "b"), "<absent>");
+    ASSERT_TRUE((*txn)->Commit().ok());
+  }
+  EXPECT_EQ(ReadValue(*store, items, "a"), "one");
+  EXPECT_EQ(ReadValue(*store, items, "b"), "<absent>");
+  {
+    auto txn = store->BeginWrite();
+    ASSERT_TRUE(txn.ok());
+    ASSERT_TRUE((*txn)->Put(items, "c", "3").ok());
+    (*txn)->Abort();
+  }
+  {
+    auto txn = store->BeginWrite();
+    ASSERT_TRUE(txn.ok());
+    ASSERT_TRUE((*txn)->Put(items, "d", "4").ok());
+  }  // destroyed uncommitted: aborted
+  EXPECT_EQ(ReadValue(*store, items, "c"), "<absent>");
+  EXPECT_EQ(ReadValue(*store, items, "d"), "<absent>");
+  auto txn = store->BeginRead();
+  ASSERT_TRUE(txn.ok());
+  EXPECT_EQ((*txn)->Entries(items), 1u);
+  EXPECT_EQ((*txn)->Bytes(items), 4096u);  // one leaf page
+}
+
+TEST(StoreTest, KeyOverTheLimitIsInvalidArgument) {
+  TempDir dir;
+  std::unique_ptr<Store> store = OpenOrDie(Storage(dir.path()), Tables({}));
+  ASSERT_NE(store, nullptr);
+  auto txn = store->BeginWrite();
+  ASSERT_TRUE(txn.ok());
+  EXPECT_TRUE((*txn)->Put(store->items("App"), std::string(511, 'k'), "v").ok());
+  absl::Status s = (*txn)->Put(store->items("App"), std::string(512, 'k'), "v");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Text(s), std::string("writing the store: ") + mdb_strerror(MDB_BAD_VALSIZE));
+}
+
+TEST(StoreTest, ClearEmptiesOneDatabaseOnly) {
+  TempDir dir;
+  std::unique_ptr<Store> store = OpenOrDie(Storage(dir.path()), Tables({"V1", "V2"}));
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(PutAndCommit(*store, store->view("V1"), {{"a", "1"}, {"b", "2"}}).ok());
+  ASSERT_TRUE(PutAndCommit(*store, store->view("V2"), {{"c", "3"}}).ok());
+  {
+    auto txn = store->BeginWrite();
+    ASSERT_TRUE(txn.ok());
+    ASSERT_TRUE((*txn)->Clear(store->view("V1")).ok());
+    ASSERT_TRUE((*txn)->Commit().ok());
+  }
+  auto txn = store->BeginRead();
+  ASSERT_TRUE(txn.ok());
+  EXPECT_EQ((*txn)->Entries(store->view("V1")), 0u);
+  EXPECT_EQ((*txn)->Entries(store->view("V2")), 1u);
+  // Still usable after the clear.
+  txn->reset();
+  ASSERT_TRUE(PutAndCommit(*store, store->view("V1"), {{"z", "9"}}).ok());
+  EXPECT_EQ(ReadValue(*store, store->view("V1"), "z"), "9");
+}
+
+TEST(StoreTest, LmdbStatusTranslatesCodes) {
+  EXPECT_TRUE(LmdbStatus(MDB_SUCCESS, "x").ok());
+  absl::Status full = LmdbStatus(MDB_MAP_FULL, "writing the store");
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(Text(full), "writing the store: MDB_MAP_FULL: Environment mapsize limit reached");
+  EXPECT_EQ(LmdbStatus(MDB_BAD_VALSIZE, "x").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(LmdbStatus(MDB_NOTFOUND, "x").code(), absl::StatusCode::kNotFound);
+  absl::Status other = LmdbStatus(MDB_CORRUPTED, "reading");
+  EXPECT_EQ(other.code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(Text(other), "reading: MDB_CORRUPTED: Located page was wrong type");
+}
+
+// ---- Cursors
+
+class CursorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = OpenOrDie(Storage(dir_.path()), Tables({}));
+    ASSERT_NE(store_, nullptr);
+    ASSERT_TRUE(PutAndCommit(*store_, store_->items("App"),
+                             {{"b", "2"}, {"d", "4"}, {"f", "6"}, {std::string("d\0x", 3), "5"}})
+                    .ok());
+    auto txn = store_->BeginRead();
+    ASSERT_TRUE(txn.ok());
+    txn_ = *std::move(txn);
+  }
+
+  TempDir dir_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<ReadTxn> txn_;
+};
+
+TEST_F(CursorTest, SeekFindsTheFirstKeyAtOrAfter) {
+  const MDB_dbi items = store_->items("App");
+  const std::string d0x("d\0x", 3);
+  EXPECT_EQ(ForwardFrom(*txn_, items, ""),
+            (std::vector<std::string>{"b=2", "d=4", d0x + "=5", "f=6"}));
+  EXPECT_EQ(ForwardFrom(*txn_, items, "a"),
+            (std::vector<std::string>{"b=2", "d=4", d0x + "=5", "f=6"}));
+  EXPECT_EQ(ForwardFrom(*txn_, items, "d"), (std::vector<std::string>{"d=4", d0x + "=5", "f=6"}));
+  EXPECT_EQ(ForwardFrom(*txn_, items, std::string("d\0", 2)),
+            (std::vector<std::string>{d0x + "=5", "f=6"}));
+  EXPECT_EQ(ForwardFrom(*txn_, items, "e"), (std::vector<std::string>{"f=6"}));
+  EXPECT_EQ(ForwardFrom(*txn_, items, "f"), (std::vector<std::string>{"f=6"}));
+  EXPECT_EQ(ForwardFrom(*txn_, items, "g"), (std::vector<std::string>{}));
+}
+
+TEST_F(CursorTest, WalksBothWaysAndStopsAtTheEnds) {
+  auto cursor = txn_->OpenCursor(store_->items("App"));
+  EXPECT_FALSE(cursor->valid());
+  ASSERT_TRUE(cursor->SeekLast());
+  EXPECT_EQ(cursor->key(), "f");
+  ASSERT_TRUE(cursor->Prev());
+  EXPECT_EQ(cursor->key(), std::string_view("d\0x", 3));
+  ASSERT_TRUE(cursor->Prev());
+  EXPECT_EQ(cursor->key(), "d");
+  EXPECT_EQ(cursor->value(), "4");
+  ASSERT_TRUE(cursor->Prev());
+  EXPECT_EQ(cursor->key(), "b");
+  EXPECT_FALSE(cursor->Prev());
+  EXPECT_FALSE(cursor->valid());
+  ASSERT_TRUE(cursor->SeekFirst());
+  EXPECT_EQ(cursor->key(), "b");
+  EXPECT_FALSE(cursor->Seek("zz"));
+  EXPECT_FALSE(cursor->valid());
+  // After a failed seek, SeekLast still works (used for backward walks with no upper bound).
+  ASSERT_TRUE(cursor->SeekLast());
+  EXPECT_EQ(cursor->key(), "f");
+  EXPECT_FALSE(cursor->Next());
+}
+
+TEST(StoreCursorTest, EmptyDatabaseHasNoEntries) {
+  TempDir dir;
+  std::unique_ptr<Store> store = OpenOrDie(Storage(dir.path()), Tables({"V"}));
+  ASSERT_NE(store, nullptr);
+  auto txn = store->BeginRead();
+  ASSERT_TRUE(txn.ok());
+  auto cursor = (*txn)->OpenCursor(store->view("V"));
+  EXPECT_FALSE(cursor->SeekFirst());
+  EXPECT_FALSE(cursor->SeekLast());
+  EXPECT_FALSE(cursor->Seek(""));
+  EXPECT_FALSE(cursor->Seek("a"));
+  EXPECT_EQ((*txn)->Entries(store->view("V")), 0u);
+  EXPECT_EQ((*txn)->Bytes(store->view("V")), 0u);
+}
+
+// ---- StoredItem and meta keys
+
+TEST(StoredItemTest, RoundTrips) {
+  const std::string live = EncodeStoredItem(false, "000123", std::string("img\0bytes", 9));
+  absl::StatusOr<StoredItem> item = DecodeStoredItem(live);
+  ASSERT_TRUE(item.ok()) << item.status();
+  EXPECT_FALSE(item->tombstone);
+  EXPECT_EQ(item->sequence_number, "000123");
+  EXPECT_EQ(item->image, std::string_view("img\0bytes", 9));
+
+  const std::string tomb = EncodeStoredItem(true, "9", "");
+  EXPECT_EQ(tomb, std::string("\x01\x01" "9", 3));
+  item = DecodeStoredItem(tomb);
+  ASSERT_TRUE(item.ok()) << item.status();
+  EXPECT_TRUE(item->tombstone);
+  EXPECT_EQ(item->sequence_number, "9");
+  EXPECT_EQ(item->image, "");
+
+  const std::string no_sequence = EncodeStoredItem(false, "", "x");
+  EXPECT_EQ(no_sequence, std::string("\x00\x00x", 3));
+  item = DecodeStoredItem(no_sequence);
+  ASSERT_TRUE(item.ok()) << item.status();
+  EXPECT_EQ(item->sequence_number, "");
+  EXPECT_EQ(item->image, "x");
+
+  // A sequence number longer than 127 bytes takes a two-byte varint.
+  const std::string long_seq(200, '7');
+  item = DecodeStoredItem(EncodeStoredItem(false, long_seq, "i"));
+  ASSERT_TRUE(item.ok()) << item.status();
+  EXPECT_EQ(item->sequence_number, long_seq);
+  EXPECT_EQ(item->image, "i");
+}
+
+TEST(StoredItemTest, GarbageIsDataLoss) {
+  struct Case {
+    std::string value;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"", "stored item has a bad flag byte"},
+      {std::string("\x02\x00", 2), "stored item has a bad flag byte"},
+      {"\xff", "stored item has a bad flag byte"},
+      {std::string("\x00", 1), "stored item has a truncated sequence number"},
+      {std::string("\x00\x05" "abc", 5), "stored item has a truncated sequence number"},
+      {std::string("\x01\x80", 2), "stored item has a truncated sequence number"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<StoredItem> item = DecodeStoredItem(c.value);
+    ASSERT_FALSE(item.ok()) << testing::PrintToString(c.value);
+    EXPECT_EQ(item.status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_EQ(Text(item.status()), c.message) << testing::PrintToString(c.value);
+  }
+}
+
+TEST(MetaKeysTest, Layout) {
+  EXPECT_EQ(PositionKey("sample", "orders/3"), "pos/sample/orders/3");
+  EXPECT_EQ(PositionKey("sample", ""), "pos/sample/");
+  EXPECT_TRUE(PositionKey("a", "b").starts_with(kPositionPrefix));
+  EXPECT_EQ(ViewMetaKey("GSI1", "fingerprint"), "view/GSI1/fingerprint");
+  EXPECT_EQ(ViewMetaKey("GSI1", "state"), "view/GSI1/state");
+}
+
+TEST(StoreTest, PositionsPersistUnderTheirKeys) {
+  TempDir dir;
+  {
+    std::unique_ptr<Store> store = OpenOrDie(Storage(dir.path()), Tables({}));
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(PutAndCommit(*store, store->meta(),
+                             {{PositionKey("s1", ""), "line 4"}, {PositionKey("s2", "p/1"), "7"}})
+                    .ok());
+  }
+  std::unique_ptr<Store> store = OpenOrDie(Storage(dir.path()), Tables({}));
+  ASSERT_NE(store, nullptr);
+  auto txn = store->BeginRead();
+  ASSERT_TRUE(txn.ok());
+  EXPECT_EQ(ForwardFrom(**txn, store->meta(), kPositionPrefix),
+            (std::vector<std::string>{"pos/s1/=line 4", "pos/s2/p/1=7", "schema=1"}));
+}
+
+// ---- Views leaving the config, schema versions
+
+TEST(StoreTest, ViewsNoLongerConfiguredAreDroppedWithTheirMeta) {
+  TempDir dir;
+  const StorageConfig config = Storage(dir.path());
+  {
+    std::unique_ptr<Store> store = OpenOrDie(config, Tables({"Keep", "Gone", "Gone2"}));
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(PutAndCommit(*store, store->view("Keep"), {{"k", "1"}}).ok());
+    ASSERT_TRUE(PutAndCommit(*store, store->view("Gone"), {{"g", "1"}}).ok());
+    ASSERT_TRUE(PutAndCommit(*store, store->meta(),
+                             {{ViewMetaKey("Gone", "fingerprint"), "f"},
+                              {ViewMetaKey("Gone", "state"), "READY"},
+                              {ViewMetaKey("Gone", "build_cursor"), "c"},
+                              {ViewMetaKey("Keep", "fingerprint"), "fk"},
+                              {ViewMetaKey("Keep", "state"), "READY"}})
+                    .ok());
+  }
+  {
+    std::unique_ptr<Store> store = OpenOrDie(config, Tables({"Keep"}));
+    ASSERT_NE(store, nullptr);
+    EXPECT_EQ(store->dropped_views(), (std::vector<std::string>{"Gone", "Gone2"}));
+    EXPECT_FALSE(store->has_view("Gone"));
+    EXPECT_EQ(ReadValue(*store, store->view("Keep"), "k"), "1");
+    auto txn = store->BeginRead();
+    ASSERT_TRUE(txn.ok());
+    EXPECT_EQ(ForwardFrom(**txn, store->meta(), ""),
+              (std::vector<std::string>{"schema=1", "view/Keep/fingerprint=fk",
+                                        "view/Keep/state=READY"}));
+  }
+  // Configured again later: it comes back empty (the applier rebuilds it).
+  std::unique_ptr<Store> store = OpenOrDie(config, Tables({"Keep", "Gone"}));
+  ASSERT_NE(store, nullptr);
+  EXPECT_TRUE(store->dropped_views().empty());
+  auto txn = store->BeginRead();
+  ASSERT_TRUE(txn.ok());
+  EXPECT_EQ((*txn)->Entries(store->view("Gone")), 0u);
+  EXPECT_EQ((*txn)->Entries(store->view("Keep")), 1u);
+}
+
+TEST(StoreTest, SchemaVersionMismatchIsRefusedWithAnExplanation) {
+  TempDir dir;
+  const StorageConfig config = Storage(dir.path());
+  {
+    std::unique_ptr<Store> store = OpenOrDie(config, Tables({}));
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(PutAndCommit(*store, store->meta(), {{"schema", "2"}}).ok());
+  }
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(config, Tables({}));
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Text(store.status()),
+            "store \"" + dir.path() +
+                "\" has schema version 2, this cdcviewd reads 1; use a matching cdcviewd or "
+                "start from an empty storage.path");
+}
+
+// ---- Map growth
+
+// Fills `dbi` with 1 KiB values, 16 per transaction, until the map is full; returns how many
+// entries were committed.
+int FillUntilFull(Store& store, MDB_dbi dbi, absl::Status* full) {
+  static int next_key = 100000;
+  const std::string value(1024, 'v');
+  for (int committed = 0; committed < 1000000; committed += 16) {
+    std::vector<std::pair<std::string, std::string>> chunk;
+    for (int i = 0; i < 16; ++i) chunk.emplace_back("key" + std::to_string(next_key++), value);
+    if (absl::Status s = PutAndCommit(store, dbi, chunk); !s.ok()) {
+      *full = s;
+      return committed;
+    }
+  }
+  return -1;  // the map never filled: the assertions report it
+}
+
+TEST(StoreTest, GrowMapDoublesUpToTheMaximumThenIsExhausted) {
+  TempDir dir;
+  std::unique_ptr<Store> store = OpenOrDie(Storage(dir.path(), 1 * kMiB, 3 * kMiB), Tables({}));
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->map_size(), 1 * kMiB);
+
+  absl::Status full;
+  const int first = FillUntilFull(*store, store->items("App"), &full);
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted) << full;
+  EXPECT_EQ(Text(full), "writing the store: MDB_MAP_FULL: Environment mapsize limit reached");
+  EXPECT_LE(store->map_used_bytes(), store->map_size());
+
+  ASSERT_TRUE(store->GrowMap().ok());
+  EXPECT_EQ(store->map_size(), 2 * kMiB);
+  const int second = FillUntilFull(*store, store->items("App"), &full);
+  EXPECT_GT(second, 0);  // room again after growing
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted) << full;
+
+  ASSERT_TRUE(store->GrowMap().ok());
+  EXPECT_EQ(store->map_size(), 3 * kMiB);  // capped at max_map_size, not 4 MiB
+  absl::Status at_max = store->GrowMap();
+  EXPECT_EQ(at_max.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(Text(at_max),
+            "the LMDB map is full at storage.max_map_size (3145728 bytes); raise "
+            "storage.max_map_size or free disk space");
+  EXPECT_EQ(store->map_size(), 3 * kMiB);
+
+  // Everything committed before the growths is still there.
+  auto txn = store->BeginRead();
+  ASSERT_TRUE(txn.ok());
+  EXPECT_EQ((*txn)->Entries(store->items("App")), static_cast<uint64_t>(first + second));
+}
+
+TEST(StoreTest, GrowMapAtTheMaximumFromTheStart) {
+  TempDir dir;
+  std::unique_ptr<Store> store = OpenOrDie(Storage(dir.path(), 1 * kMiB, 1 * kMiB), Tables({}));
+  ASSERT_NE(store, nullptr);
+  absl::Status s = store->GrowMap();
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(Text(s),
+            "the LMDB map is full at storage.max_map_size (1048576 bytes); raise "
+            "storage.max_map_size or free disk space");
+}
+
+// ---- Readers and the writer
+
+TEST(StoreTest, ReadTransactionKeepsItsSnapshotWhileAWriterCommits) {
+  TempDir dir;
+  std::unique_ptr<Store> store = OpenOrDie(Storage(dir.path()), Tables({}));
+  ASSERT_NE(store, nullptr);
+  const MDB_dbi items = store->items("App");
+  ASSERT_TRUE(PutAndCommit(*store, items, {{"a", "old"}, {"b", "old"}}).ok());
+
+  auto reader = store->BeginRead();
+  ASSERT_TRUE(reader.ok());
+  EXPECT_EQ(ValueOf(**reader, items, "a"), "old");
+
+  // The writer runs on its own thread while the read transaction stays open: it must not
+  // block on the reader.
+  absl::Status written;
+  std::thread writer([&] {
+    auto txn = store->BeginWrite();
+    if (!txn.ok()) {
+      written = txn.status();
+      return;
+    }
+    for (absl::Status s : {(*txn)->Put(items, "a", "new"), (*txn)->Delete(items, "b"),
+                           (*txn)->Put(items, "c", "new")}) {
+      if (!s.ok()) {
+        written = s;
+        return;
+      }
+    }
+    written = (*txn)->Commit();
+  });
+  writer.join();
+  ASSERT_TRUE(written.ok()) << written;
+
+  // The old reader still sees the snapshot it began with ...
+  EXPECT_EQ(ValueOf(**reader, items, "a"), "old");
+  EXPECT_EQ(ValueOf(**reader, items, "b"), "old");
+  EXPECT_EQ(ValueOf(**reader, items, "c"), "<absent>");
+  EXPECT_EQ(ForwardFrom(**reader, items, ""), (std::vector<std::string>{"a=old", "b=old"}));
+  EXPECT_EQ((*reader)->Entries(items), 2u);
+  // ... and a new one sees the commit.
+  auto fresh = store->BeginRead();
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_EQ(ForwardFrom(**fresh, items, ""), (std::vector<std::string>{"a=new", "c=new"}));
+}
+
+}  // namespace
+}  // namespace cdcview

@@ -1,0 +1,56 @@
+// FakeDeadLetterSink: a DeadLetterSink that keeps what it is given in memory, and can be
+// told to fail, so tests see exactly which records were dead-lettered and why.
+//
+// Thread-safe (the writer calls Write; a test thread may inspect letters() meanwhile).
+#pragma once
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "daemon/sources/change_source.h"
+
+namespace cdcview {
+
+class FakeDeadLetterSink : public DeadLetterSink {
+ public:
+  struct Letter {
+    std::string locator;
+    std::string raw;
+    std::string partition;
+    absl::Status why;
+  };
+
+  absl::Status Write(const SourceRecord& record, const absl::Status& why) override {
+    std::lock_guard lock(mu_);
+    ++attempts_;
+    if (!failure_.ok()) return failure_;
+    letters_.push_back(Letter{record.locator, record.raw, record.partition, why});
+    return absl::OkStatus();
+  }
+
+  // Every later Write returns `failure` (OK: succeed again) and records nothing.
+  void FailWith(absl::Status failure) {
+    std::lock_guard lock(mu_);
+    failure_ = std::move(failure);
+  }
+
+  std::vector<Letter> letters() const {
+    std::lock_guard lock(mu_);
+    return letters_;
+  }
+  // Write calls, including failed ones.
+  int attempts() const {
+    std::lock_guard lock(mu_);
+    return attempts_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  absl::Status failure_;
+  std::vector<Letter> letters_;
+  int attempts_ = 0;
+};
+
+}  // namespace cdcview
