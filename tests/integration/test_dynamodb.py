@@ -1,0 +1,588 @@
+"""The DynamoDB Streams source against real endpoints: moto's DynamoDB (the differential test
+against its GSIs, kill -9, snapshot, the vote scenario) and a scripted Streams endpoint
+(shard lineage, expired iterators, throttling, trimmed data, SigV4 checked by botocore)."""
+
+import random
+import threading
+import time
+from decimal import Decimal
+
+import pytest
+
+from conftest import metric, to_typed, wait_for
+from dynamodb_env import MotoServer, create_table, source_config
+from fake_streams_endpoint import FakeStreams
+
+S = lambda v: {"S": v}  # noqa: E731
+N = lambda v: {"N": str(v)}  # noqa: E731
+
+
+@pytest.fixture(scope="module")
+def moto():
+    server = MotoServer()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def fake():
+    f = FakeStreams()
+    yield f
+    f.stop()
+
+
+def table_config(name="App", views=()):
+    return {"name": name, "key": {"partition": "PK", "sort": "SK"}, "views": list(views)}
+
+
+def view(name, pk, pk_type="S", sk=None, sk_type="S"):
+    v = {"name": name, "partition_key": {"attribute": pk, "type": pk_type}, "projection": "ALL"}
+    if sk:
+        v["sort_key"] = {"attribute": sk, "type": sk_type}
+    return v
+
+
+def last_sequence_numbers(moto, table):
+    """shard id -> the last sequence number in moto's stream of `table`."""
+    streams = moto.client("dynamodbstreams")
+    arn = streams.list_streams(TableName=table)["Streams"][0]["StreamArn"]
+    out = {}
+    for shard in streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]:
+        it = streams.get_shard_iterator(StreamArn=arn, ShardId=shard["ShardId"],
+                                        ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+        last = None
+        while it:
+            r = streams.get_records(ShardIterator=it, Limit=1000)
+            if r["Records"]:
+                last = r["Records"][-1]["dynamodb"]["SequenceNumber"]
+            elif last is not None or not r["Records"]:
+                break
+            it = r.get("NextShardIterator")
+        out[shard["ShardId"]] = last
+    return out
+
+
+def stream_record_count(moto, table):
+    streams = moto.client("dynamodbstreams")
+    arn = streams.list_streams(TableName=table)["Streams"][0]["StreamArn"]
+    total = 0
+    for shard in streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]:
+        it = streams.get_shard_iterator(StreamArn=arn, ShardId=shard["ShardId"],
+                                        ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+        while it:
+            r = streams.get_records(ShardIterator=it, Limit=1000)
+            if not r["Records"]:
+                break
+            total += len(r["Records"])
+            it = r.get("NextShardIterator")
+    return total
+
+
+def wait_caught_up(d, moto, table, source="app"):
+    want = {k: v for k, v in last_sequence_numbers(moto, table).items() if v}
+
+    def done():
+        s = d.source(source)
+        got = {p.partition: p.position for p in s.positions}
+        return all(got.get(k) == v for k, v in want.items())
+
+    wait_for(f"source {source} to apply the stream up to {want}", done,
+             describe=lambda: f"{d.source(source)}")
+
+
+def query_all(d, view_name, pk, sort=None, backward=False, limit=7):
+    """Our Query, every page, as [(sort key typed, item typed)]."""
+    vs = d.stubs.vs
+    out, token = [], b""
+    while True:
+        req = vs.QueryRequest(view=view_name, partition_key=pk, limit=limit,
+                              scan_backward=backward, page_token=token)
+        if sort is not None:
+            req.sort.CopyFrom(sort)
+        r = d.stub.Query(req, timeout=30)
+        for e in r.entries:
+            out.append((to_typed(e.sort_key) if e.HasField("sort_key") else None,
+                        {k: to_typed(v) for k, v in e.item.attributes.items()}))
+        token = r.next_page_token
+        if not token:
+            return out
+
+
+def av(pb, typed):
+    (kind, value), = typed.items()
+    a = pb.av.AttributeValue()
+    if kind == "S":
+        a.s = value
+    else:
+        a.n = value
+    return a
+
+
+# ---------------------------------------------------------------- the vote scenario
+
+def test_vote_scenario_one_view_query_answers_what_four_gsi_queries_do(daemon_factory, moto):
+    ddb = moto.client()
+    create_table(ddb, "Votes", [("GSI1", "GSI1PK", "GSI1SK", "ALL")])
+    rng = random.Random(20250301)
+    shards = {}
+    for user in ("cy", "ann", "bob"):
+        shards[user] = rng.randrange(4)
+        ddb.put_item(TableName="Votes", Item={
+            "PK": S(f"VOTE#{user}"), "SK": S("2025-03-01"),
+            "GSI1PK": S(f"DAY#2025-03-01#{shards[user]}"), "GSI1SK": S(user)})
+    d = daemon_factory({"sources": [source_config(moto.url, table="Votes")],
+                        "tables": [table_config("Votes", [view("GSI1", "GSI1PK", sk="GSI1SK")])]})
+    d.start()
+    wait_caught_up(d, moto, "Votes")
+    # DynamoDB: one Query per write shard, merged by the caller.
+    dynamo = []
+    for shard in range(4):
+        r = ddb.query(TableName="Votes", IndexName="GSI1",
+                      KeyConditionExpression="GSI1PK = :p",
+                      ExpressionAttributeValues={":p": S(f"DAY#2025-03-01#{shard}")})
+        dynamo += [i["GSI1SK"]["S"] for i in r["Items"]]
+    assert sorted(dynamo) == ["ann", "bob", "cy"]
+    ours = []
+    for shard in range(4):
+        ours += [sk["S"] for sk, _ in query_all(d, "GSI1", av(d.stubs, S(f"DAY#2025-03-01#{shard}")))]
+    assert sorted(ours) == ["ann", "bob", "cy"]
+    assert sum(1 for s in shards.values()) == 3
+    d.stop()
+
+
+# ---------------------------------------------------------------- differential against moto's GSIs
+
+GSIS = [("GSI1", "GSI1PK", "GSI1SK", "ALL"),        # overloaded generic keys
+        ("Open", "OpenPK", "OpenSK", "ALL"),        # sparse: few items have OpenPK
+        ("Inverted", "SK", "PK", "ALL"),            # the table key swapped
+        ("ByScore", "board", "score", "ALL")]       # numeric sort key
+VIEWS = [view("GSI1", "GSI1PK", sk="GSI1SK"), view("Open", "OpenPK", sk="OpenSK"),
+         {"name": "Inverted", "inverted": True, "projection": "ALL"},
+         view("ByScore", "board", sk="score", sk_type="N")]
+SK_TYPES = {"GSI1": "S", "Open": "S", "Inverted": "S", "ByScore": "N"}
+KEYS = {name: (pk, sk) for name, pk, sk, _ in GSIS}
+
+
+def random_number(rng):
+    value = Decimal(rng.randrange(-5000, 5000)) / Decimal(rng.choice([1, 10, 100]))
+    text = format(value.normalize(), "f")
+    return "0" if text in ("-0", "0") else text
+
+
+def random_gsi_attributes(rng):
+    attrs = {}
+    if rng.random() < 0.8:
+        attrs["GSI1PK"] = S(rng.choice(["USER#", "ORDER#", "ITEM#", "TAG#", "X"]) + str(rng.randrange(3)))
+        attrs["GSI1SK"] = S(rng.choice(["", "a", "a#", "a#1", "b", "b#2", "~", "2025-03-0"]) + str(rng.randrange(40)))
+    if rng.random() < 0.15:
+        attrs["OpenPK"] = S("OPEN")
+        attrs["OpenSK"] = S(f"2025-03-{rng.randrange(1, 29):02d}T{rng.randrange(24):02d}")
+    if rng.random() < 0.7:
+        attrs["board"] = S(f"board{rng.randrange(4)}")
+        attrs["score"] = N(random_number(rng))
+    return attrs
+
+
+def run_workload(ddb, table, ops, seed):
+    """Puts, updates that add, change and remove GSI key attributes, and deletes."""
+    rng = random.Random(seed)
+    keys = [(f"E#{i:03d}", sk) for i in range(300) for sk in ("A", "B", "META")]
+    for n in range(ops):
+        pk, sk = rng.choice(keys)
+        key = {"PK": S(pk), "SK": S(sk)}
+        roll = rng.random()
+        if roll < 0.45:
+            item = dict(key, n=N(n), **random_gsi_attributes(rng))
+            ddb.put_item(TableName=table, Item=item)
+        elif roll < 0.85:
+            attrs = random_gsi_attributes(rng)
+            names = ["GSI1PK", "GSI1SK", "OpenPK", "OpenSK", "board", "score"]
+            # Key attributes go in pairs so no item has half a GSI key (moto and DynamoDB agree).
+            pairs = [("GSI1PK", "GSI1SK"), ("OpenPK", "OpenSK"), ("board", "score")]
+            sets, removes, values = [f"n = :n"], [], {":n": N(n)}
+            for a, b in pairs:
+                if a in attrs:
+                    sets += [f"{a} = :{a}", f"{b} = :{b}"]
+                    values[f":{a}"], values[f":{b}"] = attrs[a], attrs[b]
+                elif rng.random() < 0.5:
+                    removes += [a, b]
+            expr = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
+            assert all(x in names for x in removes)
+            ddb.update_item(TableName=table, Key=key, UpdateExpression=expr,
+                            ExpressionAttributeValues=values)
+        else:
+            ddb.delete_item(TableName=table, Key=key)
+
+
+def dynamo_query(ddb, table, index, pk_attr, pk, cond=None, forward=True, limit=25):
+    """moto's Query on the GSI, every page, as [(sort key typed, item)]."""
+    sk_attr = KEYS[index][1]
+    expr, values, names = "#p = :p", {":p": pk}, {"#p": pk_attr}
+    if cond:
+        op, a, b = cond
+        names["#s"] = sk_attr
+        values[":a"] = a
+        if op == "BETWEEN":
+            values[":b"] = b
+            expr += " AND #s BETWEEN :a AND :b"
+        elif op == "BEGINS_WITH":
+            expr += " AND begins_with(#s, :a)"
+        else:
+            expr += f" AND #s {op} :a"
+    out, start = [], None
+    while True:
+        kwargs = dict(TableName=table, IndexName=index, KeyConditionExpression=expr,
+                      ExpressionAttributeValues=values, ExpressionAttributeNames=names,
+                      ScanIndexForward=forward, Limit=limit)
+        if start:
+            kwargs["ExclusiveStartKey"] = start
+        r = ddb.query(**kwargs)
+        out += [(i[sk_attr], i) for i in r["Items"]]
+        start = r.get("LastEvaluatedKey")
+        if not start:
+            return out
+
+
+def same_answer(ours, theirs):
+    """Item for item in sort-key order; DynamoDB leaves the order of equal sort keys open, so
+    within a run of equal sort keys the items are compared as a set."""
+    if [sk for sk, _ in ours] != [sk for sk, _ in theirs]:
+        return False
+    groups = {}
+    for side, rows in (("ours", ours), ("theirs", theirs)):
+        for sk, item in rows:
+            groups.setdefault((str(sk), side), []).append(repr(sorted(item.items())))
+    return all(sorted(v) == sorted(groups.get((k[0], "theirs"), []))
+               for k, v in groups.items() if k[1] == "ours")
+
+
+def sort_conditions(sk_type, values):
+    """Every sort condition with boundary values: the smallest, the largest, the middle and
+    values just outside the range, each with =, <, <=, >, >=; BETWEEN; begins_with."""
+    ordered = sorted(set(values), key=(lambda v: Decimal(v)) if sk_type == "N" else None)
+    if not ordered:
+        return [None]
+    lo, mid, hi = ordered[0], ordered[len(ordered) // 2], ordered[-1]
+    if sk_type == "N":
+        outside = [str(Decimal(lo) - 1), str(Decimal(hi) + 1)]
+    else:
+        outside = ["", hi + "\x7f"]
+    picks = [v for v in [lo, mid, hi] + outside if sk_type == "S" or v != ""]
+    conds = [None]
+    typed = (lambda v: N(v)) if sk_type == "N" else (lambda v: S(v))
+    for v in picks:
+        if sk_type == "S" and v == "":
+            continue  # DynamoDB refuses an empty string key condition value
+        for op in ("=", "<", "<=", ">", ">="):
+            conds.append((op, typed(v), None))
+    conds.append(("BETWEEN", typed(lo), typed(mid)))
+    conds.append(("BETWEEN", typed(mid), typed(hi)))
+    conds.append(("BETWEEN", typed(lo), typed(lo)))
+    if sk_type == "S" and mid:
+        conds.append(("BEGINS_WITH", typed(mid[:1]), None))
+        conds.append(("BEGINS_WITH", typed(mid), None))
+    return conds
+
+
+OPS = {"=": 1, "<": 2, "<=": 3, ">": 4, ">=": 5, "BETWEEN": 6, "BEGINS_WITH": 7}
+
+
+def our_condition(pb, cond):
+    if cond is None:
+        return None
+    op, a, b = cond
+    c = pb.vs.SortCondition(op=OPS[op], value=av(pb, a))
+    if b is not None:
+        c.value2.CopyFrom(av(pb, b))
+    return c
+
+
+def test_differential_every_gsi_query_answers_as_dynamodb(daemon_factory, moto):
+    ddb = moto.client()
+    create_table(ddb, "Diff", GSIS, attribute_types={"score": "N"})
+    d = daemon_factory({"sources": [source_config(moto.url, table="Diff", name="app",
+                                                  shard_concurrency=2)],
+                        "tables": [table_config("Diff", VIEWS)]})
+    d.start()
+    run_workload(ddb, "Diff", 5200, seed=4)  # while the daemon reads
+    wait_caught_up(d, moto, "Diff")
+    s = d.source("app")
+    assert s.events_rejected == 0 and s.events_skipped == 0, s
+
+    items = []
+    start = None
+    while True:
+        kwargs = {"TableName": "Diff"}
+        if start:
+            kwargs["ExclusiveStartKey"] = start
+        r = ddb.scan(**kwargs)
+        items += r["Items"]
+        start = r.get("LastEvaluatedKey")
+        if not start:
+            break
+    queries = mismatches = 0
+    for index, pk_attr, sk_attr, _ in GSIS:
+        partitions = {}
+        for item in items:
+            if pk_attr in item and sk_attr in item:
+                partitions.setdefault(item[pk_attr]["S"], []).append(
+                    list(item[sk_attr].values())[0])
+        assert partitions, f"the workload put nothing into {index}"
+        for pk, values in sorted(partitions.items()):
+            for cond in sort_conditions(SK_TYPES[index], values):
+                for forward in (True, False):
+                    theirs = dynamo_query(ddb, "Diff", index, pk_attr, S(pk), cond, forward,
+                                          limit=3 if cond is None else 50)
+                    ours = query_all(d, index, av(d.stubs, S(pk)), our_condition(d.stubs, cond),
+                                     backward=not forward, limit=3 if cond is None else 7)
+                    queries += 1
+                    if not same_answer(ours, theirs):
+                        mismatches += 1
+                        assert ours == theirs, f"{index} pk={pk} {cond} forward={forward}"
+    assert mismatches == 0
+    assert queries > 300, queries
+    print(f"differential: {len(items)} items, {queries} queries, all equal")
+    d.stop()
+
+
+# ---------------------------------------------------------------- kill -9 and restart
+
+def test_kill_9_during_ingestion_reapplies_and_skips_nothing(daemon_factory, moto):
+    ddb = moto.client()
+    create_table(ddb, "Crash", GSIS, attribute_types={"score": "N"})
+    run_workload(ddb, "Crash", 3000, seed=9)
+    d = daemon_factory({"sources": [source_config(moto.url, table="Crash")],
+                        "tables": [table_config("Crash", VIEWS)],
+                        "apply": {"batch_size": 16, "max_delay_ms": 1}})
+    d.start()
+    wait_for("some records applied", lambda: d.source("app").events_applied > 200)
+    d.kill()
+    d.start()
+    wait_caught_up(d, moto, "Crash")
+    s = d.source("app")
+    # A record read again would be counted as skipped (its sequence number is not newer).
+    assert s.events_skipped == 0 and s.events_rejected == 0
+    total = stream_record_count(moto, "Crash")
+    assert 0 < s.events_applied < total, (s.events_applied, total)
+    for index, pk_attr, sk_attr, _ in GSIS:
+        pks = set()
+        for item in ddb.scan(TableName="Crash")["Items"]:
+            if pk_attr in item and sk_attr in item:
+                pks.add(item[pk_attr]["S"])
+        for pk in sorted(pks):
+            assert same_answer(query_all(d, index, av(d.stubs, S(pk))),
+                               dynamo_query(ddb, "Crash", index, pk_attr, S(pk))), (index, pk)
+    d.stop()
+
+
+# ---------------------------------------------------------------- the scripted Streams endpoint
+
+def fake_config(fake, **extra):
+    return {"sources": [source_config(fake.url, **extra)],
+            "tables": [table_config("App", [view("GSI1", "GSI1PK", sk="GSI1SK")])]}
+
+
+def item(pk, sk, g="G", n=0):
+    return {"PK": S(pk), "SK": S(sk), "GSI1PK": S(g), "GSI1SK": S(f"{pk}#{sk}"), "n": N(n)}
+
+
+def keys(pk, sk):
+    return {"PK": S(pk), "SK": S(sk)}
+
+
+def gsi(d, pk="G"):
+    return [(sk["S"], it["n"]["N"]) for sk, it in query_all(d, "GSI1", av(d.stubs, S(pk)))]
+
+
+def test_lineage_expiry_throttling_ttl_and_signatures(daemon_factory, fake):
+    fake.add_shard("shard-root")
+    fake.add_shard("shard-child", parent="shard-root")
+    fake.add_shard("shard-other")
+    fake.append("shard-root", "INSERT", keys("a", "1"), item("a", "1", n=1))
+    fake.append("shard-root", "INSERT", keys("b", "1"), item("b", "1", n=1))
+    fake.close("shard-root")
+    # The child changes what the parent wrote: applied before the parent, the views would
+    # end with the parent's older images.
+    fake.append("shard-child", "MODIFY", keys("a", "1"), item("a", "1", n=2))
+    fake.append("shard-child", "REMOVE", keys("b", "1"), ttl=True)
+    fake.append("shard-other", "INSERT", keys("c", "1"), item("c", "1", n=1))
+    fake.throttle("GetRecords", 3)
+    fake.throttle("DescribeStream", 1)
+    d = daemon_factory(fake_config(fake))
+    d.start()
+    wait_for("the child shard applied",
+             lambda: d.positions("app").get("shard-child") == str(fake.next_seq - 1),
+             describe=lambda: str(d.source("app")))
+    assert gsi(d) == [("a#1", "2"), ("c#1", "1")]
+    positions = d.positions("app")
+    assert positions["shard-root"] == "END"
+    # The child was first read only after the parent's last page (no NextShardIterator).
+    calls = [(c, b) for c, b in fake.calls if c in ("GetShardIterator", "GetRecords")]
+    first_child = next(i for i, (c, b) in enumerate(calls)
+                       if c == "GetShardIterator" and b["ShardId"] == "shard-child")
+    root_iterators = [i for i, (c, b) in enumerate(calls)
+                      if c == "GetShardIterator" and b["ShardId"] == "shard-root"]
+    assert root_iterators and max(root_iterators) < first_child
+
+    # Expired iterators: obtained again after the last sequence number read.
+    last = fake.next_seq
+    fake.expire_next(2)
+    fake.append("shard-other", "INSERT", keys("d", "1"), item("d", "1", n=1))
+    wait_for("the record after the expired iterators",
+             lambda: d.positions("app").get("shard-other") == str(last + 1))
+    after = [b for b in fake.bodies("GetShardIterator")
+             if b["ShardId"] == "shard-other" and b["ShardIteratorType"] == "AFTER_SEQUENCE_NUMBER"]
+    assert after and all(b["SequenceNumber"] == str(last) for b in after), after
+    assert gsi(d) == [("a#1", "2"), ("c#1", "1"), ("d#1", "1")]
+
+    m = d.metrics()
+    assert metric(m, "cdcview_dynamodb_requests_total", source="app", call="GetRecords",
+                  result="throttled") == 3
+    assert metric(m, "cdcview_dynamodb_requests_total", source="app", call="DescribeStream",
+                  result="throttled") == 1
+    assert metric(m, "cdcview_dynamodb_requests_total", source="app", call="GetRecords",
+                  result="ExpiredIteratorException") == 2
+    assert metric(m, "cdcview_ttl_deletes_total", source="app") == 1
+    assert metric(m, "cdcview_dynamodb_trimmed_data_total", source="app") == 0
+    assert metric(m, "cdcview_dynamodb_shards", source="app", state="open") == 2
+    assert metric(m, "cdcview_dynamodb_shards", source="app", state="waiting_parent") == 0
+    s = d.source("app")
+    # Six events, each applied once; shard-root's END marker only moves its position.
+    assert (s.kind, s.events_applied, s.events_skipped, s.events_rejected) == ("dynamodb", 6, 0, 0)
+    assert s.state in ("running", "caught_up"), s
+    assert fake.bad_signatures == [] and fake.signatures_checked > 10
+    d.stop()
+
+
+def test_trimmed_data_is_reported_loudly_and_reading_continues(daemon_factory, fake):
+    fake.add_shard("shard-1")
+    for i in range(3):
+        fake.append("shard-1", "INSERT", keys(f"k{i}", "1"), item(f"k{i}", "1", n=i))
+    d = daemon_factory(fake_config(fake))
+    d.start()
+    wait_for("three records", lambda: d.positions("app").get("shard-1") == str(fake.next_seq))
+    d.stop()
+    for i in range(3, 6):
+        fake.append("shard-1", "INSERT", keys(f"k{i}", "1"), item(f"k{i}", "1", n=i))
+    fake.trim("shard-1", 4)  # k3 is gone before it was read
+    d.start()
+    wait_for("the records after the trim", lambda: d.positions("app").get("shard-1") == str(fake.next_seq))
+    s = d.source("app")
+    assert s.state == "error"
+    assert "shard shard-1 of arn:aws:dynamodb:us-east-1:123456789012:table/App/stream/" in s.error
+    assert ("stream records were trimmed before they were read, so changes are missing from the views"
+            in s.error), s.error
+    assert s.error.endswith("continuing from TRIM_HORIZON; to repair, start a new store with snapshot: scan")
+    assert metric(d.metrics(), "cdcview_dynamodb_trimmed_data_total", source="app") == 1
+    assert "stream records were trimmed" in d.log()
+    assert [k for k, _ in gsi(d)] == ["k0#1", "k1#1", "k2#1", "k4#1", "k5#1"]
+    d.stop()
+
+
+def test_missing_credentials_are_named(daemon_factory, fake, monkeypatch):
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    fake.add_shard("shard-1")
+    d = daemon_factory(fake_config(fake))
+    d.start()
+    s = d.source("app")
+    assert s.state == "error"
+    assert s.error.startswith("source app: no AWS credentials found: set AWS_ACCESS_KEY_ID and "
+                              "AWS_SECRET_ACCESS_KEY"), s.error
+    assert fake.calls == []
+    d.stop()
+
+
+# ---------------------------------------------------------------- snapshot
+
+def test_snapshot_scan_resumes_after_kill_and_converges(daemon_factory, moto):
+    ddb = moto.client()
+    ddb.create_table(TableName="Snap", BillingMode="PAY_PER_REQUEST",
+                     KeySchema=[{"AttributeName": "PK", "KeyType": "HASH"},
+                                {"AttributeName": "SK", "KeyType": "RANGE"}],
+                     AttributeDefinitions=[{"AttributeName": a, "AttributeType": "S"}
+                                           for a in ("PK", "SK", "GSI1PK", "GSI1SK")],
+                     GlobalSecondaryIndexes=[{"IndexName": "GSI1", "Projection": {"ProjectionType": "ALL"},
+                                              "KeySchema": [{"AttributeName": "GSI1PK", "KeyType": "HASH"},
+                                                            {"AttributeName": "GSI1SK", "KeyType": "RANGE"}]}])
+    for i in range(1500):  # before the stream exists: only the Scan can see these
+        ddb.put_item(TableName="Snap", Item=item(f"p{i:04d}", "x", g=f"G{i % 5}", n=i))
+    ddb.update_table(TableName="Snap", StreamSpecification={"StreamEnabled": True,
+                                                            "StreamViewType": "NEW_AND_OLD_IMAGES"})
+    config = {"sources": [source_config(moto.url, table="Snap", snapshot="scan", scan_segments=4,
+                                        scan_read_units_per_second=20)],
+              "tables": [table_config("Snap", [view("GSI1", "GSI1PK", sk="GSI1SK")])]}
+    d = daemon_factory(config)
+    stop = threading.Event()
+
+    def writer():  # writes continue during the scan
+        rng = random.Random(5)
+        n = 0
+        while not stop.is_set() and n < 400:
+            i = rng.randrange(1700)
+            if rng.random() < 0.2:
+                ddb.delete_item(TableName="Snap", Key=keys(f"p{i:04d}", "x"))
+            else:
+                ddb.put_item(TableName="Snap", Item=item(f"p{i:04d}", "x", g=f"G{i % 7}", n=10000 + n))
+            n += 1
+            time.sleep(0.005)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    seen = {}
+    try:
+        snapshot_phase(d, seen, ddb, moto, lambda: (stop.set(), t.join()))
+    finally:
+        stop.set()
+        t.join()
+
+
+def snapshot_phase(d, seen, ddb, moto, finish_writes):
+    d.start()
+
+    def mid_scan():
+        s = d.source("app")
+        got = {p.partition: p.position for p in s.positions if p.partition.startswith("scan/")}
+        if s.state == "backfilling":
+            seen["state"] = (s.state, s.progress)
+            seen["view"] = d.stub.DescribeView(d.stubs.vs.DescribeViewRequest(view="GSI1"), timeout=10)
+            seen["after"] = d.source("app")
+        return s.state == "backfilling" and got and sum(1 for v in got.values() if v != "DONE") >= 2
+
+    wait_for("the scan half way", mid_scan, interval=0.01, describe=lambda: str(d.source("app")))
+    before_kill = d.positions("app")
+    d.kill()
+    assert seen["view"].state == d.stubs.vs.ViewDescription.BACKFILLING, (seen, d.log())
+    assert 0 <= seen["view"].build_progress < 1
+    d.start()
+    restarted_scans = d.positions("app")
+    # The kill kept the segments' progress: nothing starts again from zero.
+    for k, v in before_kill.items():
+        if k.startswith("scan/") and v != "DONE":
+            assert restarted_scans.get(k) is not None
+    wait_for("the snapshot done", lambda: d.source("app").state in ("running", "caught_up"),
+             describe=lambda: str(d.source("app")))
+    finish_writes()
+    assert all(d.positions("app")[f"scan/{i}"] == "DONE" for i in range(4))
+    wait_caught_up(d, moto, "Snap")
+    m = d.metrics()
+    full_scan_pages = 0  # what a snapshot started from zero would request now
+    for segment in range(4):
+        start = None
+        while True:
+            kwargs = dict(TableName="Snap", Segment=segment, TotalSegments=4, Limit=20)
+            if start:
+                kwargs["ExclusiveStartKey"] = start
+            r = ddb.scan(**kwargs)
+            full_scan_pages += 1
+            start = r.get("LastEvaluatedKey")
+            if not start:
+                break
+    assert metric(m, "cdcview_dynamodb_requests_total", source="app", call="Scan", result="ok") < full_scan_pages
+    for g in range(7):
+        theirs = dynamo_query(ddb, "Snap", "GSI1", "GSI1PK", S(f"G{g}"))
+        ours = query_all(d, "GSI1", av(d.stubs, S(f"G{g}")))
+        assert same_answer(ours, theirs), g
+    assert d.stub.DescribeView(d.stubs.vs.DescribeViewRequest(view="GSI1"), timeout=10).state == \
+        d.stubs.vs.ViewDescription.READY
+    d.stop()
