@@ -1,0 +1,52 @@
+// KafkaProbe: the metrics of one Kafka source (labels carry the source name, so several
+// sources may read the same topic in different groups).
+//
+//   cdcview_kafka_consumer_lag_messages{source,topic,partition}  high watermark - applied next
+//                                                                offset, per assigned partition
+//   cdcview_kafka_rebalances_total{source}                       partition assignments and
+//                                                                revocations the source served
+//   cdcview_kafka_errors_total{source,kind}                      kind: broker (transport, all
+//                                                                brokers down, ...), commit
+//                                                                (offset commit failed),
+//                                                                dead_letter (not delivered),
+//                                                                consume (fetch/partition errors)
+//
+// Thread-safe: the consumer thread and the writer thread (dead letters) both record.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "daemon/metrics/metrics.h"
+
+namespace prometheus {
+template <typename T>
+class Family;
+}  // namespace prometheus
+
+namespace cdcview {
+
+class KafkaProbe {
+ public:
+  KafkaProbe(MetricsRegistry& metrics, const std::string& source);
+
+  void SetConsumerLag(const std::string& topic, int32_t partition, int64_t messages);
+  // The partition is no longer assigned here: its lag is another consumer's to report.
+  void RemoveConsumerLag(const std::string& topic, int32_t partition);
+  void RecordRebalance();
+  void RecordError(const std::string& kind);
+
+ private:
+  const std::string source_;
+  prometheus::Family<prometheus::Gauge>* lag_family_;
+  prometheus::Family<prometheus::Counter>* errors_family_;
+  prometheus::Counter* rebalances_;
+  std::mutex mu_;
+  std::map<std::pair<std::string, int32_t>, prometheus::Gauge*> lag_;  // guarded by mu_
+  std::map<std::string, prometheus::Counter*> errors_;                  // guarded by mu_
+};
+
+}  // namespace cdcview

@@ -1,0 +1,714 @@
+#include "daemon/sources/kafka_source.h"
+
+#include <librdkafka/rdkafka.h>
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <optional>
+#include <set>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/decode/debezium_json.h"
+#include "daemon/decode/dynamodb_json.h"
+#include "daemon/decode/protobuf_event.h"
+#include "daemon/log/log.h"
+#include "daemon/sources/record_queue.h"
+
+namespace cdcview {
+namespace {
+
+constexpr int kPollMs = 100;
+constexpr int kPausedPollMs = 10;  // while holding records for a full queue
+constexpr auto kPeriodic = std::chrono::seconds(1);  // offset commits, lag gauges
+constexpr int kDeadLetterTimeoutMs = 10000;
+
+absl::string_view ToAbsl(std::string_view text) { return {text.data(), text.size()}; }
+
+int64_t NowMillis() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string PartitionKey(std::string_view topic, int32_t partition) {
+  return absl::StrCat(ToAbsl(topic), "/", partition);
+}
+
+bool ParseInt64(std::string_view text, int64_t* out) {
+  if (text.empty()) return false;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), *out);
+  return error == std::errc() && end == text.data() + text.size() && *out >= 0;
+}
+
+// "<topic>/<partition>" -> topic, partition. Topic names cannot contain '/'.
+bool ParsePartitionKey(std::string_view key, std::string* topic, int32_t* partition) {
+  size_t slash = key.rfind('/');
+  int64_t p = 0;
+  if (slash == std::string_view::npos || slash == 0 || !ParseInt64(key.substr(slash + 1), &p) ||
+      p > INT32_MAX) {
+    return false;
+  }
+  *topic = std::string(key.substr(0, slash));
+  *partition = static_cast<int32_t>(p);
+  return true;
+}
+
+std::string_view Bytes(const void* data, size_t len) {
+  return data == nullptr ? std::string_view() : std::string_view(static_cast<const char*>(data), len);
+}
+
+// Sets `name` on `conf`; INVALID_ARGUMENT naming the config field on refusal.
+absl::Status SetConf(rd_kafka_conf_t* conf, const std::string& name, const std::string& value,
+                     const std::string& field) {
+  char error[512];
+  if (rd_kafka_conf_set(conf, name.c_str(), value.c_str(), error, sizeof error) !=
+      RD_KAFKA_CONF_OK) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", error));
+  }
+  return absl::OkStatus();
+}
+
+void LogFromKafka(const rd_kafka_t* rk, int level, const char* facility, const char* text) {
+  // Levels are syslog's: 3 error, 4 warning; the rest is librdkafka's chatter.
+  if (level > 4) return;
+  std::string line = absl::StrCat("librdkafka ", rd_kafka_name(rk), " ", facility, ": ", text);
+  level <= 3 ? LogError(line) : LogWarning(line);
+}
+
+// Errors that mean "cannot talk to the cluster" as opposed to a problem with one partition.
+bool IsBrokerError(rd_kafka_resp_err_t err) {
+  return err == RD_KAFKA_RESP_ERR__TRANSPORT || err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN ||
+         err == RD_KAFKA_RESP_ERR__RESOLVE || err == RD_KAFKA_RESP_ERR__TIMED_OUT ||
+         err == RD_KAFKA_RESP_ERR__AUTHENTICATION || err == RD_KAFKA_RESP_ERR__SSL;
+}
+
+struct ListDeleter {
+  void operator()(rd_kafka_topic_partition_list_t* list) const {
+    if (list != nullptr) rd_kafka_topic_partition_list_destroy(list);
+  }
+};
+using PartitionList = std::unique_ptr<rd_kafka_topic_partition_list_t, ListDeleter>;
+
+}  // namespace
+
+// ---- KafkaDeadLetterSink ----
+
+struct KafkaDeadLetterSink::Producer {
+  rd_kafka_t* rk = nullptr;
+  ~Producer() {
+    if (rk != nullptr) {
+      rd_kafka_flush(rk, 1000);
+      rd_kafka_destroy(rk);
+    }
+  }
+};
+
+namespace {
+
+// One message's delivery outcome. Shared between Write and the delivery callback, which may
+// run after Write gave up waiting (it then only drops its reference).
+struct Delivery {
+  std::mutex mu;
+  bool done = false;
+  rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
+};
+
+void OnDelivery(rd_kafka_t*, const rd_kafka_message_t* message, void*) {
+  auto* holder = static_cast<std::shared_ptr<Delivery>*>(message->_private);
+  if (holder == nullptr) return;
+  {
+    std::lock_guard<std::mutex> lock((*holder)->mu);
+    (*holder)->done = true;
+    (*holder)->err = message->err;
+  }
+  delete holder;
+}
+
+}  // namespace
+
+KafkaDeadLetterSink::KafkaDeadLetterSink(std::string source_name, const KafkaSourceConfig& config,
+                                         KafkaProbe* probe)
+    : source_name_(std::move(source_name)), config_(config), probe_(probe) {}
+
+KafkaDeadLetterSink::~KafkaDeadLetterSink() = default;
+
+absl::Status KafkaDeadLetterSink::CreateProducerLocked() {
+  rd_kafka_conf_t* conf = rd_kafka_conf_new();
+  const std::string field = absl::StrCat("source ", source_name_, ": kafka");
+  // The connection settings of the consumer apply to the producer too; consumer-only
+  // properties would only make librdkafka warn.
+  std::vector<std::pair<std::string, std::string>> settings = {
+      {"bootstrap.servers", config_.brokers},
+      {"client.id", absl::StrCat("cdcviewd-", source_name_, "-dead-letters")},
+      {"message.timeout.ms", std::to_string(kDeadLetterTimeoutMs)},
+      {"linger.ms", "0"},
+      {"acks", "all"}};
+  for (const auto& [name, value] : config_.properties) {
+    if (name.rfind("security.", 0) == 0 || name.rfind("sasl.", 0) == 0 ||
+        name.rfind("ssl.", 0) == 0) {
+      settings.emplace_back(name, value);
+    }
+  }
+  for (const auto& [name, value] : settings) {
+    if (absl::Status s = SetConf(conf, name, value, absl::StrCat(field, ".", name)); !s.ok()) {
+      rd_kafka_conf_destroy(conf);
+      return s;
+    }
+  }
+  rd_kafka_conf_set_dr_msg_cb(conf, OnDelivery);
+  rd_kafka_conf_set_log_cb(conf, LogFromKafka);
+  char error[512];
+  rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, error, sizeof error);
+  if (rk == nullptr) {
+    rd_kafka_conf_destroy(conf);
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": cannot create the dead-letter producer: ", error));
+  }
+  producer_ = std::make_unique<Producer>();
+  producer_->rk = rk;
+  return absl::OkStatus();
+}
+
+absl::Status KafkaDeadLetterSink::Write(const SourceRecord& record, const absl::Status& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (producer_ == nullptr) {
+    if (absl::Status s = CreateProducerLocked(); !s.ok()) return s;
+  }
+  std::string topic;
+  int32_t partition = -1;
+  if (!ParsePartitionKey(record.partition, &topic, &partition)) topic = record.partition;
+  const std::string partition_text = std::to_string(partition);
+  const std::string offset_text = std::to_string(record.offset);
+  const std::string reason(why.message().data(), why.message().size());
+  const std::string& dlt = config_.dead_letter_topic;
+
+  auto delivery = std::make_shared<Delivery>();
+  auto* holder = new std::shared_ptr<Delivery>(delivery);
+  rd_kafka_resp_err_t err = rd_kafka_producev(
+      producer_->rk, RD_KAFKA_V_TOPIC(dlt.c_str()),
+      RD_KAFKA_V_KEY(record.raw_key.data(), record.raw_key.size()),
+      RD_KAFKA_V_VALUE(const_cast<char*>(record.raw.data()), record.raw.size()),
+      RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+      RD_KAFKA_V_HEADER("cdcview.source.topic", topic.data(), static_cast<ssize_t>(topic.size())),
+      RD_KAFKA_V_HEADER("cdcview.source.partition", partition_text.data(),
+                        static_cast<ssize_t>(partition_text.size())),
+      RD_KAFKA_V_HEADER("cdcview.source.offset", offset_text.data(),
+                        static_cast<ssize_t>(offset_text.size())),
+      RD_KAFKA_V_HEADER("cdcview.reason", reason.data(), static_cast<ssize_t>(reason.size())),
+      RD_KAFKA_V_OPAQUE(holder), RD_KAFKA_V_END);
+  if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    delete holder;  // not enqueued: no callback will come
+  } else {
+    // Waits for this message's acknowledgement (or its failure after message.timeout.ms).
+    rd_kafka_flush(producer_->rk, kDeadLetterTimeoutMs + 5000);
+    std::lock_guard<std::mutex> done_lock(delivery->mu);
+    err = delivery->done ? delivery->err : RD_KAFKA_RESP_ERR__TIMED_OUT;
+  }
+  if (err == RD_KAFKA_RESP_ERR_NO_ERROR) return absl::OkStatus();
+  if (probe_ != nullptr) probe_->RecordError("dead_letter");
+  return absl::UnavailableError(absl::StrCat(
+      "cannot deliver the dead letter of ", record.locator, " to topic ", dlt, ": ",
+      rd_kafka_err2str(err), "; check that the topic exists and the brokers ", config_.brokers,
+      " are up"));
+}
+
+// ---- KafkaSource ----
+
+struct KafkaSource::Consumer {
+  struct PartitionState {
+    std::string topic;
+    int32_t partition = 0;
+    bool at_end = false;
+  };
+
+  KafkaSource* source = nullptr;
+  rd_kafka_t* rk = nullptr;
+  RecordQueue* queue = nullptr;
+  DynamoDbJsonDecoder dynamodb;
+  std::unique_ptr<DebeziumJsonDecoder> debezium;
+  std::map<std::string, PartitionState> assigned;   // by "topic/partition"
+  std::map<std::string, std::string> committed;     // last position committed to the group
+  std::deque<SourceRecord> held;                    // read while the queue was full
+  bool paused = false;
+  std::string error;        // the current error ("" when healthy)
+  bool broker_error = false;
+  std::chrono::steady_clock::time_point next_periodic;
+
+  ~Consumer() {
+    if (rk != nullptr) rd_kafka_destroy(rk);
+  }
+
+  const std::string& Name() const { return source->config_.name; }
+
+  // ---- callbacks (run inside rd_kafka_consumer_poll on the consumer thread)
+
+  static void OnRebalance(rd_kafka_t*, rd_kafka_resp_err_t err,
+                          rd_kafka_topic_partition_list_t* partitions, void* opaque) {
+    static_cast<Consumer*>(opaque)->Rebalance(err, partitions);
+  }
+  static void OnError(rd_kafka_t*, int err, const char* reason, void* opaque) {
+    static_cast<Consumer*>(opaque)->ClientError(static_cast<rd_kafka_resp_err_t>(err), reason);
+  }
+  static void OnCommit(rd_kafka_t*, rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t*,
+                       void* opaque) {
+    auto* self = static_cast<Consumer*>(opaque);
+    // _NO_OFFSET: nothing to commit. Commits are informational: a failure is counted, logged
+    // and retried with the next round; it never affects what is applied.
+    if (err == RD_KAFKA_RESP_ERR_NO_ERROR || err == RD_KAFKA_RESP_ERR__NO_OFFSET) return;
+    if (self->source->probe_) self->source->probe_->RecordError("commit");
+    LogWarning(absl::StrCat("source ", self->Name(), ": committing offsets to group ",
+                            self->source->config_.kafka.group, " failed: ", rd_kafka_err2str(err),
+                            " (informational only; positions are in the store)"));
+    self->committed.clear();  // commit everything again next time
+  }
+
+  absl::Status Create() {
+    const KafkaSourceConfig& kafka = source->config_.kafka;
+    const std::string field = absl::StrCat("sources[", source->index_, "].kafka");
+    rd_kafka_conf_t* conf = rd_kafka_conf_new();
+    std::vector<std::tuple<std::string, std::string, std::string>> settings = {
+        {"bootstrap.servers", kafka.brokers, field + ".brokers"},
+        {"group.id", kafka.group, field + ".group"},
+        {"client.id", absl::StrCat("cdcviewd-", Name()), field},
+        {"partition.assignment.strategy", "cooperative-sticky", field},
+        {"enable.auto.commit", "false", field},
+        {"enable.auto.offset.store", "false", field},
+        {"enable.partition.eof", "true", field},
+        {"auto.offset.reset",
+         kafka.start == KafkaSourceConfig::Start::kLatest ? "latest" : "earliest", field + ".start"}};
+    for (const auto& [name, value] : kafka.properties) {
+      settings.emplace_back(name, value, absl::StrCat(field, ".properties.", name));
+    }
+    for (const auto& [name, value, where] : settings) {
+      if (absl::Status s = SetConf(conf, name, value, where); !s.ok()) {
+        rd_kafka_conf_destroy(conf);
+        return s;
+      }
+    }
+    rd_kafka_conf_set_opaque(conf, this);
+    rd_kafka_conf_set_rebalance_cb(conf, OnRebalance);
+    rd_kafka_conf_set_error_cb(conf, OnError);
+    rd_kafka_conf_set_offset_commit_cb(conf, OnCommit);
+    rd_kafka_conf_set_log_cb(conf, LogFromKafka);
+    char error_text[512];
+    rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, error_text, sizeof error_text);
+    if (rk == nullptr) {
+      rd_kafka_conf_destroy(conf);
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": cannot create the Kafka consumer: ", error_text));
+    }
+    rd_kafka_poll_set_consumer(rk);  // error and commit callbacks come through consumer_poll
+    PartitionList topics(rd_kafka_topic_partition_list_new(static_cast<int>(kafka.topics.size())));
+    for (const std::string& topic : kafka.topics) {
+      rd_kafka_topic_partition_list_add(topics.get(), topic.c_str(), RD_KAFKA_PARTITION_UA);
+    }
+    if (rd_kafka_resp_err_t err = rd_kafka_subscribe(rk, topics.get()); err) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ".topics: cannot subscribe: ",
+                                                     rd_kafka_err2str(err)));
+    }
+    if (kafka.format == KafkaSourceConfig::Format::kDebeziumJson) {
+      debezium = std::make_unique<DebeziumJsonDecoder>(kafka.key_attributes);
+    }
+    return absl::OkStatus();
+  }
+
+  // Where a newly assigned partition starts: the stored next offset, else `start`.
+  int64_t StartOffset(const std::map<std::string, std::string>& positions, const std::string& key,
+                      std::string* how) {
+    int64_t offset = 0;
+    if (auto it = positions.find(key); it != positions.end() && ParseInt64(it->second, &offset)) {
+      *how = absl::StrCat("stored offset ", offset);
+      return offset;
+    }
+    bool latest = source->config_.kafka.start == KafkaSourceConfig::Start::kLatest;
+    *how = latest ? "latest (no stored offset)" : "earliest (no stored offset)";
+    return latest ? RD_KAFKA_OFFSET_END : RD_KAFKA_OFFSET_BEGINNING;
+  }
+
+  void Rebalance(rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t* partitions) {
+    if (source->probe_) source->probe_->RecordRebalance();
+    const bool cooperative = std::strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE") == 0;
+    if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+      Assign(partitions, cooperative);
+    } else if (err == RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS) {
+      Revoke(partitions, cooperative);
+    } else {
+      LogError(absl::StrCat("source ", Name(), ": rebalance failed: ", rd_kafka_err2str(err)));
+      if (source->probe_) source->probe_->RecordError("consume");
+      Revoke(partitions, cooperative);
+    }
+    PublishAssignment();
+    UpdateHealth();  // new partitions are not read to their end yet
+  }
+
+  void Assign(rd_kafka_topic_partition_list_t* partitions, bool cooperative) {
+    // The writer's positions now, not at start: this partition may have been applied by us
+    // earlier, revoked, and given back.
+    std::map<std::string, std::string> positions = source->lookup_();
+    std::string log;
+    for (int i = 0; i < partitions->cnt; ++i) {
+      rd_kafka_topic_partition_t& p = partitions->elems[i];
+      std::string key = PartitionKey(p.topic, p.partition);
+      std::string how;
+      p.offset = StartOffset(positions, key, &how);
+      assigned[key] = PartitionState{p.topic, p.partition, false};
+      absl::StrAppend(&log, log.empty() ? "" : ", ", key, " at ", how);
+    }
+    if (cooperative) {
+      if (rd_kafka_error_t* error = rd_kafka_incremental_assign(rk, partitions)) {
+        SetError(absl::StrCat("cannot take partitions ", log, ": ", rd_kafka_error_string(error)),
+                 false);
+        rd_kafka_error_destroy(error);
+        return;
+      }
+    } else {
+      // Eager protocol (a user chose another assignor): the list is the whole assignment.
+      assigned.clear();
+      for (int i = 0; i < partitions->cnt; ++i) {
+        const rd_kafka_topic_partition_t& p = partitions->elems[i];
+        assigned[PartitionKey(p.topic, p.partition)] = PartitionState{p.topic, p.partition, false};
+      }
+      rd_kafka_assign(rk, partitions);
+    }
+    if (paused) rd_kafka_pause_partitions(rk, partitions);
+    LogInfo(absl::StrCat("source ", Name(), ": assigned ", log.empty() ? "nothing" : log));
+  }
+
+  void Revoke(rd_kafka_topic_partition_list_t* partitions, bool cooperative) {
+    std::set<std::string> gone;
+    for (int i = 0; i < partitions->cnt; ++i) {
+      const rd_kafka_topic_partition_t& p = partitions->elems[i];
+      std::string key = PartitionKey(p.topic, p.partition);
+      gone.insert(key);
+      assigned.erase(key);
+      committed.erase(key);
+      if (source->probe_) source->probe_->RemoveConsumerLag(p.topic, p.partition);
+    }
+    // Held records of a revoked partition are dropped: its next owner (maybe us again) reads
+    // them from the stored position.
+    std::erase_if(held, [&](const SourceRecord& r) { return gone.count(r.partition) > 0; });
+    if (cooperative) {
+      if (rd_kafka_error_t* error = rd_kafka_incremental_unassign(rk, partitions)) {
+        LogError(absl::StrCat("source ", Name(), ": cannot give up partitions: ",
+                              rd_kafka_error_string(error)));
+        rd_kafka_error_destroy(error);
+      }
+    } else {
+      assigned.clear();
+      rd_kafka_assign(rk, nullptr);
+    }
+    if (!gone.empty()) {
+      LogInfo(absl::StrCat("source ", Name(), ": revoked ", gone.size(), " partition(s)",
+                           rd_kafka_assignment_lost(rk) ? " (lost)" : ""));
+    }
+  }
+
+  void PublishAssignment() {
+    std::vector<std::string> keys;
+    for (const auto& [key, state] : assigned) keys.push_back(key);
+    std::lock_guard<std::mutex> lock(source->mu_);
+    source->assignment_ = std::move(keys);
+  }
+
+  void ClientError(rd_kafka_resp_err_t err, const char* reason) {
+    const bool broker = IsBrokerError(err);
+    if (source->probe_) source->probe_->RecordError(broker ? "broker" : "consume");
+    if (err == RD_KAFKA_RESP_ERR__FATAL) {
+      char fatal[512];
+      rd_kafka_fatal_error(rk, fatal, sizeof fatal);
+      SetError(absl::StrCat("fatal Kafka client error: ", fatal, "; restart cdcviewd"), false);
+      return;
+    }
+    SetError(absl::StrCat(broker ? "cannot reach the Kafka brokers " : "Kafka client error: ",
+                          broker ? source->config_.kafka.brokers + ": " : "", reason,
+                          broker ? "; retrying by itself; check sources[" : "; check sources[",
+                          source->index_, "].kafka and the brokers"),
+             broker);
+  }
+
+  void SetError(std::string message, bool broker) {
+    if (message != error) LogError(absl::StrCat("source ", Name(), ": ", message));
+    error = std::move(message);
+    broker_error = broker;
+    UpdateHealth();
+  }
+
+  void ClearError() {
+    if (error.empty()) return;
+    LogInfo(absl::StrCat("source ", Name(), ": Kafka is reachable again, resuming"));
+    error.clear();
+    broker_error = false;
+    UpdateHealth();
+  }
+
+  void UpdateHealth() {
+    if (!error.empty()) {
+      source->SetHealth("error", error);
+      return;
+    }
+    bool at_end = held.empty() && !assigned.empty();
+    for (const auto& [key, state] : assigned) at_end = at_end && state.at_end;
+    source->SetHealth(at_end ? "caught_up" : "running", "");
+  }
+
+  // ---- messages
+
+  void Handle(rd_kafka_message_t* m) {
+    if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+      if (m->rkt != nullptr) {
+        auto it = assigned.find(PartitionKey(rd_kafka_topic_name(m->rkt), m->partition));
+        if (it != assigned.end()) it->second.at_end = true;
+      }
+      ClearError();
+      UpdateHealth();
+      return;
+    }
+    if (m->err) {
+      ClientError(m->err, rd_kafka_message_errstr(m));
+      return;
+    }
+    ClearError();
+    const std::string topic = rd_kafka_topic_name(m->rkt);
+    const std::string key = PartitionKey(topic, m->partition);
+    auto it = assigned.find(key);
+    if (it != assigned.end() && it->second.at_end) {
+      it->second.at_end = false;
+      UpdateHealth();
+    }
+    SourceRecord record = Decode(m, key);
+    if (held.empty() && queue->TryPush(std::move(record))) return;
+    held.push_back(std::move(record));
+    SetPaused(true);
+  }
+
+  SourceRecord Decode(const rd_kafka_message_t* m, const std::string& partition_key) {
+    SourceRecord record;
+    record.source = source->index_;
+    record.partition = partition_key;
+    record.offset = m->offset;
+    record.next_position = std::to_string(m->offset + 1);
+    record.locator = absl::StrCat(partition_key, "@", m->offset);
+    record.raw.assign(Bytes(m->payload, m->len));
+    record.raw_key.assign(Bytes(m->key, m->key_len));
+    record.read_time_ms = NowMillis();
+    absl::StatusOr<std::optional<ChangeEvent>> event = DecodeValue(record.raw_key, record.raw);
+    if (!event.ok()) {
+      const absl::Status& s = event.status();
+      record.reason = IsMalformedJson(s)       ? "malformed_json"
+                      : IsMalformedProtobuf(s) ? "bad_protobuf"
+                                               : "bad_record";
+      record.rejection = absl::Status(s.code(), absl::StrCat(record.locator, ": ", s.message()));
+      return record;
+    }
+    if (!event->has_value()) return record;  // a tombstone: advances the position only
+    record.event = **std::move(event);
+    if (record.event->creation_time_ms <= 0) {
+      rd_kafka_timestamp_type_t type;
+      int64_t timestamp = rd_kafka_message_timestamp(m, &type);
+      if (timestamp > 0) record.event->creation_time_ms = timestamp;
+    }
+    return record;
+  }
+
+  absl::StatusOr<std::optional<ChangeEvent>> DecodeValue(const std::string& key,
+                                                         const std::string& value) {
+    switch (source->config_.kafka.format) {
+      case KafkaSourceConfig::Format::kDebeziumJson: return debezium->Decode(key, value);
+      case KafkaSourceConfig::Format::kProtobuf: {
+        absl::StatusOr<ChangeEvent> event = DecodeProtobufEvent(value);
+        if (!event.ok()) return event.status();
+        return std::optional<ChangeEvent>(*std::move(event));
+      }
+      case KafkaSourceConfig::Format::kDynamoDbJson: break;
+    }
+    absl::StatusOr<ChangeEvent> event = dynamodb.Decode(value);
+    if (!event.ok()) return event.status();
+    return std::optional<ChangeEvent>(*std::move(event));
+  }
+
+  // ---- back-pressure
+
+  void SetPaused(bool pause) {
+    if (pause == paused) return;
+    rd_kafka_topic_partition_list_t* list = nullptr;
+    if (rd_kafka_assignment(rk, &list) == RD_KAFKA_RESP_ERR_NO_ERROR && list != nullptr) {
+      // librdkafka drops what it prefetched for a paused partition and fetches again from
+      // the last message handed to us when resumed, so nothing is lost or repeated.
+      pause ? rd_kafka_pause_partitions(rk, list) : rd_kafka_resume_partitions(rk, list);
+      rd_kafka_topic_partition_list_destroy(list);
+    }
+    paused = pause;
+    source->paused_.store(pause);
+  }
+
+  void PushHeld() {
+    while (!held.empty() && queue->TryPush(std::move(held.front()))) held.pop_front();
+    if (held.empty()) SetPaused(false);
+  }
+
+  // ---- once a second
+
+  void Periodic() {
+    auto now = std::chrono::steady_clock::now();
+    if (now < next_periodic) return;
+    next_periodic = now + kPeriodic;
+    std::map<std::string, std::string> positions = source->lookup_();
+    CommitOffsets(positions);
+    ReportLag(positions);
+    if (broker_error) ProbeBrokers();
+  }
+
+  void CommitOffsets(const std::map<std::string, std::string>& positions) {
+    PartitionList list(rd_kafka_topic_partition_list_new(static_cast<int>(assigned.size())));
+    std::vector<std::pair<std::string, std::string>> changed;
+    for (const auto& [key, state] : assigned) {
+      auto it = positions.find(key);
+      int64_t offset = 0;
+      if (it == positions.end() || !ParseInt64(it->second, &offset)) continue;
+      auto done = committed.find(key);
+      if (done != committed.end() && done->second == it->second) continue;
+      rd_kafka_topic_partition_list_add(list.get(), state.topic.c_str(), state.partition)->offset =
+          offset;
+      changed.emplace_back(key, it->second);
+    }
+    if (changed.empty()) return;
+    if (rd_kafka_commit(rk, list.get(), /*async=*/1) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+      for (auto& [key, position] : changed) committed[key] = std::move(position);
+    }
+  }
+
+  void ReportLag(const std::map<std::string, std::string>& positions) {
+    if (!source->probe_) return;
+    for (const auto& [key, state] : assigned) {
+      int64_t low = -1, high = -1;
+      // Cached from fetch responses: no broker round trip on this thread.
+      if (rd_kafka_get_watermark_offsets(rk, state.topic.c_str(), state.partition, &low, &high) !=
+              RD_KAFKA_RESP_ERR_NO_ERROR ||
+          high < 0) {
+        continue;
+      }
+      int64_t applied = low < 0 ? 0 : low;
+      if (auto it = positions.find(key); it != positions.end()) ParseInt64(it->second, &applied);
+      source->probe_->SetConsumerLag(state.topic, state.partition, std::max<int64_t>(0, high - applied));
+    }
+  }
+
+  // While the brokers were unreachable: are they back? (Nothing else tells us when the
+  // topics are idle.)
+  void ProbeBrokers() {
+    const rd_kafka_metadata_t* metadata = nullptr;
+    if (rd_kafka_metadata(rk, 0, nullptr, &metadata, 1000) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+      rd_kafka_metadata_destroy(metadata);
+      ClearError();
+    }
+  }
+};
+
+KafkaSource::KafkaSource(uint32_t source_index, const SourceConfig& config,
+                         std::unique_ptr<KafkaProbe> probe)
+    : index_(source_index), config_(config), probe_(std::move(probe)) {
+  if (!config_.kafka.dead_letter_topic.empty()) {
+    topic_dead_letters_ =
+        std::make_unique<KafkaDeadLetterSink>(config_.name, config_.kafka, probe_.get());
+  } else {
+    file_dead_letters_ =
+        std::make_unique<FileDeadLetterSink>(config_.name, config_.kafka.dead_letter_path);
+  }
+  health_.state = "stopped";
+}
+
+KafkaSource::~KafkaSource() { Stop(); }
+
+DeadLetterSink* KafkaSource::dead_letters() {
+  if (topic_dead_letters_) return topic_dead_letters_.get();
+  return file_dead_letters_.get();
+}
+
+void KafkaSource::SetPositionLookup(PositionLookup lookup) { lookup_ = std::move(lookup); }
+
+absl::Status KafkaSource::Start(const std::map<std::string, std::string>& positions,
+                                RecordQueue* queue) {
+  std::lock_guard<std::mutex> start_stop(start_stop_mu_);
+  if (thread_.joinable()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("source \"", config_.name, "\" is already started"));
+  }
+  for (const auto& [partition, position] : positions) {
+    std::string topic;
+    int32_t number = 0;
+    int64_t offset = 0;
+    if (!ParsePartitionKey(partition, &topic, &number) || !ParseInt64(position, &offset)) {
+      absl::Status status = absl::InvalidArgumentError(absl::StrCat(
+          "stored position \"", partition, "\" -> \"", position, "\" of source \"", config_.name,
+          "\" is not \"<topic>/<partition>\" -> \"<next offset>\"; was the store written by "
+          "another kind of source?"));
+      SetHealth("error", std::string(status.message()));
+      return status;
+    }
+  }
+  if (!lookup_) {
+    lookup_ = [snapshot = positions] { return snapshot; };
+  }
+  consumer_ = std::make_unique<Consumer>();
+  consumer_->source = this;
+  consumer_->queue = queue;
+  if (absl::Status s = consumer_->Create(); !s.ok()) {
+    consumer_.reset();
+    SetHealth("error", std::string(s.message()));
+    return s;
+  }
+  stop_ = false;
+  SetHealth("running", "");
+  thread_ = std::thread(&KafkaSource::Run, this);
+  return absl::OkStatus();
+}
+
+void KafkaSource::Run() {
+  Consumer& c = *consumer_;
+  while (!stop_.load()) {
+    if (!c.held.empty()) c.PushHeld();
+    rd_kafka_message_t* m = rd_kafka_consumer_poll(c.rk, c.held.empty() ? kPollMs : kPausedPollMs);
+    if (m != nullptr) {
+      c.Handle(m);
+      rd_kafka_message_destroy(m);
+    }
+    c.Periodic();
+  }
+  // Leaves the group (revoking our partitions through the rebalance callback) so the others
+  // take them over at once instead of after session.timeout.ms.
+  rd_kafka_consumer_close(c.rk);
+}
+
+void KafkaSource::Stop() {
+  std::lock_guard<std::mutex> start_stop(start_stop_mu_);
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+  consumer_.reset();
+  std::lock_guard<std::mutex> lock(mu_);
+  assignment_.clear();
+  if (health_.state != "error") health_ = SourceHealth{"stopped", ""};
+}
+
+SourceHealth KafkaSource::Health() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return health_;
+}
+
+std::vector<std::string> KafkaSource::Assignment() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return assignment_;
+}
+
+void KafkaSource::SetHealth(std::string state, std::string error) {
+  std::lock_guard<std::mutex> lock(mu_);
+  health_ = SourceHealth{std::move(state), std::move(error)};
+}
+
+}  // namespace cdcview

@@ -1,0 +1,129 @@
+// KafkaSource: change events from Kafka topics, read by a librdkafka consumer group member.
+//
+// Exactly-once: the store, not Kafka, holds the truth. Each partition "<topic>/<partition>"
+// has a stored position (the next offset, decimal), written by the writer in the transaction
+// that applies the messages before it. Whenever the group assigns a partition to this member
+// (at start or in any later rebalance) the consumer starts it at the writer's CURRENT stored
+// offset (asked through the PositionLookup), or at `start` (earliest/latest) when the store has
+// none. Records still queued from before a revocation are read again after a re-assignment;
+// the writer skips a record whose offset is below the stored next offset (SourceRecord::offset),
+// so nothing applies twice. Offsets are committed to the group asynchronously about once a
+// second from the applied positions, so standard lag tools work; they are never read back.
+//
+// Assignment is cooperative-sticky (incremental): a rebalance moves only the partitions that
+// change owner. Auto commit and the auto offset store are off.
+//
+// Back-pressure: when the RecordQueue is full the source PAUSES all its assigned partitions and
+// keeps polling (serving rebalances and max.poll.interval.ms), holding the few records already
+// fetched; it resumes once the writer made room. Memory stays bounded by librdkafka's fetch
+// queue plus those records.
+//
+// Every message becomes one SourceRecord: locator "<topic>/<partition>@<offset>", raw = value,
+// raw_key = key, creation time = the event's own (DynamoDB ApproximateCreationDateTime,
+// Debezium source.ts_ms, protobuf creation_time_ms) or else the message timestamp. A message that
+// does not decode becomes a rejection (reason malformed_json, bad_protobuf or bad_record) and
+// goes to the dead-letter sink; a Debezium tombstone advances the position and applies nothing.
+//
+// Broker trouble (all brokers down, transport errors) is retried by librdkafka itself with
+// back-off; Health() says "error" with the reason and what to check, cdcview_kafka_errors_total
+// counts it, and consumption resumes by itself.
+//
+// Threading: Start, Stop, Health, dead_letters, SetPositionLookup may be called from any thread
+// (SetPositionLookup before Start). One consumer thread, owned by the source, polls librdkafka
+// and runs its callbacks; it never blocks on the queue. Stop joins it (closing the consumer,
+// which leaves the group).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "daemon/config/config.h"
+#include "daemon/metrics/kafka_probe.h"
+#include "daemon/sources/change_source.h"
+#include "daemon/sources/file_source.h"
+
+namespace cdcview {
+
+// Produces each rejected message to the dead-letter topic: key = the original key, value = the
+// original value, headers cdcview.source.topic, cdcview.source.partition,
+// cdcview.source.offset (decimal text) and cdcview.reason (what is wrong, with the locator).
+// Write waits until the broker acknowledged the message (acks=all), at most ~10 s. Thread-safe;
+// the producer is created by the first Write.
+class KafkaDeadLetterSink : public DeadLetterSink {
+ public:
+  KafkaDeadLetterSink(std::string source_name, const KafkaSourceConfig& config, KafkaProbe* probe);
+  ~KafkaDeadLetterSink() override;
+  KafkaDeadLetterSink(const KafkaDeadLetterSink&) = delete;
+  KafkaDeadLetterSink& operator=(const KafkaDeadLetterSink&) = delete;
+
+  // UNAVAILABLE naming the topic and librdkafka's reason when the message was not delivered
+  // in time (the writer then does not commit the batch and retries it); INVALID_ARGUMENT for a
+  // producer property librdkafka refuses.
+  absl::Status Write(const SourceRecord& record, const absl::Status& why) override;
+
+ private:
+  struct Producer;
+  absl::Status CreateProducerLocked();
+
+  const std::string source_name_;
+  const KafkaSourceConfig config_;
+  KafkaProbe* probe_;  // may be null
+  std::mutex mu_;
+  std::unique_ptr<Producer> producer_;  // guarded by mu_
+};
+
+class KafkaSource : public ChangeSource {
+ public:
+  // `probe` may be null (tests). `config.kafka` must be valid (config.h validated it).
+  KafkaSource(uint32_t source_index, const SourceConfig& config, std::unique_ptr<KafkaProbe> probe);
+  ~KafkaSource() override;  // stops the consumer
+
+  // Creates the consumer and subscribes. `positions` serves as the lookup when no
+  // PositionLookup was set. Errors (also in Health): INVALID_ARGUMENT for a stored position
+  // that is not "<topic>/<partition>" -> "<offset>", or a property librdkafka refuses
+  // (naming sources[i].kafka.properties.<name>); FAILED_PRECONDITION if already started.
+  absl::Status Start(const std::map<std::string, std::string>& positions,
+                     RecordQueue* queue) override;
+  void Stop() override;
+  // "running"; "caught_up" when every assigned partition was read to its end; "error" with
+  // the reason and what to do; "stopped" before Start and after Stop.
+  SourceHealth Health() const override;
+  DeadLetterSink* dead_letters() override;
+  std::string_view kind() const override { return "kafka"; }
+  void SetPositionLookup(PositionLookup lookup) override;
+
+  // For tests and status: partitions assigned now ("topic/3"), and whether they are paused.
+  std::vector<std::string> Assignment() const;
+  bool paused() const { return paused_.load(); }
+
+ private:
+  struct Consumer;  // librdkafka handle and consumer-thread state
+
+  void Run();
+  void SetHealth(std::string state, std::string error);
+
+  const uint32_t index_;
+  const SourceConfig config_;
+  std::unique_ptr<KafkaProbe> probe_;
+  std::unique_ptr<KafkaDeadLetterSink> topic_dead_letters_;  // with dead_letter_topic
+  std::unique_ptr<FileDeadLetterSink> file_dead_letters_;    // without
+  PositionLookup lookup_;                                    // set before Start
+
+  mutable std::mutex mu_;
+  SourceHealth health_;                        // guarded by mu_
+  std::vector<std::string> assignment_;        // guarded by mu_
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> paused_{false};
+  std::unique_ptr<Consumer> consumer_;         // used by the consumer thread only
+  std::thread thread_;                         // started and joined under start_stop_mu_
+  std::mutex start_stop_mu_;
+};
+
+}  // namespace cdcview

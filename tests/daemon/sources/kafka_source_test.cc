@@ -1,0 +1,515 @@
+// KafkaSource against librdkafka's in-process mock cluster: consuming, stored positions,
+// seeking on (re)assignment, rejections, back-pressure, offset commits, dead-letter topic,
+// broker outage. The real-broker tests are in tests/integration/test_kafka.py.
+#include "daemon/sources/kafka_source.h"
+
+#include <librdkafka/rdkafka.h>
+#include <librdkafka/rdkafka_mock.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cdcview/v1/change_event.pb.h"
+#include "daemon/sources/record_queue.h"
+#include "gtest/gtest.h"
+#include "tests/fakes/temp_dir.h"
+
+namespace cdcview {
+namespace {
+
+using std::chrono::milliseconds;
+
+// Waits (at most 30 s, so a hang fails instead of blocking) until `done` holds.
+bool WaitFor(const std::function<bool()>& done, int seconds = 30) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  return true;
+}
+
+std::string Record(const std::string& pk, int n, bool with_time = true) {
+  return R"({"eventName":"INSERT","dynamodb":{"Keys":{"PK":{"S":")" + pk +
+         R"("}},"NewImage":{"PK":{"S":")" + pk + R"("},"n":{"N":")" + std::to_string(n) +
+         R"("}},"SequenceNumber":")" + std::to_string(n + 1) + "\"" +
+         (with_time ? R"(,"ApproximateCreationDateTime":1740787200)" : "") + "}}";
+}
+
+// A mock cluster with one broker, and a producer to fill its topics.
+class MockKafka {
+ public:
+  MockKafka() {
+    char error[512];
+    rd_kafka_conf_t* conf = rd_kafka_conf_new();
+    rd_kafka_conf_set(conf, "client.id", "mock-owner", error, sizeof error);
+    owner_ = rd_kafka_new(RD_KAFKA_PRODUCER, conf, error, sizeof error);
+    cluster_ = rd_kafka_mock_cluster_new(owner_, 1);
+    bootstrap_ = rd_kafka_mock_cluster_bootstraps(cluster_);
+    conf = rd_kafka_conf_new();
+    rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap_.c_str(), error, sizeof error);
+    rd_kafka_conf_set(conf, "linger.ms", "0", error, sizeof error);
+    producer_ = rd_kafka_new(RD_KAFKA_PRODUCER, conf, error, sizeof error);
+  }
+  ~MockKafka() {
+    rd_kafka_destroy(producer_);
+    rd_kafka_mock_cluster_destroy(cluster_);
+    rd_kafka_destroy(owner_);
+  }
+
+  void CreateTopic(const std::string& topic, int partitions) {
+    ASSERT_EQ(rd_kafka_mock_topic_create(cluster_, topic.c_str(), partitions, 1),
+              RD_KAFKA_RESP_ERR_NO_ERROR);
+  }
+
+  // Produces and waits for the acknowledgement. `value` nullptr: a null value.
+  void Produce(const std::string& topic, int partition, const std::string& key,
+               const std::string* value, int64_t timestamp_ms = 0) {
+    rd_kafka_resp_err_t err = rd_kafka_producev(
+        producer_, RD_KAFKA_V_TOPIC(topic.c_str()), RD_KAFKA_V_PARTITION(partition),
+        RD_KAFKA_V_KEY(key.data(), key.size()),
+        RD_KAFKA_V_VALUE(value ? const_cast<char*>(value->data()) : nullptr,
+                         value ? value->size() : 0),
+        RD_KAFKA_V_TIMESTAMP(timestamp_ms), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+        RD_KAFKA_V_END);
+    ASSERT_EQ(err, RD_KAFKA_RESP_ERR_NO_ERROR);
+    ASSERT_EQ(rd_kafka_flush(producer_, 10000), RD_KAFKA_RESP_ERR_NO_ERROR);
+  }
+  void Produce(const std::string& topic, int partition, const std::string& key,
+               const std::string& value, int64_t timestamp_ms = 0) {
+    Produce(topic, partition, key, &value, timestamp_ms);
+  }
+
+  // The group's committed offset of topic/partition (-1001 when none).
+  int64_t Committed(const std::string& group, const std::string& topic, int partition) {
+    char error[512];
+    rd_kafka_conf_t* conf = rd_kafka_conf_new();
+    rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap_.c_str(), error, sizeof error);
+    rd_kafka_conf_set(conf, "group.id", group.c_str(), error, sizeof error);
+    rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, error, sizeof error);
+    rd_kafka_topic_partition_list_t* list = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(list, topic.c_str(), partition);
+    int64_t offset = -1;
+    if (rd_kafka_committed(rk, list, 5000) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+      offset = list->elems[0].offset;
+    }
+    rd_kafka_topic_partition_list_destroy(list);
+    rd_kafka_destroy(rk);
+    return offset;
+  }
+
+  const std::string& bootstrap() const { return bootstrap_; }
+  rd_kafka_mock_cluster_t* cluster() { return cluster_; }
+
+ private:
+  rd_kafka_t* owner_ = nullptr;
+  rd_kafka_mock_cluster_t* cluster_ = nullptr;
+  rd_kafka_t* producer_ = nullptr;
+  std::string bootstrap_;
+};
+
+// The writer's positions as the test sets them (what Applier::PositionsOf would return).
+class Positions {
+ public:
+  void Set(const std::string& partition, const std::string& position) {
+    std::lock_guard<std::mutex> lock(mu_);
+    positions_[partition] = position;
+  }
+  PositionLookup Lookup() {
+    return [this] {
+      std::lock_guard<std::mutex> lock(mu_);
+      return positions_;
+    };
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, std::string> positions_;
+};
+
+class KafkaSourceTest : public ::testing::Test {
+ protected:
+  SourceConfig Config(const std::string& topic, const std::string& group) {
+    SourceConfig config;
+    config.name = "orders";
+    config.table = "App";
+    config.kind = SourceConfig::Kind::kKafka;
+    config.kafka.brokers = kafka_.bootstrap();
+    config.kafka.topics = {topic};
+    config.kafka.group = group;
+    config.kafka.dead_letter_path = dir_.Sub("dead.ndjson");
+    // Fast group protocol for tests.
+    config.kafka.properties = {{"heartbeat.interval.ms", "100"},
+                               {"session.timeout.ms", "6000"},
+                               {"topic.metadata.refresh.interval.ms", "500"}};
+    return config;
+  }
+
+  // Pops records until `n` arrived (or 30 s passed).
+  std::vector<SourceRecord> Take(RecordQueue* queue, size_t n) {
+    std::vector<SourceRecord> out;
+    WaitFor([&] {
+      queue->PopBatchFor(n - out.size(), milliseconds(20), &out);
+      return out.size() >= n;
+    });
+    return out;
+  }
+
+  std::string Topic() {
+    // Group coordination state lives per group in the mock: a fresh topic and group per test.
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    return std::string("t_") + info->name();
+  }
+
+  test::TempDir dir_;
+  MockKafka kafka_;
+};
+
+TEST_F(KafkaSourceTest, ConsumesEveryMessageAsARecordInPartitionOrder) {
+  const std::string topic = Topic();
+  kafka_.CreateTopic(topic, 2);
+  for (int i = 0; i < 6; ++i) kafka_.Produce(topic, i % 2, "k" + std::to_string(i), Record("P#" + std::to_string(i), i));
+  kafka_.Produce(topic, 0, "k6", Record("P#6", 6, /*with_time=*/false), 1740787299000);
+
+  KafkaSource source(3, Config(topic, topic), nullptr);
+  RecordQueue queue(100);
+  ASSERT_TRUE(source.Start({}, &queue).ok());
+  std::vector<SourceRecord> records = Take(&queue, 7);
+  ASSERT_EQ(records.size(), 7u);
+  std::map<std::string, std::vector<int64_t>> offsets;
+  for (const SourceRecord& r : records) {
+    offsets[r.partition].push_back(r.offset);
+    EXPECT_EQ(r.source, 3u);
+    EXPECT_EQ(r.next_position, std::to_string(r.offset + 1));
+    EXPECT_EQ(r.locator, r.partition + "@" + std::to_string(r.offset));
+    ASSERT_TRUE(r.event.has_value()) << r.rejection;
+    EXPECT_EQ(r.raw.rfind(R"({"eventName":"INSERT")", 0), 0u);
+    const std::string pk = r.event->keys.at("PK").scalar();
+    EXPECT_EQ(r.raw_key, "k" + pk.substr(2));
+    // The event's own time; the message timestamp only when the event has none.
+    EXPECT_EQ(r.event->creation_time_ms, pk == "P#6" ? 1740787299000 : 1740787200000);
+  }
+  EXPECT_EQ(offsets[topic + "/0"], (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(offsets[topic + "/1"], (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_TRUE(WaitFor([&] { return source.Health().state == "caught_up"; }))
+      << source.Health().state;
+  std::vector<std::string> assigned = source.Assignment();
+  EXPECT_EQ(assigned, (std::vector<std::string>{topic + "/0", topic + "/1"}));
+  source.Stop();
+  EXPECT_EQ(source.Health().state, "stopped");
+}
+
+TEST_F(KafkaSourceTest, StartsEachPartitionAtItsStoredOffset) {
+  const std::string topic = Topic();
+  kafka_.CreateTopic(topic, 2);
+  for (int i = 0; i < 10; ++i) kafka_.Produce(topic, i % 2, "k", Record("P#" + std::to_string(i), i));
+  Positions positions;
+  positions.Set(topic + "/0", "3");  // partition 1 has none: `start` (earliest)
+  KafkaSource source(0, Config(topic, topic), nullptr);
+  source.SetPositionLookup(positions.Lookup());
+  RecordQueue queue(100);
+  ASSERT_TRUE(source.Start({{topic + "/0", "3"}}, &queue).ok());
+  std::vector<SourceRecord> records = Take(&queue, 7);
+  std::map<std::string, std::vector<int64_t>> offsets;
+  for (const SourceRecord& r : records) offsets[r.partition].push_back(r.offset);
+  EXPECT_EQ(offsets[topic + "/0"], (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(offsets[topic + "/1"], (std::vector<int64_t>{0, 1, 2, 3, 4}));
+}
+
+TEST_F(KafkaSourceTest, LatestStartSkipsWhatIsThere) {
+  const std::string topic = Topic();
+  kafka_.CreateTopic(topic, 1);
+  for (int i = 0; i < 3; ++i) kafka_.Produce(topic, 0, "k", Record("P#" + std::to_string(i), i));
+  SourceConfig config = Config(topic, topic);
+  config.kafka.start = KafkaSourceConfig::Start::kLatest;
+  KafkaSource source(0, config, nullptr);
+  RecordQueue queue(100);
+  ASSERT_TRUE(source.Start({}, &queue).ok());
+  ASSERT_TRUE(WaitFor([&] { return source.Health().state == "caught_up"; }));
+  kafka_.Produce(topic, 0, "k", Record("P#9", 9));
+  std::vector<SourceRecord> records = Take(&queue, 1);
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].offset, 3);
+}
+
+TEST_F(KafkaSourceTest, ReassignedPartitionSeeksToTheWritersCurrentOffset) {
+  const std::string topic = Topic();
+  kafka_.CreateTopic(topic, 2);
+  for (int i = 0; i < 20; ++i) kafka_.Produce(topic, i % 2, "k", Record("P#" + std::to_string(i), i));
+  Positions positions;
+  KafkaSource first(0, Config(topic, topic), nullptr);
+  first.SetPositionLookup(positions.Lookup());
+  RecordQueue queue(1000);
+  ASSERT_TRUE(first.Start({}, &queue).ok());
+  ASSERT_EQ(Take(&queue, 20).size(), 20u);
+
+  // A second member takes one partition; when it leaves, the partition comes back and the
+  // first member must start it where the writer is NOW (7), not where it was at Start (0)
+  // nor where its consumer had read to (10).
+  positions.Set(topic + "/0", "7");
+  positions.Set(topic + "/1", "7");
+  KafkaSource second(0, Config(topic, topic), nullptr);
+  RecordQueue second_queue(1000);
+  ASSERT_TRUE(second.Start({}, &second_queue).ok());
+  ASSERT_TRUE(WaitFor([&] { return first.Assignment().size() == 1 && second.Assignment().size() == 1; }))
+      << first.Assignment().size() << " + " << second.Assignment().size();
+  const std::string moved = second.Assignment()[0];
+  std::vector<SourceRecord> drained;
+  queue.PopBatchFor(1000, milliseconds(0), &drained);
+  second.Stop();
+  ASSERT_TRUE(WaitFor([&] {
+    return first.Assignment().size() == 2 && first.Health().state == "caught_up";
+  }));
+  // Every (re)assignment meanwhile reads its partition again from the writer's offset 7
+  // (the rebalance protocol may hand a partition back more than once).
+  std::map<std::string, std::vector<int64_t>> again;
+  std::vector<SourceRecord> records;
+  queue.PopBatchFor(1000, milliseconds(0), &records);
+  for (const SourceRecord& r : records) again[r.partition].push_back(r.offset);
+  ASSERT_GE(again[moved].size(), 3u);
+  for (const auto& [partition, offsets] : again) {
+    ASSERT_EQ(offsets.size() % 3, 0u) << partition;
+    for (size_t i = 0; i < offsets.size(); ++i) {
+      EXPECT_EQ(offsets[i], 7 + static_cast<int64_t>(i % 3)) << partition << " #" << i;
+    }
+  }
+}
+
+TEST_F(KafkaSourceTest, UndecodableMessagesBecomeRejections) {
+  const std::string topic = Topic();
+  kafka_.CreateTopic(topic, 1);
+  kafka_.Produce(topic, 0, "a", std::string(R"({"eventName":"INSERT","dyn)"));
+  kafka_.Produce(topic, 0, "b", std::string(R"({"eventName":"UPSERT","dynamodb":{}})"));
+  kafka_.Produce(topic, 0, "c", std::string());
+  kafka_.Produce(topic, 0, "d", Record("P#1", 1));
+  KafkaSource source(0, Config(topic, topic), nullptr);
+  RecordQueue queue(100);
+  ASSERT_TRUE(source.Start({}, &queue).ok());
+  std::vector<SourceRecord> r = Take(&queue, 4);
+  ASSERT_EQ(r.size(), 4u);
+  const std::string p = topic + "/0";
+  EXPECT_FALSE(r[0].event.has_value());
+  EXPECT_EQ(r[0].reason, "malformed_json");
+  EXPECT_EQ(r[0].rejection.message().substr(0, p.size() + 4), p + "@0: ");
+  EXPECT_EQ(r[0].raw, R"({"eventName":"INSERT","dyn)");
+  EXPECT_EQ(r[0].raw_key, "a");
+  EXPECT_EQ(r[1].reason, "bad_record");
+  EXPECT_EQ(std::string(r[1].rejection.message()),
+            p + "@1: eventName: expected INSERT, MODIFY or REMOVE, got \"UPSERT\"");
+  EXPECT_EQ(r[2].reason, "malformed_json");  // an empty value is no DynamoDB record
+  EXPECT_TRUE(r[3].event.has_value());
+  EXPECT_EQ(r[3].next_position, "4");
+}
+
+TEST_F(KafkaSourceTest, DebeziumTombstonesAdvanceWithoutAnEvent) {
+  const std::string topic = Topic();
+  kafka_.CreateTopic(topic, 1);
+  kafka_.Produce(topic, 0, R"({"PK":"A"})", std::string(R"({"op":"c","after":{"PK":"A","v":1},"ts_ms":5})"));
+  kafka_.Produce(topic, 0, R"({"PK":"A"})", nullptr);
+  kafka_.Produce(topic, 0, R"({"PK":"A"})", std::string(R"({"op":"x","after":{}})"));
+  SourceConfig config = Config(topic, topic);
+  config.kafka.format = KafkaSourceConfig::Format::kDebeziumJson;
+  KafkaSource source(0, config, nullptr);
+  RecordQueue queue(100);
+  ASSERT_TRUE(source.Start({}, &queue).ok());
+  std::vector<SourceRecord> r = Take(&queue, 3);
+  ASSERT_EQ(r.size(), 3u);
+  ASSERT_TRUE(r[0].event.has_value()) << r[0].rejection;
+  EXPECT_EQ(r[0].event->keys, (Item{{"PK", AttributeValue::String("A")}}));
+  EXPECT_EQ(r[0].event->creation_time_ms, 5);
+  EXPECT_FALSE(r[1].event.has_value());
+  EXPECT_TRUE(r[1].rejection.ok());
+  EXPECT_EQ(r[1].next_position, "2");
+  EXPECT_EQ(r[2].reason, "bad_record");
+  EXPECT_EQ(std::string(r[2].rejection.message()),
+            topic + "/0@2: op: expected \"c\", \"u\", \"d\" or \"r\", got \"x\"");
+}
+
+TEST_F(KafkaSourceTest, ProtobufEventsAndGarbage) {
+  const std::string topic = Topic();
+  kafka_.CreateTopic(topic, 1);
+  v1::ChangeEvent event;
+  event.set_kind(v1::ChangeEvent::MODIFY);
+  (*event.mutable_keys()->mutable_attributes())["PK"].set_s("A");
+  (*event.mutable_new_image()->mutable_attributes())["v"].set_n("2.50");
+  event.set_sequence_number("9");
+  kafka_.Produce(topic, 0, "A", event.SerializeAsString(), 1740787200000);
+  kafka_.Produce(topic, 0, "B", std::string("\xff\xff\xff not protobuf"));
+  SourceConfig config = Config(topic, topic);
+  config.kafka.format = KafkaSourceConfig::Format::kProtobuf;
+  KafkaSource source(0, config, nullptr);
+  RecordQueue queue(100);
+  ASSERT_TRUE(source.Start({}, &queue).ok());
+  std::vector<SourceRecord> r = Take(&queue, 2);
+  ASSERT_EQ(r.size(), 2u);
+  ASSERT_TRUE(r[0].event.has_value()) << r[0].rejection;
+  EXPECT_EQ(r[0].event->kind, ChangeEvent::Kind::kModify);
+  EXPECT_EQ(r[0].event->new_image->at("v").scalar(), "2.5");
+  EXPECT_EQ(r[0].event->sequence_number, "9");
+  EXPECT_EQ(r[0].event->creation_time_ms, 1740787200000);  // none in the event: the message's
+  EXPECT_EQ(r[1].reason, "bad_protobuf");
+}
+
+TEST_F(KafkaSourceTest, PausesWhenTheQueueIsFullAndLosesNothing) {
+  const std::string topic = Topic();
+  kafka_.CreateTopic(topic, 2);
+  for (int i = 0; i < 60; ++i) kafka_.Produce(topic, i % 2, "k", Record("P#" + std::to_string(i), i));
+  KafkaSource source(0, Config(topic, topic), nullptr);
+  RecordQueue queue(4);
+  ASSERT_TRUE(source.Start({}, &queue).ok());
+  ASSERT_TRUE(WaitFor([&] { return source.paused(); }));
+  EXPECT_EQ(queue.size(), 4u);
+  std::vector<SourceRecord> all;
+  ASSERT_TRUE(WaitFor([&] {
+    queue.PopBatchFor(1, milliseconds(5), &all);  // a slow writer
+    return all.size() >= 60;
+  }));
+  std::map<std::string, std::vector<int64_t>> offsets;
+  for (const SourceRecord& r : all) offsets[r.partition].push_back(r.offset);
+  std::vector<int64_t> want(30);
+  for (int i = 0; i < 30; ++i) want[i] = i;
+  EXPECT_EQ(offsets[topic + "/0"], want);  // every offset once, in order
+  EXPECT_EQ(offsets[topic + "/1"], want);
+  EXPECT_TRUE(WaitFor([&] { return !source.paused(); }));
+  std::vector<SourceRecord> extra;
+  queue.PopBatchFor(10, milliseconds(300), &extra);
+  EXPECT_TRUE(extra.empty());
+}
+
+TEST_F(KafkaSourceTest, CommitsTheWritersPositionsToTheGroup) {
+  const std::string topic = Topic();
+  kafka_.CreateTopic(topic, 2);
+  for (int i = 0; i < 4; ++i) kafka_.Produce(topic, i % 2, "k", Record("P#" + std::to_string(i), i));
+  Positions positions;
+  KafkaSource source(0, Config(topic, topic), nullptr);
+  source.SetPositionLookup(positions.Lookup());
+  RecordQueue queue(100);
+  ASSERT_TRUE(source.Start({}, &queue).ok());
+  ASSERT_EQ(Take(&queue, 4).size(), 4u);
+  positions.Set(topic + "/0", "2");
+  positions.Set(topic + "/1", "1");
+  EXPECT_TRUE(WaitFor([&] {
+    return kafka_.Committed(topic, topic, 0) == 2 && kafka_.Committed(topic, topic, 1) == 1;
+  }));
+}
+
+TEST_F(KafkaSourceTest, DeadLetterTopicGetsTheMessageWithItsOrigin) {
+  const std::string topic = Topic();
+  kafka_.CreateTopic(topic, 1);
+  kafka_.CreateTopic("dlt", 1);
+  SourceConfig config = Config(topic, topic);
+  config.kafka.dead_letter_topic = "dlt";
+  KafkaSource source(0, config, nullptr);
+  SourceRecord record;
+  record.partition = "orders/4";
+  record.offset = 17;
+  record.locator = "orders/4@17";
+  record.raw = "{\"eventName\":";
+  record.raw_key = "key-1";
+  ASSERT_TRUE(source.dead_letters()->Write(record, absl::InvalidArgumentError("orders/4@17: bad")).ok());
+
+  char error[512];
+  rd_kafka_conf_t* conf = rd_kafka_conf_new();
+  rd_kafka_conf_set(conf, "bootstrap.servers", kafka_.bootstrap().c_str(), error, sizeof error);
+  rd_kafka_conf_set(conf, "group.id", "reader", error, sizeof error);
+  rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, error, sizeof error);
+  rd_kafka_topic_partition_list_t* list = rd_kafka_topic_partition_list_new(1);
+  rd_kafka_topic_partition_list_add(list, "dlt", 0)->offset = RD_KAFKA_OFFSET_BEGINNING;
+  rd_kafka_assign(rk, list);
+  rd_kafka_topic_partition_list_destroy(list);
+  rd_kafka_message_t* m = nullptr;
+  WaitFor([&] {
+    m = rd_kafka_consumer_poll(rk, 100);
+    if (m != nullptr && m->err) {
+      rd_kafka_message_destroy(m);
+      m = nullptr;
+    }
+    return m != nullptr;
+  });
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(std::string(static_cast<const char*>(m->payload), m->len), record.raw);
+  EXPECT_EQ(std::string(static_cast<const char*>(m->key), m->key_len), "key-1");
+  rd_kafka_headers_t* headers = nullptr;
+  ASSERT_EQ(rd_kafka_message_headers(m, &headers), RD_KAFKA_RESP_ERR_NO_ERROR);
+  auto header = [&](const char* name) {
+    const void* value = nullptr;
+    size_t size = 0;
+    if (rd_kafka_header_get_last(headers, name, &value, &size) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      return std::string("<missing>");
+    }
+    return std::string(static_cast<const char*>(value), size);
+  };
+  EXPECT_EQ(header("cdcview.source.topic"), "orders");
+  EXPECT_EQ(header("cdcview.source.partition"), "4");
+  EXPECT_EQ(header("cdcview.source.offset"), "17");
+  EXPECT_EQ(header("cdcview.reason"), "orders/4@17: bad");
+  rd_kafka_message_destroy(m);
+  rd_kafka_consumer_close(rk);
+  rd_kafka_destroy(rk);
+}
+
+TEST_F(KafkaSourceTest, WithoutADeadLetterTopicRejectionsGoToTheFile) {
+  const std::string topic = Topic();
+  KafkaSource source(0, Config(topic, topic), nullptr);
+  SourceRecord record;
+  record.locator = "x/0@1";
+  record.raw = "{";
+  ASSERT_TRUE(source.dead_letters()->Write(record, absl::InvalidArgumentError("x/0@1: bad")).ok());
+  auto* file = dynamic_cast<FileDeadLetterSink*>(source.dead_letters());
+  ASSERT_NE(file, nullptr);
+  EXPECT_EQ(file->path(), dir_.Sub("dead.ndjson"));
+}
+
+TEST_F(KafkaSourceTest, BrokerOutageIsAnErrorUntilItIsBack) {
+  const std::string topic = Topic();
+  kafka_.CreateTopic(topic, 1);
+  kafka_.Produce(topic, 0, "k", Record("P#1", 1));
+  SourceConfig config = Config(topic, topic);
+  config.kafka.properties["reconnect.backoff.max.ms"] = "200";
+  KafkaSource source(0, config, nullptr);
+  RecordQueue queue(100);
+  ASSERT_TRUE(source.Start({}, &queue).ok());
+  ASSERT_EQ(Take(&queue, 1).size(), 1u);
+  ASSERT_EQ(rd_kafka_mock_broker_set_down(kafka_.cluster(), 1), RD_KAFKA_RESP_ERR_NO_ERROR);
+  EXPECT_TRUE(WaitFor([&] { return source.Health().state == "error"; })) << source.Health().state;
+  EXPECT_NE(source.Health().error.find("cannot reach the Kafka brokers " + kafka_.bootstrap()),
+            std::string::npos)
+      << source.Health().error;
+  ASSERT_EQ(rd_kafka_mock_broker_set_up(kafka_.cluster(), 1), RD_KAFKA_RESP_ERR_NO_ERROR);
+  EXPECT_TRUE(WaitFor([&] { return source.Health().state != "error"; })) << source.Health().error;
+  kafka_.Produce(topic, 0, "k", Record("P#2", 2));
+  std::vector<SourceRecord> more = Take(&queue, 1);
+  ASSERT_EQ(more.size(), 1u);
+  EXPECT_EQ(more[0].offset, 1);
+}
+
+TEST_F(KafkaSourceTest, RefusesPositionsItDidNotWrite) {
+  KafkaSource source(0, Config("t", "g"), nullptr);
+  RecordQueue queue(10);
+  absl::Status s = source.Start({{"", "120:5"}}, &queue);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(s.message()),
+            "stored position \"\" -> \"120:5\" of source \"orders\" is not "
+            "\"<topic>/<partition>\" -> \"<next offset>\"; was the store written by another "
+            "kind of source?");
+  EXPECT_EQ(source.Health().state, "error");
+}
+
+TEST_F(KafkaSourceTest, RefusesUnknownProperties) {
+  SourceConfig config = Config("t", "g");
+  config.kafka.properties["no.such.property"] = "1";
+  KafkaSource source(2, config, nullptr);
+  RecordQueue queue(10);
+  absl::Status s = source.Start({}, &queue);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(s.message()).rfind("sources[2].kafka.properties.no.such.property: ", 0), 0u)
+      << s.message();
+}
+
+}  // namespace
+}  // namespace cdcview
