@@ -3,8 +3,11 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/app/readiness.h"
 #include "daemon/log/log.h"
+#include "daemon/sources/dynamodb_source.h"
 #include "daemon/sources/file_source.h"
+#include "daemon/sources/kafka_source.h"
 
 namespace cdcview {
 namespace {
@@ -14,12 +17,22 @@ absl::Status InPhase(const char* phase, const absl::Status& s) {
   return absl::Status(s.code(), absl::StrCat(phase, ": ", s.message()));
 }
 
-std::unique_ptr<ChangeSource> MakeSource(uint32_t index, const SourceConfig& config) {
+// One place knows every source type.
+absl::StatusOr<std::unique_ptr<ChangeSource>> MakeSource(uint32_t index, const SourceConfig& config,
+                                                         const Config& all,
+                                                         MetricsRegistry* metrics) {
   switch (config.kind) {
     case SourceConfig::Kind::kFile:
       return std::make_unique<FileSource>(index, config);
+    case SourceConfig::Kind::kDynamoDb:
+      // The config loader checked that the source's table is declared.
+      return std::make_unique<DynamoDbSource>(index, config, *all.FindTable(config.table), metrics);
+    case SourceConfig::Kind::kKafka:
+      return std::make_unique<KafkaSource>(
+          index, config, std::make_unique<KafkaProbe>(*metrics, config.name));
   }
-  return nullptr;
+  return absl::UnimplementedError(absl::StrCat(
+      "source ", config.name, ": this cdcviewd has no reader for its source type yet"));
 }
 
 }  // namespace
@@ -54,7 +67,9 @@ absl::Status Application::Init() {
   std::vector<DeadLetterSink*> dead_letters;
   std::vector<const ChangeSource*> readonly_sources;
   for (size_t i = 0; i < config_.sources.size(); ++i) {
-    sources_.push_back(MakeSource(static_cast<uint32_t>(i), config_.sources[i]));
+    auto source = MakeSource(static_cast<uint32_t>(i), config_.sources[i], config_, metrics_.get());
+    if (!source.ok()) return InPhase("creating sources", source.status());
+    sources_.push_back(std::move(*source));
     dead_letters.push_back(sources_.back()->dead_letters());
     readonly_sources.push_back(sources_.back().get());
   }
@@ -65,16 +80,22 @@ absl::Status Application::Init() {
   auto server = ViewServer::Start(config_.server.grpc, *reader_, query_probe_.get());
   if (!server.ok()) return InPhase("starting the gRPC server", server.status());
   server_ = std::move(*server);
+  // Views start NOT_SERVING (not unknown) so a probe on a view name waits instead of failing.
+  for (const ViewRef& view : catalog_->views()) {
+    server_->SetServiceServing(ViewHealthServiceName(view.spec->name), false);
+  }
   server_->SetServing(true);
 
   queue_ = std::make_unique<RecordQueue>(config_.apply.queue_capacity);
   for (size_t i = 0; i < sources_.size(); ++i) {
+    sources_[i]->SetPositionLookup([this, i] { return applier_->PositionsOf(i); });
     if (absl::Status s = sources_[i]->Start(applier_->PositionsOf(i), queue_.get()); !s.ok()) {
       // A source that cannot start is reported in GetStatus; the others go on.
       LogError(absl::StrCat("source ", config_.sources[i].name, ": ", s.message()));
     }
   }
   writer_ = std::thread([this] { WriterMain(); });
+  readiness_ = std::thread([this] { ReadinessMain(); });
   LogInfo(absl::StrCat("cdcviewd serving gRPC on port ", server_->port(), ", metrics on port ",
                        metrics_->port(), ", store in ", config_.storage.path));
   return absl::OkStatus();
@@ -92,9 +113,40 @@ void Application::WriterMain() {
   writer_done_ = true;
 }
 
+void Application::ReadinessMain() {
+  std::unique_lock<std::mutex> lock(readiness_mu_);
+  while (!stop_readiness_) {
+    lock.unlock();
+    UpdateViewHealth();
+    lock.lock();
+    readiness_wake_.wait_for(lock, std::chrono::seconds(1), [this] { return stop_readiness_; });
+  }
+}
+
+void Application::UpdateViewHealth() {
+  for (const ViewRef& view : catalog_->views()) {
+    std::vector<SourceProgress> table_sources;
+    for (size_t i = 0; i < sources_.size(); ++i) {
+      if (catalog_->TableOfSource(i) != view.table) continue;
+      table_sources.push_back({sources_[i]->Health().state, applier_->Counters(i).lag_seconds});
+    }
+    bool ready = applier_->GetViewState(view.global) == ViewState::kReady;
+    server_->SetServiceServing(
+        ViewHealthServiceName(view.spec->name),
+        ViewCaughtUp(ready, table_sources, config_.server.ready_max_lag_seconds));
+  }
+}
+
 void Application::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
+  auto drain_start = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> lock(readiness_mu_);
+    stop_readiness_ = true;
+  }
+  readiness_wake_.notify_all();
+  if (readiness_.joinable()) readiness_.join();
   for (auto& source : sources_) source->Stop();
   if (queue_) queue_->Close();
   // The writer drains what the sources had read; if it cannot (a batch keeps failing), it is
@@ -108,7 +160,12 @@ void Application::Shutdown() {
     server_->SetServing(false);
     server_->Shutdown(5000);
   }
-  LogInfo("cdcviewd stopped");
+  // The drain time is what terminationGracePeriodSeconds must exceed (deploy/k8s).
+  LogInfo(absl::StrCat("cdcviewd stopped; drained in ",
+                       std::chrono::duration_cast<std::chrono::milliseconds>(
+                           std::chrono::steady_clock::now() - drain_start)
+                           .count(),
+                       " ms"));
 }
 
 Application::~Application() { Shutdown(); }

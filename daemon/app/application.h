@@ -12,7 +12,9 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -48,6 +50,9 @@ class Application {
   Application() = default;
   absl::Status Init();
   void WriterMain();
+  // Once a second: each view's health service SERVING iff the view is caught up (readiness.h).
+  void ReadinessMain();
+  void UpdateViewHealth();
 
   Config config_;
   std::unique_ptr<Store> store_;
@@ -63,6 +68,10 @@ class Application {
   std::thread writer_;
   std::atomic<bool> stop_writer_{false};
   std::atomic<bool> writer_done_{false};
+  std::thread readiness_;
+  std::mutex readiness_mu_;
+  std::condition_variable readiness_wake_;
+  bool stop_readiness_ = false;  // guarded by readiness_mu_
   bool shut_down_ = false;
 };
 

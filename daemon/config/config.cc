@@ -72,6 +72,22 @@ std::string Child(std::string_view path, std::string_view key) {
 
 std::string Index(std::string_view path, size_t i) { return Cat(path, "[", i, "]"); }
 
+std::string DefaultDeadLetterPath(const std::string& root, const std::string& source) {
+  return Cat(root, root.back() == '/' ? "" : "/", "dead-letters/", source, ".ndjson");
+}
+
+std::string* DeadLetterPathOf(SourceConfig& source) {
+  switch (source.kind) {
+    case SourceConfig::Kind::kFile:
+      return &source.file.dead_letter_path;
+    case SourceConfig::Kind::kKafka:
+      return &source.kafka.dead_letter_path;
+    case SourceConfig::Kind::kDynamoDb:
+      return &source.dynamodb.dead_letter_path;
+  }
+  return nullptr;
+}
+
 std::string JoinViews(std::initializer_list<std::string_view> parts) {
   std::string out;
   for (std::string_view part : parts) out += Cat(out.empty() ? "" : ", ", part);
@@ -392,10 +408,17 @@ absl::Status Loader::ParseStorage(const Fields::Entry& entry, StorageConfig* sto
 }
 
 absl::Status Loader::ParseServer(const Fields::Entry& entry, ServerConfig* server) const {
-  absl::StatusOr<Fields> fields = ReadFields(entry, "server", {"grpc", "metrics"});
+  absl::StatusOr<Fields> fields =
+      ReadFields(entry, "server", {"grpc", "metrics", "ready_max_lag_seconds"});
   if (!fields.ok()) return fields.status();
   for (const Fields::Entry& field : fields->entries) {
     std::string path = fields->PathOf(field.key);
+    if (field.key == "ready_max_lag_seconds") {
+      absl::StatusOr<uint32_t> seconds = ReadUint32(field, path, 0);
+      if (!seconds.ok()) return seconds.status();
+      server->ready_max_lag_seconds = *seconds;
+      continue;
+    }
     absl::StatusOr<std::string> address = ReadString(field, path);
     if (!address.ok()) return address.status();
     bool may_disable = field.key == "metrics";
@@ -922,9 +945,7 @@ absl::StatusOr<SourceConfig> Loader::ParseSource(const YAML::Node& node, const s
                  Cat(label, "expected a source type: file: { path: ... }, kafka: { ... } or "
                             "dynamodb: { ... }"));
   }
-  const std::string& root = config.storage.path;
-  const std::string default_dead_letters =
-      Cat(root, root.back() == '/' ? "" : "/", "dead-letters/", source.name, ".ndjson");
+  const std::string default_dead_letters = DefaultDeadLetterPath(config.storage.path, source.name);
   absl::Status parsed;
   if (type->key == "file") {
     source.kind = SourceConfig::Kind::kFile;
@@ -1183,6 +1204,38 @@ absl::StatusOr<Config> LoadConfig(const std::string& path) {
   // Opening a directory succeeds; reading it fails (EISDIR) and must not look empty.
   if (std::ferror(file.get())) return unreadable(errno != 0 ? errno : EIO);
   return ParseConfig(text, path);
+}
+
+absl::Status ApplyOverrides(const ConfigOverrides& overrides, Config* config) {
+  auto bad = [](std::string_view field, std::string_view flag, std::string_view env,
+                std::string_view expected, const std::string& got) {
+    return absl::InvalidArgumentError(Cat(field, " (", flag, " or ", env, "): expected ", expected,
+                                          ", got ", Quote(got)));
+  };
+  if (overrides.grpc && !IsHostPort(*overrides.grpc)) {
+    return bad("server.grpc", "--grpc", "CDCVIEW_GRPC", "host:port like 127.0.0.1:50051",
+               *overrides.grpc);
+  }
+  if (overrides.metrics && !overrides.metrics->empty() && !IsHostPort(*overrides.metrics)) {
+    return bad("server.metrics", "--metrics", "CDCVIEW_METRICS",
+               "host:port like 127.0.0.1:9464 (or \"\" to disable)", *overrides.metrics);
+  }
+  if (overrides.storage_path && overrides.storage_path->empty()) {
+    return bad("storage.path", "--storage-path", "CDCVIEW_STORAGE_PATH", "a directory",
+               *overrides.storage_path);
+  }
+  if (overrides.grpc) config->server.grpc = *overrides.grpc;
+  if (overrides.metrics) config->server.metrics = *overrides.metrics;
+  if (overrides.storage_path) {
+    for (SourceConfig& source : config->sources) {
+      std::string* dead_letters = DeadLetterPathOf(source);
+      if (*dead_letters == DefaultDeadLetterPath(config->storage.path, source.name)) {
+        *dead_letters = DefaultDeadLetterPath(*overrides.storage_path, source.name);
+      }
+    }
+    config->storage.path = *overrides.storage_path;
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<uint64_t> ParseByteSize(std::string_view text) {

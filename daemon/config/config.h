@@ -20,23 +20,34 @@ struct StorageConfig {
   std::string path = "./data";
   uint64_t map_size = 4ull << 30;       // initial LMDB map size
   uint64_t max_map_size = 64ull << 30;  // MDB_MAP_FULL grows the map up to this
+
+  bool operator==(const StorageConfig&) const = default;
 };
 
 struct ServerConfig {
   std::string grpc = "127.0.0.1:50051";     // host:port; port 0 picks a free port
   std::string metrics = "127.0.0.1:9464";   // host:port; port 0 picks a free port; "" disables
+  // A view's health service ("cdcview.view.<name>") is SERVING only while the view is READY
+  // and every source of its table is at most this far behind (finished/caught-up sources: 0).
+  uint32_t ready_max_lag_seconds = 60;
+
+  bool operator==(const ServerConfig&) const = default;
 };
 
 struct ApplyConfig {
   uint32_t batch_size = 1024;      // events per write transaction at most
   uint32_t max_delay_ms = 20;      // a partial batch is committed after this long
   uint32_t queue_capacity = 8192;  // events buffered between sources and the writer
+
+  bool operator==(const ApplyConfig&) const = default;
 };
 
 struct FileSourceConfig {
   std::string path;
   bool follow = false;              // keep reading as the file grows (tail -f)
   std::string dead_letter_path;     // default: <storage.path>/dead-letters/<source>.ndjson
+
+  bool operator==(const FileSourceConfig&) const = default;
 };
 
 struct KafkaSourceConfig {
@@ -53,6 +64,8 @@ struct KafkaSourceConfig {
   // Debezium: the table key attributes come from the message key, or else from these columns.
   std::vector<std::string> key_attributes;
   std::map<std::string, std::string> properties;  // any librdkafka property, passed through
+
+  bool operator==(const KafkaSourceConfig&) const = default;
 };
 
 struct DynamoDbSourceConfig {
@@ -71,6 +84,8 @@ struct DynamoDbSourceConfig {
   uint32_t scan_segments = 4;                // parallel Scan segments
   uint32_t scan_read_units_per_second = 0;   // 0: unthrottled
   std::string dead_letter_path;              // default: <storage.path>/dead-letters/<source>.ndjson
+
+  bool operator==(const DynamoDbSourceConfig&) const = default;
 };
 
 struct SourceConfig {
@@ -82,6 +97,8 @@ struct SourceConfig {
   FileSourceConfig file;
   KafkaSourceConfig kafka;
   DynamoDbSourceConfig dynamodb;
+
+  bool operator==(const SourceConfig&) const = default;
 };
 
 struct Config {
@@ -100,6 +117,19 @@ struct Config {
 absl::StatusOr<Config> LoadConfig(const std::string& path);
 // The same from YAML text; `file` is used in messages only.
 absl::StatusOr<Config> ParseConfig(const std::string& yaml, const std::string& file);
+
+// Settings given as flags or environment variables (12-factor); each one set replaces the
+// file's value. main() resolves flag-over-environment precedence before filling this in.
+struct ConfigOverrides {
+  std::optional<std::string> grpc;          // --grpc, CDCVIEW_GRPC
+  std::optional<std::string> metrics;       // --metrics, CDCVIEW_METRICS ("" disables)
+  std::optional<std::string> storage_path;  // --storage-path, CDCVIEW_STORAGE_PATH
+};
+
+// Applies `overrides` to `config`, validated like the file's fields: INVALID_ARGUMENT naming
+// the field, the flag and the variable. Dead-letter paths that were defaulted under the
+// file's storage.path move with storage.path, so every file the daemon writes stays there.
+absl::Status ApplyOverrides(const ConfigOverrides& overrides, Config* config);
 
 // "4GiB", "512MiB", "1048576" -> bytes. INVALID_ARGUMENT otherwise.
 absl::StatusOr<uint64_t> ParseByteSize(std::string_view text);

@@ -121,6 +121,13 @@ ApplyProbe::ApplyProbe(MetricsRegistry& metrics, const Config& config)
                    .Help("Current LMDB map size; grows on MDB_MAP_FULL up to storage.max_map_size.")
                    .Register(registry_)
                    .Add({});
+  // The ceiling, so "map near its ceiling" is one ratio (dashboards/alerts.yaml).
+  BuildGauge()
+      .Name("cdcview_lmdb_map_max_bytes")
+      .Help("storage.max_map_size: the LMDB map never grows past this.")
+      .Register(registry_)
+      .Add({})
+      .Set(static_cast<double>(config.storage.max_map_size));
   batch_failures_ = &BuildCounter()
                          .Name("cdcview_apply_batch_failures_total")
                          .Help("Batches that could not commit and were retried.")

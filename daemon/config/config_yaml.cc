@@ -1,0 +1,234 @@
+#include "daemon/config/config_yaml.h"
+
+#include <cstdint>
+#include <string_view>
+
+#include "yaml-cpp/yaml.h"
+
+namespace cdcview {
+namespace {
+
+// The largest power-of-two unit that divides `bytes` exactly, so "4GiB" stays "4GiB".
+std::string ByteSize(uint64_t bytes) {
+  constexpr std::pair<const char*, int> kUnits[] = {{"TiB", 40}, {"GiB", 30}, {"MiB", 20},
+                                                    {"KiB", 10}};
+  for (const auto& [name, shift] : kUnits) {
+    uint64_t unit = uint64_t{1} << shift;
+    if (bytes != 0 && bytes % unit == 0) return std::to_string(bytes / unit) + name;
+  }
+  return std::to_string(bytes);
+}
+
+std::string Str(std::string_view text) { return std::string(text); }
+
+void Field(YAML::Emitter& out, const char* key, const std::string& value) {
+  // Always quoted: an empty string or "true" must come back as the same string.
+  out << YAML::Key << key << YAML::Value << YAML::DoubleQuoted << value;
+}
+
+template <typename T>
+void Field(YAML::Emitter& out, const char* key, const T& value) {
+  out << YAML::Key << key << YAML::Value << value;
+}
+
+void NonEmpty(YAML::Emitter& out, const char* key, const std::string& value) {
+  if (!value.empty()) Field(out, key, value);
+}
+
+void StringList(YAML::Emitter& out, const char* key, const std::vector<std::string>& values) {
+  out << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginSeq;
+  for (const std::string& v : values) out << YAML::DoubleQuoted << v;
+  out << YAML::EndSeq;
+}
+
+void EmitStorageServerApply(YAML::Emitter& out, const Config& c) {
+  out << YAML::Key << "storage" << YAML::Value << YAML::BeginMap;
+  Field(out, "path", c.storage.path);
+  Field(out, "map_size", ByteSize(c.storage.map_size));
+  Field(out, "max_map_size", ByteSize(c.storage.max_map_size));
+  out << YAML::EndMap;
+  out << YAML::Key << "server" << YAML::Value << YAML::BeginMap;
+  Field(out, "grpc", c.server.grpc);
+  Field(out, "metrics", c.server.metrics);
+  Field(out, "ready_max_lag_seconds", c.server.ready_max_lag_seconds);
+  out << YAML::EndMap;
+  out << YAML::Key << "apply" << YAML::Value << YAML::BeginMap;
+  Field(out, "batch_size", c.apply.batch_size);
+  Field(out, "max_delay_ms", c.apply.max_delay_ms);
+  Field(out, "queue_capacity", c.apply.queue_capacity);
+  out << YAML::EndMap;
+}
+
+void EmitKafka(YAML::Emitter& out, const KafkaSourceConfig& k) {
+  using Format = KafkaSourceConfig::Format;
+  Field(out, "brokers", k.brokers);
+  StringList(out, "topics", k.topics);
+  Field(out, "group", k.group);
+  Field(out, "format", Str(k.format == Format::kDynamoDbJson    ? "dynamodb-json"
+                           : k.format == Format::kDebeziumJson ? "debezium-json"
+                                                               : "protobuf"));
+  NonEmpty(out, "dead_letter_topic", k.dead_letter_topic);
+  Field(out, "dead_letter_path", k.dead_letter_path);
+  Field(out, "start", Str(k.start == KafkaSourceConfig::Start::kEarliest ? "earliest" : "latest"));
+  if (!k.key_attributes.empty()) StringList(out, "key_attributes", k.key_attributes);
+  if (!k.properties.empty()) {
+    out << YAML::Key << "properties" << YAML::Value << YAML::BeginMap;
+    for (const auto& [key, value] : k.properties) Field(out, key.c_str(), value);
+    out << YAML::EndMap;
+  }
+}
+
+void EmitDynamoDb(YAML::Emitter& out, const DynamoDbSourceConfig& d) {
+  NonEmpty(out, "table_name", d.table_name);
+  NonEmpty(out, "stream_arn", d.stream_arn);
+  Field(out, "region", d.region);
+  NonEmpty(out, "endpoint", d.endpoint);
+  Field(out, "start",
+        Str(d.start == DynamoDbSourceConfig::Start::kTrimHorizon ? "trim_horizon" : "latest"));
+  Field(out, "poll_interval_ms", d.poll_interval_ms);
+  Field(out, "shard_concurrency", d.shard_concurrency);
+  Field(out, "discovery_interval_ms", d.discovery_interval_ms);
+  Field(out, "snapshot", Str(d.snapshot == DynamoDbSourceConfig::Snapshot::kScan ? "scan" : "none"));
+  Field(out, "scan_segments", d.scan_segments);
+  Field(out, "scan_read_units_per_second", d.scan_read_units_per_second);
+  Field(out, "dead_letter_path", d.dead_letter_path);
+}
+
+void EmitSource(YAML::Emitter& out, const SourceConfig& s) {
+  out << YAML::BeginMap;
+  Field(out, "name", s.name);
+  Field(out, "table", s.table);
+  switch (s.kind) {
+    case SourceConfig::Kind::kFile:
+      out << YAML::Key << "file" << YAML::Value << YAML::BeginMap;
+      Field(out, "path", s.file.path);
+      Field(out, "follow", s.file.follow);
+      Field(out, "dead_letter_path", s.file.dead_letter_path);
+      break;
+    case SourceConfig::Kind::kKafka:
+      out << YAML::Key << "kafka" << YAML::Value << YAML::BeginMap;
+      EmitKafka(out, s.kafka);
+      break;
+    case SourceConfig::Kind::kDynamoDb:
+      out << YAML::Key << "dynamodb" << YAML::Value << YAML::BeginMap;
+      EmitDynamoDb(out, s.dynamodb);
+      break;
+  }
+  out << YAML::EndMap << YAML::EndMap;
+}
+
+void EmitKeyAttribute(YAML::Emitter& out, const char* key, const std::string& attribute,
+                      AttrType type) {
+  out << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginMap;
+  Field(out, "attribute", attribute);
+  Field(out, "type", Str(AttrTypeName(type)));
+  out << YAML::EndMap;
+}
+
+void EmitKeySpec(YAML::Emitter& out, const char* key, const KeySpec& spec) {
+  if (spec.kind == KeySpec::Kind::kAttribute) {
+    EmitKeyAttribute(out, key, spec.attribute, spec.type);
+    return;
+  }
+  out << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginMap;
+  Field(out, "template", spec.template_text);
+  out << YAML::EndMap;
+}
+
+void EmitConditions(YAML::Emitter& out, const char* key, const std::vector<Condition>& when) {
+  out << YAML::Key << key << YAML::Value << YAML::BeginSeq;
+  for (const Condition& c : when) {
+    out << YAML::Flow << YAML::BeginMap;
+    Field(out, "attribute", c.attribute);
+    switch (c.op) {
+      case Condition::Op::kEquals:
+        Field(out, "equals", c.operand);
+        break;
+      case Condition::Op::kBeginsWith:
+        Field(out, "begins_with", c.operand);
+        break;
+      case Condition::Op::kExists:
+      case Condition::Op::kNotExists:
+        Field(out, "exists", c.op == Condition::Op::kExists);
+        break;
+    }
+    out << YAML::EndMap;
+  }
+  out << YAML::EndSeq;
+}
+
+void EmitRuleKeys(YAML::Emitter& out, const ViewRule& rule) {
+  EmitKeySpec(out, "partition_key", rule.partition_key);
+  if (rule.sort_key) EmitKeySpec(out, "sort_key", *rule.sort_key);
+}
+
+void EmitProjection(YAML::Emitter& out, const Projection& p) {
+  out << YAML::Key << "projection" << YAML::Value;
+  if (p.kind == ProjectionKind::kAll) out << "ALL";
+  if (p.kind == ProjectionKind::kKeysOnly) out << "KEYS_ONLY";
+  if (p.kind == ProjectionKind::kInclude) {
+    out << YAML::Flow << YAML::BeginMap;
+    StringList(out, "include", p.include);
+    out << YAML::EndMap;
+  }
+}
+
+// An inverted view's rule holds the swapped keys, which the loader derives again from the
+// table key; one rule is the keyed form; several are `rules`.
+void EmitView(YAML::Emitter& out, const ViewSpec& v) {
+  out << YAML::BeginMap;
+  Field(out, "name", v.name);
+  const ViewRule& first = v.rules.front();
+  if (v.inverted) {
+    Field(out, "inverted", true);
+    if (!first.when.empty()) EmitConditions(out, "filter", first.when);
+  } else if (v.rules.size() == 1) {
+    EmitRuleKeys(out, first);
+    if (!first.when.empty()) EmitConditions(out, "filter", first.when);
+  } else {
+    out << YAML::Key << "rules" << YAML::Value << YAML::BeginSeq;
+    for (const ViewRule& rule : v.rules) {
+      out << YAML::BeginMap;
+      if (!rule.when.empty()) EmitConditions(out, "when", rule.when);
+      EmitRuleKeys(out, rule);
+      out << YAML::EndMap;
+    }
+    out << YAML::EndSeq;
+  }
+  EmitProjection(out, v.projection);
+  out << YAML::EndMap;
+}
+
+void EmitTable(YAML::Emitter& out, const TableSpec& t) {
+  out << YAML::BeginMap;
+  Field(out, "name", t.name);
+  out << YAML::Key << "key" << YAML::Value << YAML::BeginMap;
+  EmitKeyAttribute(out, "partition", t.key.partition, t.key.partition_type);
+  if (t.key.sort) EmitKeyAttribute(out, "sort", *t.key.sort, t.key.sort_type);
+  out << YAML::EndMap;
+  if (!t.views.empty()) {
+    out << YAML::Key << "views" << YAML::Value << YAML::BeginSeq;
+    for (const ViewSpec& v : t.views) EmitView(out, v);
+    out << YAML::EndSeq;
+  }
+  out << YAML::EndMap;
+}
+
+}  // namespace
+
+std::string ConfigToYaml(const Config& config) {
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  EmitStorageServerApply(out, config);
+  if (!config.sources.empty()) {
+    out << YAML::Key << "sources" << YAML::Value << YAML::BeginSeq;
+    for (const SourceConfig& s : config.sources) EmitSource(out, s);
+    out << YAML::EndSeq;
+  }
+  out << YAML::Key << "tables" << YAML::Value << YAML::BeginSeq;
+  for (const TableSpec& t : config.tables) EmitTable(out, t);
+  out << YAML::EndSeq << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace cdcview
