@@ -11,6 +11,7 @@ pkgs=(
   libsimdjson-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
   libcurl4-openssl-dev libssl-dev
   python3 python3-venv python3-pip prometheus
+  default-jdk-headless maven   # scripts/kafka.sh: a real Kafka broker for the Kafka tests
 )
 missing=()
 for p in "${pkgs[@]}"; do

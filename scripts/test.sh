@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The second command of the README: installs what is needed, builds, and runs every test:
+# GoogleTest units through ctest, then the integration tests (real cdcviewd processes, real gRPC
+# clients, the real CLI) through pytest. Extra arguments go to pytest (e.g. -k sample).
+set -euo pipefail
+here="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$here"
+"$here/scripts/install-deps.sh"
+"$here/scripts/build.sh"
+build="${CDCVIEW_BUILD_DIR:-$here/build}"
+export CDCVIEW_BUILD_DIR="$build"
+
+echo "[test] unit tests (ctest)"
+ctest --test-dir "$build" --output-on-failure -j "$(nproc)" --timeout 300
+
+echo "[test] integration tests (pytest)"
+"$here/.venv/bin/python" -m pytest "$here/tests/integration" -p no:cacheprovider -q "$@"

@@ -1,0 +1,454 @@
+"""cdcviewd with its embedded default config (examples/cdcview.yaml) on the bundled sample.
+
+One daemon serves the whole module (started from the repo root without --config, so the
+default config path, the default source path and the flag overrides are what is tested);
+the tests only read from it.
+"""
+
+import json
+import math
+from decimal import Decimal
+
+import grpc
+import pytest
+
+import reference as ref
+from conftest import (REPO, SAMPLE, Daemon, entry_to_tuple, item_to_typed, metric, ref_tuple,
+                      run_cli)
+
+VIEWS = ref.EXAMPLE_VIEWS
+
+
+@pytest.fixture(scope="module")
+def model():
+    return ref.build(ref.EXAMPLE_TABLE, ref.load_records(SAMPLE))
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory, pb, binaries):
+    workdir = tmp_path_factory.mktemp("sample")
+    d = Daemon(workdir, config_path=False, cwd=REPO, stubs=pb,
+               args=["--storage-path", str(workdir / "store"), "--grpc", "127.0.0.1:0",
+                     "--metrics", "127.0.0.1:0"])
+    try:
+        d.start()
+        d.wait_finished("sample", SAMPLE)
+        yield d
+    finally:
+        d.ensure_dead()
+
+
+def live_user(model):
+    """The key and image of the first user profile still present at the end of the sample."""
+    for (pk, sk), (_, image) in sorted(model.items.items()):
+        if sk == ("S", "PROFILE") and image is not None:
+            return {"PK": S(pk[1]), "SK": S("PROFILE")}, image
+    raise AssertionError("no user left in the sample")
+
+
+def S(text):
+    return {"S": text}
+
+
+def N(text):
+    return {"N": text}
+
+
+def av(pb, typed):
+    (kind, body), = typed.items()
+    return pb.av.AttributeValue(**{kind.lower(): body})
+
+
+def query_pages(d, view, pk, op=None, value=None, value2=None, backward=False, limit=0):
+    """Walks every page of a Query; returns (entries as tuples, page sizes)."""
+    vs = d.stubs.vs
+    req = vs.QueryRequest(view=view, partition_key=av(d.stubs, pk), limit=limit,
+                          scan_backward=backward)
+    if op is not None:
+        req.sort.op = vs.SortCondition.Op.Value(op)
+        req.sort.value.CopyFrom(av(d.stubs, value))
+        if value2 is not None:
+            req.sort.value2.CopyFrom(av(d.stubs, value2))
+    entries, sizes = [], []
+    for _ in range(10000):
+        r = d.stub.Query(req, timeout=30)
+        entries.extend(entry_to_tuple(e) for e in r.entries)
+        sizes.append(len(r.entries))
+        if not r.next_page_token:
+            return entries, sizes
+        req.page_token = r.next_page_token
+    raise AssertionError("Query never ended")
+
+
+def expected_sizes(n, limit):
+    """Page sizes a walk must see: full pages, then the rest (one empty page for nothing)."""
+    limit = limit or 1000  # 0: the server's page size
+    if n == 0:
+        return [0]
+    return [limit] * (n // limit) + ([n % limit] if n % limit else [])
+
+
+# ---------------------------------------------------------------- Scan
+
+@pytest.mark.parametrize("limit", [0, 7])
+@pytest.mark.parametrize("view", VIEWS)
+def test_scan_equals_reference(sample, model, view, limit):
+    entries, sizes = sample.scan(view, limit=limit)
+    want = [ref_tuple(e) for e in model.scan(view)]
+    got = [entry_to_tuple(e) for e in entries]
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g == w, f"{view} entry {i} differs"
+    assert sizes == expected_sizes(len(want), limit)
+
+
+def test_views_are_not_empty_and_reference_saw_every_record(model):
+    # Guards the two tests above against comparing empty to empty.
+    assert model.outcomes == {"applied": 3134, "skipped": 0, "rejected": 0}
+    assert {v: len(model.scan(v)) for v in VIEWS} == {
+        "GSI1": 889, "OpenOrders": 147, "ByMember": 1212, "ByEntity": 580, "ByLocation": 53,
+        "ByScore": 96}
+
+
+# ---------------------------------------------------------------- Query
+
+def test_gsi1_sharded_day_has_exactly_ann_bob_cy(sample, model):
+    voters = []
+    for shard in range(4):
+        pk = S(f"DAY#2025-03-01#{shard}")
+        got, _ = query_pages(sample, "GSI1", pk)
+        assert got == [ref_tuple(e) for e in model.query("GSI1", pk)]
+        voters += [item["GSI1SK"]["S"] for _, _, item in got]
+    assert sorted(voters) == ["ann", "bob", "cy"]
+
+
+def _conditions(values):
+    """Every sort condition over the given sort-key values (existing and in between)."""
+    conds = [(None, None, None)]
+    for v in values:
+        for op in ("EQ", "LT", "LE", "GT", "GE"):
+            conds.append((op, v, None))
+    for lo in values:
+        for hi in values:
+            if ref.sort_key_of(lo) <= ref.sort_key_of(hi):
+                conds.append(("BETWEEN", lo, hi))
+    return conds
+
+
+def _check_conditions(d, model, view, pks, conds):
+    mismatches, checked = [], 0
+    for pk in pks:
+        for op, v1, v2 in conds:
+            for backward in (False, True):
+                want = [ref_tuple(e) for e in model.query(view, pk, op, v1, v2, backward)]
+                for limit in (0, 1, 2, 3):
+                    got, sizes = query_pages(d, view, pk, op, v1, v2, backward, limit)
+                    checked += 1
+                    if got != want or sizes != expected_sizes(len(want), limit):
+                        mismatches.append((pk, op, v1, v2, backward, limit, len(got), len(want)))
+    assert not mismatches, f"{len(mismatches)} of {checked} queries differ, first: {mismatches[:5]}"
+    return checked
+
+
+def test_query_by_location_every_condition(sample, model):
+    values = [S("WA#Seattle"), S("CA#Oakland"), S("NY#Buffalo"), S("M"), S("WA#Spokane"),
+              S("BY#Munich")]
+    conds = _conditions(values)
+    for prefix in ("WA", "WA#", "WA#S", "CA#", "C", "NY#Buffalo", "Z", "", "BY"):
+        conds.append(("BEGINS_WITH", S(prefix), None))
+    _check_conditions(sample, model, "ByLocation", [S("US"), S("DE"), S("XX")], conds)
+    # The walk is only meaningful if conditions select something.
+    assert len(model.query("ByLocation", S("US"), "BEGINS_WITH", S("WA#"))) == 9
+
+
+def test_query_by_score_every_condition(sample, model):
+    arcade = [e.sk for e in model.query("ByScore", S("arcade"))]
+    values = [N("-12.5"), N("0"), N("3.25"), N("1000"), N("-0.5"), N("-1000000"),
+              N("99999999"), arcade[0], arcade[len(arcade) // 2], arcade[-1]]
+    _check_conditions(sample, model, "ByScore", [S("arcade"), S("puzzle")], _conditions(values))
+
+
+def test_query_by_score_orders_numbers_by_value(sample):
+    got, _ = query_pages(sample, "ByScore", S("arcade"), "BETWEEN", N("-12.5"), N("1E3"))
+    scores = [sk["N"] for _, sk, _ in got]
+    assert scores[0] == "-12.5" and "0" in scores and "3.25" in scores and scores[-1] == "1000"
+    assert [Decimal(s) for s in scores] == sorted(Decimal(s) for s in scores)
+    # Non-canonical input (1E3, 1000.0) means the same number as the stored "1000".
+    for text in ("1E3", "1000.0", "1000"):
+        got, _ = query_pages(sample, "ByScore", S("arcade"), "EQ", N(text))
+        assert [item["PK"]["S"] for _, _, item in got] == ["PLAYER#dee"]
+
+
+def test_open_orders_are_exactly_the_open_orders(sample, model):
+    got, _ = query_pages(sample, "OpenOrders", S("OPEN"))
+    open_orders = sorted(
+        (image["open_since"]["S"], image["PK"]["S"], image["SK"]["S"])
+        for _, image in model.items.values()
+        if image and image.get("type") == S("order") and image["status"]["S"] in ("PENDING", "SHIPPED"))
+    assert [(sk["S"], item["PK"]["S"], item["SK"]["S"]) for _, sk, item in got] == open_orders
+    assert len(open_orders) == 147
+    for _, _, item in got:
+        assert set(item) == {"PK", "SK", "open_since", "status", "total"}
+    assert {item["status"]["S"] for _, _, item in got} == {"PENDING", "SHIPPED"}
+
+
+def test_by_entity_overloaded(sample, model):
+    pending, _ = query_pages(sample, "ByEntity", S("STATUS#PENDING"))
+    assert pending == [ref_tuple(e) for e in model.query("ByEntity", S("STATUS#PENDING"))]
+    assert len(pending) > 10
+    assert all(item["type"] == S("order") and item["status"] == S("PENDING")
+               for _, _, item in pending)
+    assert [sk["S"] for _, sk, _ in pending] == sorted(sk["S"] for _, sk, _ in pending)
+    key, user = live_user(model)
+    email = user["email"]["S"]
+    got, _ = query_pages(sample, "ByEntity", S(f"EMAIL#{email}"))
+    assert got == [(S(f"EMAIL#{email}"), key["PK"], user)]
+    got, _ = query_pages(sample, "ByEntity", S("STATUS#DELIVERED"), "BEGINS_WITH",
+                         S("2025-03-02"))
+    want = model.query("ByEntity", S("STATUS#DELIVERED"), "BEGINS_WITH", S("2025-03-02"))
+    assert got == [ref_tuple(e) for e in want] and want
+
+
+def test_by_member_lists_the_students_of_a_class(sample, model):
+    got, _ = query_pages(sample, "ByMember", S("CLASS#algebra"))
+    students = sorted(pk[1] for (pk, sk), (_, image) in model.items.items()
+                      if sk == ("S", "CLASS#algebra") and image is not None)
+    assert [sk["S"] for _, sk, _ in got] == students and students
+    assert all(item == {"PK": sk, "SK": S("CLASS#algebra")} for _, sk, item in got)
+
+
+def test_get_item_found_and_not_found(sample, model):
+    vs = sample.stubs.vs
+    key, user = live_user(model)
+    r = sample.stub.GetItem(vs.GetItemRequest(table="App", key=_item(sample, key)), timeout=10)
+    assert r.found and item_to_typed(r.item) == user
+    assert r.applied.entries[0].source == "sample"
+    r = sample.stub.GetItem(vs.GetItemRequest(
+        table="App", key=_item(sample, {"PK": S("USER#nobody"), "SK": S("PROFILE")})), timeout=10)
+    assert not r.found and not r.item.attributes
+
+
+def _item(d, typed):
+    return d.stubs.av.Item(attributes={k: av(d.stubs, v) for k, v in typed.items()})
+
+
+# ---------------------------------------------------------------- errors
+
+def _error(call):
+    with pytest.raises(grpc.RpcError) as e:
+        call()
+    return e.value.code(), e.value.details()
+
+
+def test_unknown_view(sample):
+    vs = sample.stubs.vs
+    code, msg = _error(lambda: sample.stub.Scan(vs.ScanRequest(view="Nope"), timeout=10))
+    assert code == grpc.StatusCode.NOT_FOUND
+    assert msg == ('view "Nope" does not exist (views: GSI1, OpenOrders, ByMember, ByEntity, '
+                   'ByLocation, ByScore)')
+    code, msg2 = _error(lambda: sample.stub.Query(
+        vs.QueryRequest(view="Nope", partition_key=av(sample.stubs, S("x"))), timeout=10))
+    assert (code, msg2) == (grpc.StatusCode.NOT_FOUND, msg)
+    code, msg3 = _error(lambda: sample.stub.DescribeView(vs.DescribeViewRequest(view="Nope"),
+                                                         timeout=10))
+    assert (code, msg3) == (grpc.StatusCode.NOT_FOUND, msg)
+
+
+def test_unknown_table(sample):
+    vs = sample.stubs.vs
+    code, msg = _error(lambda: sample.stub.GetItem(vs.GetItemRequest(table="Nope"), timeout=10))
+    assert (code, msg) == (grpc.StatusCode.NOT_FOUND, 'table "Nope" does not exist (tables: App)')
+
+
+@pytest.mark.parametrize("view,pk,op,value,value2,message", [
+    ("GSI1", N("5"), None, None, None, "partition_key: view GSI1 has a S partition key, got N"),
+    ("ByScore", S("arcade"), "GT", S("5"), None, "sort.value: view ByScore has a N sort key, got S"),
+    ("ByScore", S("arcade"), "BETWEEN", N("5"), S("6"),
+     "sort.value2: view ByScore has a N sort key, got S"),
+    ("ByScore", S("arcade"), "BETWEEN", N("10"), N("-10"),
+     "sort: BETWEEN bounds are in the wrong order; value must be <= value2"),
+    ("ByLocation", S("US"), "BETWEEN", S("WA"), S("CA"),
+     "sort: BETWEEN bounds are in the wrong order; value must be <= value2"),
+    ("ByScore", S("arcade"), "BEGINS_WITH", N("1"), None,
+     "sort: begins_with needs an S or B sort key; view ByScore sorts by N"),
+    ("ByMember", None, None, None, None, "partition_key is required"),
+    ("ByScore", S("arcade"), "GT", N("abc"), None, 'sort.value: number "abc" is not a valid number'),
+    ("ByScore", S("arcade"), "LT", N("1e400"), None,
+     'sort.value: number "1e400" is out of DynamoDB\'s range (magnitude 1e-130 to 1e126)'),
+    ("ByScore", S("arcade"), "EQ", N("1" * 39), None,
+     f'sort.value: number "{"1" * 39}" has more than 38 significant digits'),
+])
+def test_query_invalid_argument(sample, view, pk, op, value, value2, message):
+    vs = sample.stubs.vs
+    req = vs.QueryRequest(view=view)
+    if pk is not None:
+        req.partition_key.CopyFrom(av(sample.stubs, pk))
+    if op is not None:
+        req.sort.op = vs.SortCondition.Op.Value(op)
+        req.sort.value.CopyFrom(av(sample.stubs, value))
+        if value2 is not None:
+            req.sort.value2.CopyFrom(av(sample.stubs, value2))
+    code, msg = _error(lambda: sample.stub.Query(req, timeout=10))
+    assert (code, msg) == (grpc.StatusCode.INVALID_ARGUMENT, message)
+
+
+def test_page_token_errors(sample):
+    vs, stubs = sample.stubs.vs, sample.stubs
+    first = sample.stub.Query(vs.QueryRequest(view="ByScore", partition_key=av(stubs, S("arcade")),
+                                              limit=2), timeout=10)
+    token = first.next_page_token
+    assert token
+
+    def query(**kw):
+        return lambda: sample.stub.Query(vs.QueryRequest(view="ByScore", limit=2, **kw), timeout=10)
+
+    malformed = ("page_token is malformed; pass next_page_token from the previous response "
+                 "unchanged")
+    for bad in (b"x", b"garbage-token-bytes", token[:-1], token[:-1] + bytes([token[-1] ^ 1])):
+        assert _error(query(partition_key=av(stubs, S("arcade")), page_token=bad)) == (
+            grpc.StatusCode.INVALID_ARGUMENT, malformed)
+    assert _error(query(partition_key=av(stubs, S("puzzle")), page_token=token)) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "page_token belongs to another partition key; start again without a token")
+    assert _error(query(partition_key=av(stubs, S("arcade")), page_token=token,
+                        scan_backward=True)) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "page_token was issued for the other direction; keep scan_backward as in the first request")
+    other_view = sample.stub.Scan(vs.ScanRequest(view="GSI1", limit=1), timeout=10).next_page_token
+    assert _error(query(partition_key=av(stubs, S("arcade")), page_token=other_view)) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "page_token was issued for another definition of this view; start again without a token")
+    # The good token still works after all that.
+    second = sample.stub.Query(vs.QueryRequest(view="ByScore", partition_key=av(stubs, S("arcade")),
+                                               limit=2, page_token=token), timeout=10)
+    assert len(second.entries) == 2
+
+
+# ---------------------------------------------------------------- the CLI
+
+def test_cli_query_prints_plain_json_lines(sample, model):
+    for shard in range(4):
+        pk = f"DAY#2025-03-01#{shard}"
+        code, out, err = run_cli("query", "--view", "GSI1", "--pk", pk, addr=sample.addr)
+        want = "".join(ref.plain_item_json(e.item) + "\n" for e in model.query("GSI1", S(pk)))
+        assert (code, out, err) == (0, want, "")
+    code, out, _ = run_cli("query", "--view", "GSI1", "--pk", "DAY#2025-03-01#0", addr=sample.addr)
+    ann = model.get_item({"PK": S("VOTE#ann"), "SK": S("2025-03-01")})
+    assert out == ('{"GSI1PK":"DAY#2025-03-01#0","GSI1SK":"ann","PK":"VOTE#ann",'
+                   f'"SK":"2025-03-01","choice":"{ann["choice"]["S"]}","type":"vote"}}\n')
+
+
+def test_cli_query_numbers_limit_and_all_pages(sample, model):
+    want = [ref.plain_item_json(e.item) + "\n"
+            for e in model.query("ByScore", S("arcade"), "BETWEEN", N("-12.5"), N("1000"))]
+    assert len(want) > 4
+    args = ["query", "--view", "ByScore", "--pk", "arcade", "--between", "-12.5", "1E3"]
+    code, out, err = run_cli(*args, "--limit", "2", "--all-pages", addr=sample.addr)
+    assert (code, out, err) == (0, "".join(want), "")
+    assert '"score":-12.5' in want[0] and '"score":1000' in want[-1]
+    code, out, err = run_cli(*args, "--limit", "2", addr=sample.addr)
+    assert (code, out) == (0, "".join(want[:2]))
+    assert err == "cdcview: more items follow; pass --all-pages to read them all\n"
+    code, out, _ = run_cli(*args, "--limit", "2", "--all-pages", "--reverse", addr=sample.addr)
+    assert (code, out) == (0, "".join(reversed(want)))
+    code, out, _ = run_cli("--ddb-json", "query", "--view", "ByLocation", "--pk", "US",
+                           "--begins-with", "WA#", addr=sample.addr)
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and rows == [e.item for e in model.query("ByLocation", S("US"), "BEGINS_WITH",
+                                                               S("WA#"))]
+
+
+def test_cli_scan_get_views_status(sample, model):
+    code, out, _ = run_cli("scan", "--view", "ByLocation", "--all-pages", "--limit", "10",
+                           addr=sample.addr)
+    assert (code, out) == (0, "".join(ref.plain_item_json(e.item) + "\n"
+                                      for e in model.scan("ByLocation")))
+    key, user = live_user(model)
+    code, out, err = run_cli("get", "--table", "App", "--key", f"PK={key['PK']['S']}", "--key",
+                             "SK=PROFILE", addr=sample.addr)
+    assert (code, out, err) == (0, ref.plain_item_json(user) + "\n", "")
+    code, out, err = run_cli("get", "--table", "App", "--key", "PK=USER#nobody", "--key",
+                             "SK=PROFILE", addr=sample.addr)
+    assert (code, out, err) == (1, "", "cdcview: no such item\n")
+
+    code, out, _ = run_cli("views", addr=sample.addr)
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and [r["name"] for r in rows] == VIEWS
+    by_name = {r["name"]: r for r in rows}
+    for v in VIEWS:
+        assert by_name[v]["items"] == len(model.scan(v)) and by_name[v]["state"] == "READY"
+        assert by_name[v]["table"] == "App"
+        writes = model.writes[v]["put"] + model.writes[v]["delete"]
+        assert math.isclose(by_name[v]["index_writes_per_event"], writes / 3134, rel_tol=1e-5)
+    assert by_name["GSI1"]["partition_key"] == {"GSI1PK": "S"}
+    assert by_name["ByLocation"]["sort_key"] == {"{state}#{city}": "S"}
+    assert by_name["ByScore"]["sort_key"] == {"score": "N"}
+    assert [by_name[v]["projection"] for v in VIEWS] == [
+        "ALL", "INCLUDE", "KEYS_ONLY", "ALL", "ALL", "ALL"]
+
+    code, out, _ = run_cli("status", addr=sample.addr)
+    status = json.loads(out)
+    size = len(open(SAMPLE, "rb").read())
+    assert code == 0
+    assert {k: status[k] for k in ("source", "kind", "table", "state", "applied", "skipped",
+                                   "rejected", "positions")} == {
+        "source": "sample", "kind": "file", "table": "App", "state": "finished",
+        "applied": 3134, "skipped": 0, "rejected": 0, "positions": {"": f"{size}:3135"}}
+
+
+def test_cli_errors(sample):
+    code, out, err = run_cli("query", "--view", "Nope", "--pk", "x", addr=sample.addr)
+    assert (code, out) == (1, "")
+    assert err == ('cdcview: NOT_FOUND: view "Nope" does not exist (views: GSI1, OpenOrders, '
+                   'ByMember, ByEntity, ByLocation, ByScore)\n')
+    code, out, err = run_cli("query", "--view", "ByScore", "--pk", "arcade", "--gt", "abc",
+                             addr=sample.addr)
+    assert (code, out, err) == (
+        1, "", 'cdcview: INVALID_ARGUMENT: sort.value: number "abc" is not a valid number\n')
+    code, out, err = run_cli("query", "--view", "ByScore", "--pk", "arcade", "--begins-with", "1",
+                             addr=sample.addr)
+    assert (code, out, err) == (1, "", "cdcview: INVALID_ARGUMENT: sort: begins_with needs an S "
+                                       "or B sort key; view ByScore sorts by N\n")
+    code, out, err = run_cli("query", "--view", "GSI1", addr=sample.addr)
+    assert (code, out, err) == (2, "", "cdcview: --pk is required (see cdcview --help)\n")
+    code, out, err = run_cli("status", addr="127.0.0.1:1")
+    assert (code, out) == (1, "")
+    assert err.startswith("cdcview: UNAVAILABLE: ") and err.endswith(
+        " (is cdcviewd running on 127.0.0.1:1?)\n")
+
+
+@pytest.mark.parametrize("args", [["query", "--view", "GSI1"],
+                                  ["query", "--view", "GSI1", "--pk", "x", "--bogus"]])
+def test_cli_bad_flags_exit_2(sample, args):
+    code, out, err = run_cli(*args, addr=sample.addr)
+    assert (code, out) == (2, "")
+    assert err.startswith("cdcview: ") and err.endswith(" (see cdcview --help)\n")
+
+
+# ---------------------------------------------------------------- metrics
+
+def test_metrics_match_reference(sample, model):
+    m = sample.metrics()
+    for result, want in (("applied", 3134), ("skipped", 0), ("rejected", 0)):
+        assert metric(m, "cdcview_events_total", result=result, source="sample") == want
+    for v in VIEWS:
+        assert metric(m, "cdcview_view_items", view=v) == len(model.scan(v)), v
+        for op in ("put", "delete"):
+            assert metric(m, "cdcview_index_writes_total", op=op, view=v) == model.writes[v][op], (v, op)
+        assert metric(m, "cdcview_view_build_progress_ratio", view=v) == 1
+    assert metric(m, "cdcview_replication_lag_seconds_count") == 3134
+    assert metric(m, "cdcview_apply_batch_size_sum") == 3134
+    assert metric(m, "cdcview_ttl_deletes_total", source="sample") == sum(
+        1 for _, r in ref.load_records(SAMPLE)
+        if r.get("userIdentity", {}).get("principalId") == "dynamodb.amazonaws.com")
+    assert not [k for k in m if k[0] == "cdcview_rejected_events_total"]
+
+
+def test_get_status(sample):
+    s = sample.source("sample")
+    size = len(open(SAMPLE, "rb").read())
+    assert (s.name, s.kind, s.table, s.state, s.error) == ("sample", "file", "App", "finished", "")
+    assert (s.events_applied, s.events_skipped, s.events_rejected) == (3134, 0, 0)
+    assert [(p.source, p.partition, p.position) for p in s.positions] == [
+        ("sample", "", f"{size}:3135")]
+    assert s.lag_seconds > 0
