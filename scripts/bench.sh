@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Builds the benchmark drivers and runs both with their defaults, then prints a summary.
+# Figures only, nothing is asserted. About 2-3 minutes on 2 cores after the build.
+#   BENCH_TMP           where apply_bench puts its stores (default /dev/shm, see below)
+#   CDCVIEW_BUILD_DIR   build directory (default: build)
+#   APPLY_BENCH_ARGS    extra flags for apply_bench (e.g. "--events 200000")
+#   QUERY_BENCH_ARGS    extra flags for query_bench
+set -euo pipefail
+here="$(cd "$(dirname "$0")/.." && pwd)"
+build="${CDCVIEW_BUILD_DIR:-$here/build}"
+export CDCVIEW_BUILD_DIR="$build"
+"$here/scripts/build.sh" apply_bench query_bench
+
+out="$(mktemp -d "${TMPDIR:-/tmp}/cdcview-bench.XXXXXX")"
+trap 'rm -rf "$out"' EXIT
+
+# The stores go to tmpfs when there is one: on a slow or shared disk the commits' fdatasync
+# dominates (about 100 ms per commit on the dev VM, 6 minutes for the default run) and hides
+# the applier's own cost. BENCH_TMP=/some/disk/dir measures the disk instead.
+bench_tmp="${BENCH_TMP:-}"
+if [ -z "$bench_tmp" ]; then
+  if [ -d /dev/shm ] && [ -w /dev/shm ]; then bench_tmp=/dev/shm; else bench_tmp="${TMPDIR:-/tmp}"; fi
+fi
+echo "[bench] apply_bench --tmp $bench_tmp ${APPLY_BENCH_ARGS:-}"
+# shellcheck disable=SC2086
+"$build/tests/bench/apply_bench" --tmp "$bench_tmp" ${APPLY_BENCH_ARGS:-} | tee "$out/apply.txt"
+echo "[bench] query_bench ${QUERY_BENCH_ARGS:-}"
+# shellcheck disable=SC2086
+"$build/tests/bench/query_bench" ${QUERY_BENCH_ARGS:-} | tee "$out/query.txt"
+
+echo
+echo "===== cdcview benchmark summary ====="
+grep -E '^(stores|apply |apply / raw|raw LMDB)' "$out/apply.txt" || true
+grep -E 'index writes' "$out/apply.txt" | sed 's/^ */           /' || true
+grep -E '^(closed|open) loop|^  (point|range)' "$out/query.txt" || true
+
+# ---------------------------------------------------------------------------------------------
+# Kafka source (tests/bench/kafka_bench.py): a real broker (scripts/kafka.sh), a pre-filled
+# 6-partition topic of 1M events, six views; cdcviewd's consume+apply rate beside a bare
+# librdkafka loop and the file source over the same events, and replication lag p50/p99 at
+# half load. About 5 minutes more; KAFKA_BENCH=0 skips it.
+#   KAFKA_BENCH_ARGS    extra flags (e.g. "--events 200000 --lag-seconds 10")
+# ---------------------------------------------------------------------------------------------
+if [ "${KAFKA_BENCH:-1}" != "0" ]; then
+  "$here/scripts/build.sh" cdcviewd kafka_consume_bench
+  "$here/scripts/install-deps.sh" >/dev/null
+  echo "[bench] kafka_bench ${KAFKA_BENCH_ARGS:-}"
+  # shellcheck disable=SC2086
+  "$here/.venv/bin/python" "$here/tests/bench/kafka_bench.py" ${KAFKA_BENCH_ARGS:-} | tee "$out/kafka.txt"
+  echo
+  echo "===== cdcview Kafka benchmark summary ====="
+  grep -E '^kafka:' "$out/kafka.txt" || true
+fi

@@ -1,0 +1,272 @@
+// apply_bench: the writer's throughput, and the raw LMDB ceiling for the same writes.
+//
+// 1. Generates the workload (tests/bench/workload.h) in memory, untimed.
+// 2. Applies it through Applier::ApplyBatch in batches into a fresh store: events/s, index
+//    writes per event, final store size.
+// 3. Replays the same LMDB writes (same databases, keys, values, order, batch boundaries and
+//    env flags) with bare mdb_put/mdb_del into a fresh environment: the ceiling the applier
+//    could reach if decoding images, diffing and encoding cost nothing.
+// Prints figures beside their targets; asserts nothing. Progress goes to stderr.
+#include <lmdb.h>
+#include <linux/magic.h>
+#include <sys/vfs.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "tests/bench/workload.h"
+
+namespace cdcview::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+struct Flags {
+  uint64_t events = 1'000'000;
+  size_t batch = 1024;
+  uint64_t seed = 20250301;
+  std::string config = DefaultConfigPath();
+  std::string tmp = std::filesystem::temp_directory_path().string();
+  uint64_t map_mib = 16384;
+  bool skip_raw = false;
+};
+
+struct ApplyResult {
+  double seconds = 0;
+  uint64_t applied = 0, skipped = 0, rejected = 0, dead_letters = 0;
+  uint64_t index_writes = 0;
+  uint64_t map_used_bytes = 0;
+  uint64_t file_bytes = 0;
+};
+
+absl::StatusOr<ApplyResult> RunApply(BenchStore& bench, std::vector<std::vector<SourceRecord>>* batches) {
+  ApplyResult r;
+  const size_t tenth = std::max<size_t>(1, batches->size() / 10);
+  auto start = Clock::now();
+  for (size_t b = 0; b < batches->size(); ++b) {
+    if (absl::Status s = bench.applier().ApplyBatch(&(*batches)[b]); !s.ok()) return s;
+    if ((b + 1) % tenth == 0) ReportProgress("apply_bench", "apply", double(b + 1) / batches->size());
+  }
+  r.seconds = Seconds(start);
+  for (size_t s = 0; s < bench.config().sources.size(); ++s) {
+    Applier::SourceCounters c = bench.applier().Counters(s);
+    r.applied += c.applied;
+    r.skipped += c.skipped;
+    r.rejected += c.rejected;
+  }
+  r.dead_letters = bench.dead_letters();
+  r.index_writes = bench.IndexWrites();
+  r.map_used_bytes = bench.store().map_used_bytes();
+  std::error_code ec;
+  r.file_bytes = std::filesystem::file_size(bench.config().storage.path + "/data.mdb", ec);
+  return r;
+}
+
+struct RawResult {
+  double seconds = 0;
+  uint64_t writes = 0;
+  uint64_t map_used_bytes = 0;
+};
+
+absl::Status Check(int rc, const char* what) {
+  if (rc == MDB_SUCCESS) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("raw LMDB: ", what, ": ", mdb_strerror(rc)));
+}
+
+// Replays `log` with bare LMDB calls: the ceiling for the applier's writes.
+absl::StatusOr<RawResult> RunRawLmdb(const WriteLog& log, const TableSpec& table, size_t batch,
+                                     uint64_t map_size, const std::string& dir) {
+  MDB_env* env = nullptr;
+  if (absl::Status s = Check(mdb_env_create(&env), "mdb_env_create"); !s.ok()) return s;
+  std::unique_ptr<MDB_env, void (*)(MDB_env*)> env_closer(env, mdb_env_close);
+  mdb_env_set_maxdbs(env, 1024);
+  mdb_env_set_maxreaders(env, 1022);
+  mdb_env_set_mapsize(env, map_size);
+  // The store's flags (daemon/store/store.cc).
+  if (absl::Status s = Check(mdb_env_open(env, dir.c_str(), MDB_NOTLS | MDB_NOMETASYNC, 0644),
+                             "mdb_env_open");
+      !s.ok()) {
+    return s;
+  }
+  // dbis[0] items, dbis[1 + v] view v, as LoggedWrite::db; plus meta for the positions.
+  std::vector<MDB_dbi> dbis(1 + table.views.size());
+  MDB_dbi meta;
+  {
+    MDB_txn* txn;
+    if (absl::Status s = Check(mdb_txn_begin(env, nullptr, 0, &txn), "begin"); !s.ok()) return s;
+    mdb_dbi_open(txn, "meta", MDB_CREATE, &meta);
+    mdb_dbi_open(txn, ("items/" + table.name).c_str(), MDB_CREATE, &dbis[0]);
+    for (size_t v = 0; v < table.views.size(); ++v) {
+      mdb_dbi_open(txn, ("view/" + table.views[v].name).c_str(), MDB_CREATE, &dbis[1 + v]);
+    }
+    if (absl::Status s = Check(mdb_txn_commit(txn), "commit"); !s.ok()) return s;
+  }
+
+  RawResult r;
+  const size_t events = log.event_end.size();
+  const size_t batches = (events + batch - 1) / batch;
+  const size_t tenth = std::max<size_t>(1, batches / 10);
+  std::string pos_key = "pos/bench/", pos_value;
+  auto start = Clock::now();
+  uint64_t w = 0;
+  for (size_t b = 0; b < batches; ++b) {
+    MDB_txn* txn;
+    if (absl::Status s = Check(mdb_txn_begin(env, nullptr, 0, &txn), "begin"); !s.ok()) return s;
+    size_t last_event = std::min(events, (b + 1) * batch) - 1;
+    for (uint64_t end = log.event_end[last_event]; w < end; ++w) {
+      const LoggedWrite& lw = log.writes[w];
+      std::string_view k = log.key(lw), v = log.value(lw);
+      MDB_val key{k.size(), const_cast<char*>(k.data())};
+      int rc;
+      if (lw.is_delete) {
+        rc = mdb_del(txn, dbis[lw.db], &key, nullptr);
+        if (rc == MDB_NOTFOUND) rc = MDB_SUCCESS;
+      } else {
+        MDB_val val{v.size(), const_cast<char*>(v.data())};
+        rc = mdb_put(txn, dbis[lw.db], &key, &val, 0);
+      }
+      if (rc != MDB_SUCCESS) {
+        mdb_txn_abort(txn);
+        return Check(rc, "put/del");
+      }
+    }
+    // The applier stores the batch's source position in the same transaction.
+    pos_value = std::to_string(last_event + 1);
+    MDB_val pk{pos_key.size(), pos_key.data()}, pv{pos_value.size(), pos_value.data()};
+    if (absl::Status s = Check(mdb_put(txn, meta, &pk, &pv, 0), "position put"); !s.ok()) {
+      mdb_txn_abort(txn);
+      return s;
+    }
+    if (absl::Status s = Check(mdb_txn_commit(txn), "commit"); !s.ok()) return s;
+    r.writes += 1;
+    if ((b + 1) % tenth == 0) ReportProgress("apply_bench", "raw LMDB", double(b + 1) / batches);
+  }
+  r.seconds = Seconds(start);
+  r.writes += w;
+  MDB_envinfo info;
+  MDB_stat st;
+  mdb_env_info(env, &info);
+  mdb_env_stat(env, &st);
+  r.map_used_bytes = static_cast<uint64_t>(info.me_last_pgno + 1) * st.ms_psize;
+  return r;
+}
+
+// Where the stores live matters more than anything else: every commit syncs the data file.
+std::string DescribeFilesystem(const std::string& dir) {
+  struct statfs fs;
+  if (statfs(dir.c_str(), &fs) != 0) return "unknown filesystem";
+  if (fs.f_type == TMPFS_MAGIC) return "tmpfs: fsync costs nothing, so this is the CPU-bound figure";
+  return "a disk filesystem: every commit waits for fdatasync";
+}
+
+std::string Mib(uint64_t bytes) { return absl::StrFormat("%.1f MiB", double(bytes) / (1 << 20)); }
+const char* Verdict(bool met) { return met ? "[met]" : "[below target]"; }
+
+int Run(const Flags& flags) {
+  auto dir = MakeTempDir(flags.tmp, "cdcview-apply-bench");
+  if (!dir.ok()) {
+    fprintf(stderr, "apply_bench: %s\n", std::string(dir.status().message()).c_str());
+    return 1;
+  }
+  const std::string store_dir = *dir + "/store", raw_dir = *dir + "/raw";
+  std::filesystem::create_directories(raw_dir);
+  const uint64_t map_size = flags.map_mib << 20;
+  int rc = 0;
+  {
+    auto bench = BenchStore::Open(flags.config, store_dir, map_size);
+    if (!bench.ok()) {
+      fprintf(stderr, "apply_bench: %s\n", std::string(bench.status().message()).c_str());
+      RemoveTree(*dir);
+      return 1;
+    }
+    const TableSpec& table = (*bench)->config().tables.at(0);
+
+    auto gen_start = Clock::now();
+    WriteLog log;
+    Workload workload = GenerateWorkload(
+        {flags.events, flags.seed, 0}, &(*bench)->catalog().builder(0), flags.skip_raw ? nullptr : &log,
+        [](double f) { ReportProgress("apply_bench", "generate", f); });
+    auto batches = SplitIntoBatches(&workload.records, flags.batch);
+    double gen_seconds = Seconds(gen_start);
+
+    auto applied = RunApply(**bench, &batches);
+    batches.clear();
+    batches.shrink_to_fit();
+    if (!applied.ok()) {
+      fprintf(stderr, "apply_bench: apply failed: %s\n", std::string(applied.status().message()).c_str());
+      RemoveTree(*dir);
+      return 1;
+    }
+    const ApplyResult& a = *applied;
+    const double eps = double(flags.events) / a.seconds;
+    printf("== apply_bench: %llu events, batches of %zu, seed %llu, table %s (%zu views) ==\n",
+           (unsigned long long)flags.events, flags.batch, (unsigned long long)flags.seed,
+           table.name.c_str(), table.views.size());
+    printf("stores   : under %s (%s)\n", flags.tmp.c_str(), DescribeFilesystem(*dir).c_str());
+    printf("workload : %llu inserts, %llu modifies, %llu removes; generated in %.1f s (untimed)\n",
+           (unsigned long long)workload.inserts, (unsigned long long)workload.modifies,
+           (unsigned long long)workload.removes, gen_seconds);
+    printf("apply    : %llu events in %.2f s = %.0f events/s   target >= 100000 events/s %s\n",
+           (unsigned long long)flags.events, a.seconds, eps, Verdict(eps >= 100000));
+    printf("           applied %llu, skipped %llu, rejected %llu, dead letters %llu\n",
+           (unsigned long long)a.applied, (unsigned long long)a.skipped,
+           (unsigned long long)a.rejected, (unsigned long long)a.dead_letters);
+    printf("           index writes (view puts+deletes) %llu = %.3f per event\n",
+           (unsigned long long)a.index_writes, double(a.index_writes) / double(flags.events));
+    printf("           store: %s of the map used, data.mdb %s\n", Mib(a.map_used_bytes).c_str(),
+           Mib(a.file_bytes).c_str());
+    if (!flags.skip_raw) {
+      if (log.view_puts + log.view_deletes != a.index_writes) {
+        printf("           NOTE: the write log has %llu view writes, the applier counted %llu\n",
+               (unsigned long long)(log.view_puts + log.view_deletes),
+               (unsigned long long)a.index_writes);
+      }
+      auto raw = RunRawLmdb(log, table, flags.batch, map_size, raw_dir);
+      if (!raw.ok()) {
+        fprintf(stderr, "apply_bench: %s\n", std::string(raw.status().message()).c_str());
+        rc = 1;
+      } else {
+        const double ratio = raw->seconds / a.seconds;
+        printf("raw LMDB : %llu writes (%llu view puts, %llu view deletes, %llu item puts, "
+               "%zu position puts) in %.2f s = %.0f writes/s = %.0f events/s; %s used\n",
+               (unsigned long long)raw->writes, (unsigned long long)log.view_puts,
+               (unsigned long long)log.view_deletes, (unsigned long long)log.item_puts,
+               (flags.events + flags.batch - 1) / flags.batch, raw->seconds,
+               double(raw->writes) / raw->seconds, double(flags.events) / raw->seconds,
+               Mib(raw->map_used_bytes).c_str());
+        printf("apply / raw LMDB = %.0f%% (raw seconds / apply seconds for the same writes)   "
+               "target >= 50%% %s\n",
+               ratio * 100, Verdict(ratio >= 0.5));
+      }
+    }
+  }
+  RemoveTree(*dir);
+  return rc;
+}
+
+}  // namespace
+}  // namespace cdcview::bench
+
+int main(int argc, char** argv) {
+  cdcview::bench::Flags flags;
+  CLI::App app{"apply_bench: Applier::ApplyBatch throughput against the raw LMDB ceiling"};
+  app.add_option("--events", flags.events, "events to generate and apply")->check(CLI::PositiveNumber);
+  app.add_option("--batch", flags.batch, "events per ApplyBatch (one write transaction)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--seed", flags.seed, "workload seed");
+  app.add_option("--config", flags.config, "cdcview config whose first table is App");
+  app.add_option("--tmp", flags.tmp, "where to create the temporary stores");
+  app.add_option("--map-mib", flags.map_mib, "initial LMDB map size in MiB")->check(CLI::PositiveNumber);
+  app.add_flag("--skip-raw", flags.skip_raw, "skip the raw LMDB replay (for profiling the applier)");
+  CLI11_PARSE(app, argc, argv);
+  return cdcview::bench::Run(flags);
+}

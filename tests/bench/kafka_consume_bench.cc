@@ -1,0 +1,67 @@
+// The raw consume rate of a bare librdkafka loop: every message of a topic, from the start,
+// no decoding, no group. tests/bench/kafka_bench.py sets it beside cdcviewd's rate over the
+// same topic in the same run.
+//
+//   kafka_consume_bench --brokers 127.0.0.1:9092 --topic orders [--partitions 6]
+// Prints: "raw consume: <n> messages, <bytes> bytes in <s> s = <rate> msg/s".
+#include <librdkafka/rdkafka.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include "CLI/CLI.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"bare librdkafka consume loop"};
+  std::string brokers, topic;
+  int partitions = 6;
+  app.add_option("--brokers", brokers)->required();
+  app.add_option("--topic", topic)->required();
+  app.add_option("--partitions", partitions);
+  CLI11_PARSE(app, argc, argv);
+
+  char error[512];
+  rd_kafka_conf_t* conf = rd_kafka_conf_new();
+  rd_kafka_conf_set(conf, "bootstrap.servers", brokers.c_str(), error, sizeof error);
+  rd_kafka_conf_set(conf, "group.id", "kafka_consume_bench", error, sizeof error);
+  rd_kafka_conf_set(conf, "enable.auto.commit", "false", error, sizeof error);
+  rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, error, sizeof error);
+  if (rk == nullptr) {
+    std::fprintf(stderr, "cannot create a consumer: %s\n", error);
+    return 1;
+  }
+  rd_kafka_topic_partition_list_t* list = rd_kafka_topic_partition_list_new(partitions);
+  int64_t want = 0;
+  for (int p = 0; p < partitions; ++p) {
+    int64_t low = 0, high = 0;
+    if (rd_kafka_query_watermark_offsets(rk, topic.c_str(), p, &low, &high, 10000) != 0) {
+      std::fprintf(stderr, "cannot read the watermarks of %s/%d\n", topic.c_str(), p);
+      return 1;
+    }
+    want += high - low;
+    rd_kafka_topic_partition_list_add(list, topic.c_str(), p)->offset = RD_KAFKA_OFFSET_BEGINNING;
+  }
+  rd_kafka_assign(rk, list);
+  rd_kafka_topic_partition_list_destroy(list);
+
+  int64_t got = 0, bytes = 0;
+  auto start = std::chrono::steady_clock::time_point{};
+  while (got < want) {
+    rd_kafka_message_t* m = rd_kafka_consumer_poll(rk, 1000);
+    if (m == nullptr) continue;
+    if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+      if (got == 0) start = std::chrono::steady_clock::now();  // from the first message
+      ++got;
+      bytes += static_cast<int64_t>(m->len);
+    }
+    rd_kafka_message_destroy(m);
+  }
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("raw consume: %lld messages, %lld bytes in %.2f s = %.0f msg/s\n",
+              static_cast<long long>(got), static_cast<long long>(bytes), seconds,
+              seconds > 0 ? static_cast<double>(got) / seconds : 0.0);
+  rd_kafka_consumer_close(rk);
+  rd_kafka_destroy(rk);
+  return 0;
+}

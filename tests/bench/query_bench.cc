@@ -1,0 +1,275 @@
+// query_bench: query latency and throughput through the real gRPC server.
+//
+// Loads a store with the benchmark workload (tests/bench/workload.h), starts a ViewServer on
+// 127.0.0.1:0 in this process and drives it with sync gRPC stubs from several client threads:
+//   point  Query on GSI1, EQ on a voter (unique within its DAY#<day>#<shard> partition), limit 1
+//   range  Query on a GSI1 vote partition with >= 100 entries, limit 100
+// (a) closed loop: each thread sends its next query as soon as the previous answers: max QPS.
+// (b) open loop: sends scheduled at a fixed rate; latency runs from the scheduled send time,
+//     so a stalled server is charged for the queries that waited (no coordinated omission).
+// Prints figures beside their targets; asserts nothing. Progress goes to stderr.
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_format.h"
+#include "cdcview/v1/view_service.grpc.pb.h"
+#include "daemon/server/view_reader.h"
+#include "daemon/server/view_service.h"
+#include "tests/bench/workload.h"
+
+namespace cdcview::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Flags {
+  uint64_t events = 200'000;
+  uint64_t seed = 20250301;
+  int threads = 4;
+  int open_threads = 8;
+  double closed_seconds = 3;
+  double open_seconds = 5;
+  double qps = 5000;
+  std::string config = DefaultConfigPath();
+  std::string tmp = std::filesystem::temp_directory_path().string();
+};
+
+// One kind of query: the requests to cycle through and the entry count each must return.
+struct QueryKind {
+  std::string name;
+  std::vector<v1::QueryRequest> requests;
+  int expected_entries = 0;
+};
+
+struct Samples {
+  std::vector<double> latency_us;
+  uint64_t errors = 0;      // RPC failures
+  uint64_t wrong_size = 0;  // answers without the expected number of entries
+  uint64_t not_sent = 0;    // open loop: scheduled but given up on (server saturated)
+};
+
+void Merge(Samples&& from, Samples* into) {
+  into->latency_us.insert(into->latency_us.end(), from.latency_us.begin(), from.latency_us.end());
+  into->errors += from.errors;
+  into->wrong_size += from.wrong_size;
+  into->not_sent += from.not_sent;
+}
+
+// Sends one query and records its latency from `start`.
+void Send(v1::ViewService::Stub& stub, const QueryKind& kind, size_t i, Clock::time_point start,
+          Samples* out) {
+  grpc::ClientContext ctx;
+  v1::QueryResponse resp;
+  grpc::Status s = stub.Query(&ctx, kind.requests[i % kind.requests.size()], &resp);
+  out->latency_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
+  if (!s.ok()) {
+    if (out->errors++ == 0) fprintf(stderr, "query_bench: %s: %s\n", kind.name.c_str(), s.error_message().c_str());
+  } else if (resp.entries_size() != kind.expected_entries) {
+    ++out->wrong_size;
+  }
+}
+
+struct Result {
+  Samples samples;
+  double seconds = 0;
+};
+
+Result ClosedLoop(v1::ViewService::Stub& stub, const QueryKind& kind, int threads, double seconds) {
+  std::vector<Samples> per_thread(threads);
+  std::vector<std::thread> workers;
+  auto start = Clock::now();
+  auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      for (size_t i = t * 7919; Clock::now() < deadline; i += threads) {
+        Send(stub, kind, i, Clock::now(), &per_thread[t]);
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  Result r;
+  r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  for (auto& s : per_thread) Merge(std::move(s), &r.samples);
+  return r;
+}
+
+Result OpenLoop(v1::ViewService::Stub& stub, const QueryKind& kind, int threads, double qps,
+                double seconds) {
+  const uint64_t total = static_cast<uint64_t>(qps * seconds);
+  const auto interval = std::chrono::duration<double>(1.0 / qps);
+  std::vector<Samples> per_thread(threads);
+  std::vector<Clock::time_point> last_end(threads);
+  std::vector<std::thread> workers;
+  const auto t0 = Clock::now() + std::chrono::milliseconds(50);
+  const auto give_up = t0 + std::chrono::duration_cast<Clock::duration>(
+                                std::chrono::duration<double>(seconds * 3));
+  for (int t = 0; t < threads; ++t) {
+    per_thread[t].latency_us.reserve(total / threads + 1);
+    workers.emplace_back([&, t] {
+      // Thread t sends queries t, t + threads, ...; each at its scheduled time, or at once
+      // if it is late (the lateness counts in its latency). A saturated server would keep
+      // the loop going for ever: past the give-up time the rest is counted as not sent.
+      for (uint64_t k = t; k < total; k += threads) {
+        auto scheduled = t0 + std::chrono::duration_cast<Clock::duration>(interval * double(k));
+        if (Clock::now() > give_up) {
+          per_thread[t].not_sent += (total - k + threads - 1) / threads;
+          break;
+        }
+        std::this_thread::sleep_until(scheduled);
+        Send(stub, kind, k, scheduled, &per_thread[t]);
+      }
+      last_end[t] = Clock::now();
+    });
+  }
+  for (auto& w : workers) w.join();
+  Result r;
+  r.seconds = std::chrono::duration<double>(*std::max_element(last_end.begin(), last_end.end()) - t0).count();
+  for (auto& s : per_thread) Merge(std::move(s), &r.samples);
+  return r;
+}
+
+double Percentile(const std::vector<double>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  size_t i = static_cast<size_t>(p * double(sorted.size() - 1) + 0.5);
+  return sorted[std::min(i, sorted.size() - 1)];
+}
+
+// Prints one result line; returns p99 in microseconds.
+double Print(const char* name, Result r) {
+  auto& lat = r.samples.latency_us;
+  std::sort(lat.begin(), lat.end());
+  double p99 = Percentile(lat, 0.99);
+  printf("  %-6s %8.0f QPS  p50 %6.0f us  p90 %6.0f us  p99 %6.0f us  max %7.0f us  (%zu queries, %llu errors, %llu wrong sizes)",
+         name, double(lat.size()) / r.seconds, Percentile(lat, 0.5), Percentile(lat, 0.9), p99,
+         lat.empty() ? 0.0 : lat.back(), lat.size(), (unsigned long long)r.samples.errors,
+         (unsigned long long)r.samples.wrong_size);
+  if (r.samples.not_sent > 0) {
+    printf(" [saturated: %llu scheduled queries not sent within 3x the duration]",
+           (unsigned long long)r.samples.not_sent);
+  }
+  return p99;
+}
+
+std::vector<QueryKind> MakeQueries(const Workload& w, uint64_t seed) {
+  QueryKind point{"point", {}, 1}, range{"range", {}, 100};
+  std::vector<Workload::VoteKey> votes = w.live_votes;
+  std::shuffle(votes.begin(), votes.end(), std::mt19937_64(seed));
+  votes.resize(std::min<size_t>(votes.size(), 20000));
+  for (const auto& v : votes) {
+    v1::QueryRequest q;
+    q.set_view("GSI1");
+    q.mutable_partition_key()->set_s(v.partition);
+    q.mutable_sort()->set_op(v1::SortCondition::EQ);
+    q.mutable_sort()->mutable_value()->set_s(v.user);
+    q.set_limit(1);
+    point.requests.push_back(std::move(q));
+  }
+  for (const auto& p : w.big_vote_partitions) {
+    v1::QueryRequest q;
+    q.set_view("GSI1");
+    q.mutable_partition_key()->set_s(p);
+    q.set_limit(100);
+    range.requests.push_back(std::move(q));
+  }
+  return {point, range};
+}
+
+int Run(const Flags& flags) {
+  auto dir = MakeTempDir(flags.tmp, "cdcview-query-bench");
+  if (!dir.ok()) {
+    fprintf(stderr, "query_bench: %s\n", std::string(dir.status().message()).c_str());
+    return 1;
+  }
+  int rc = 0;
+  {
+    auto bench = BenchStore::Open(flags.config, *dir + "/store", 4ull << 30);
+    if (!bench.ok()) {
+      fprintf(stderr, "query_bench: %s\n", std::string(bench.status().message()).c_str());
+      RemoveTree(*dir);
+      return 1;
+    }
+    Workload workload = GenerateWorkload({flags.events, flags.seed, 0}, nullptr, nullptr,
+                                         [](double f) { ReportProgress("query_bench", "generate", f); });
+    std::vector<QueryKind> kinds = MakeQueries(workload, flags.seed);
+    auto batches = SplitIntoBatches(&workload.records, 1024);
+    for (size_t b = 0; b < batches.size(); ++b) {
+      if (absl::Status s = (*bench)->applier().ApplyBatch(&batches[b]); !s.ok()) {
+        fprintf(stderr, "query_bench: loading the store: %s\n", std::string(s.message()).c_str());
+        RemoveTree(*dir);
+        return 1;
+      }
+      if ((b + 1) % std::max<size_t>(1, batches.size() / 10) == 0) {
+        ReportProgress("query_bench", "load", double(b + 1) / batches.size());
+      }
+    }
+    batches.clear();
+
+    ViewReader reader((*bench)->catalog(), (*bench)->store(), (*bench)->applier(), {});
+    auto metrics = MetricsRegistry::Start("");
+    QueryProbe probe(**metrics, {"Query", "Scan", "GetItem", "ListViews", "DescribeView", "GetStatus"});
+    auto server = ViewServer::Start("127.0.0.1:0", reader, &probe);
+    if (!server.ok()) {
+      fprintf(stderr, "query_bench: %s\n", std::string(server.status().message()).c_str());
+      RemoveTree(*dir);
+      return 1;
+    }
+    (*server)->SetServing(true);
+    auto channel = grpc::CreateChannel(absl::StrFormat("127.0.0.1:%d", (*server)->port()),
+                                       grpc::InsecureChannelCredentials());
+    auto stub = v1::ViewService::NewStub(channel);
+
+    printf("== query_bench: store of %llu events (%zu live votes, %zu GSI1 partitions >= 100), "
+           "ViewServer in process on 127.0.0.1:%d ==\n",
+           (unsigned long long)flags.events, workload.live_votes.size(),
+           workload.big_vote_partitions.size(), (*server)->port());
+    for (const QueryKind& k : kinds) ClosedLoop(*stub, k, flags.threads, 0.3);  // warm-up
+    printf("closed loop, %d client threads, %.0f s each (max QPS):\n", flags.threads, flags.closed_seconds);
+    for (const QueryKind& k : kinds) {
+      ReportProgress("query_bench", "closed loop " + k.name, 0);
+      Print(k.name.c_str(), ClosedLoop(*stub, k, flags.threads, flags.closed_seconds));
+      printf("\n");
+    }
+    printf("open loop at %.0f QPS, %.0f s each, %d client threads (latency from the scheduled send):\n",
+           flags.qps, flags.open_seconds, flags.open_threads);
+    for (const QueryKind& k : kinds) {
+      ReportProgress("query_bench", "open loop " + k.name, 0);
+      double p99 = Print(k.name.c_str(), OpenLoop(*stub, k, flags.open_threads, flags.qps, flags.open_seconds));
+      printf("   target p99 < 1000 us at 5k QPS %s\n", p99 < 1000 ? "[met]" : "[below target]");
+    }
+    stub.reset();
+    channel.reset();
+    (*server)->Shutdown(1000);
+  }
+  RemoveTree(*dir);
+  return rc;
+}
+
+}  // namespace
+}  // namespace cdcview::bench
+
+int main(int argc, char** argv) {
+  cdcview::bench::Flags flags;
+  CLI::App app{"query_bench: gRPC Query latency and throughput against an in-process ViewServer"};
+  app.add_option("--events", flags.events, "events applied to build the store")->check(CLI::PositiveNumber);
+  app.add_option("--seed", flags.seed, "workload seed");
+  app.add_option("--threads", flags.threads, "client threads in the closed loop")->check(CLI::PositiveNumber);
+  app.add_option("--open-threads", flags.open_threads, "client threads in the open loop")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--closed-seconds", flags.closed_seconds, "closed-loop duration per query kind");
+  app.add_option("--open-seconds", flags.open_seconds, "open-loop duration per query kind");
+  app.add_option("--qps", flags.qps, "open-loop rate")->check(CLI::PositiveNumber);
+  app.add_option("--config", flags.config, "cdcview config whose first table is App");
+  app.add_option("--tmp", flags.tmp, "where to create the temporary store");
+  CLI11_PARSE(app, argc, argv);
+  return cdcview::bench::Run(flags);
+}
