@@ -289,25 +289,17 @@ absl::StatusOr<Applier::Outcome> Applier::ApplyEvent(WriteTxn* txn, const Source
     }
   }
 
-  mutations_.clear();
+  // View mutations wait for the end of the batch (see ApplyViewMutations); the items DB is
+  // written now, because a later event of the same batch may read this item.
+  const size_t first = mutations_.size();
   if (absl::Status s = builder.Diff(old_item ? &*old_item : nullptr, new_item, &mutations_);
       !s.ok()) {
     *rejection = s;
     *reason = "key_too_large";
     return Outcome::kRejected;
   }
-  for (const IndexMutation& m : mutations_) {
-    const size_t global = catalog_.GlobalView(table, m.view);
-    BatchStats::View& vs = stats_.views[global];
-    absl::Status s;
-    if (m.op == IndexMutation::Op::kPut) {
-      s = txn->Put(view_dbis_[global], m.key, m.value);
-      ++vs.puts;
-    } else {
-      s = txn->Delete(view_dbis_[global], m.key);
-      ++vs.deletes;
-    }
-    if (!s.ok()) return s;
+  for (size_t i = first; i < mutations_.size(); ++i) {
+    mutations_[i].view = catalog_.GlobalView(table, mutations_[i].view);
   }
   absl::Status s;
   if (new_item) {
@@ -339,9 +331,33 @@ bool Applier::IsStale(const SourceRecord& record,
   return error == std::errc() && end == stored.data() + stored.size() && record.offset < next;
 }
 
+absl::Status Applier::ApplyViewMutations(WriteTxn* txn) {
+  // In key order per view: neighbouring writes land on the same B-tree pages, so a batch
+  // copies (copy-on-write) far fewer pages than in event order. The sort is stable, so
+  // several changes of one entry still apply in event order.
+  std::stable_sort(mutations_.begin(), mutations_.end(),
+                   [](const IndexMutation& a, const IndexMutation& b) {
+                     return a.view != b.view ? a.view < b.view : a.key < b.key;
+                   });
+  for (const IndexMutation& m : mutations_) {
+    BatchStats::View& vs = stats_.views[m.view];
+    absl::Status s;
+    if (m.op == IndexMutation::Op::kPut) {
+      s = txn->Put(view_dbis_[m.view], m.key, m.value);
+      ++vs.puts;
+    } else {
+      s = txn->Delete(view_dbis_[m.view], m.key);
+      ++vs.deletes;
+    }
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Applier::TryBatch(std::vector<SourceRecord>* batch, WriteTxn* txn,
                                std::map<std::string, std::string>* positions) {
   stats_.Clear();
+  mutations_.clear();
   pending_dead_letters_.clear();
   stale_.assign(batch->size(), false);
   for (size_t i = 0; i < batch->size(); ++i) {
@@ -384,6 +400,7 @@ absl::Status Applier::TryBatch(std::vector<SourceRecord>* batch, WriteTxn* txn,
     (*positions)[PositionKey(catalog_.config().sources[record.source].name, record.partition)] =
         record.next_position;
   }
+  if (absl::Status s = ApplyViewMutations(txn); !s.ok()) return s;
   for (const auto& [key, position] : *positions) {
     if (absl::Status s = txn->Put(store_->meta(), key, position); !s.ok()) return s;
   }

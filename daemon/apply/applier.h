@@ -97,6 +97,8 @@ class Applier {
   bool IsStale(const SourceRecord& record,
                const std::map<std::string, std::string>& batch_positions) const;
   absl::Status RebuildView(const ViewRef& view, const std::atomic<bool>* stop);
+  // Writes the batch's view mutations, sorted by view and key.
+  absl::Status ApplyViewMutations(WriteTxn* txn);
   // Sets the size gauges (view items and bytes, map use) from the store as it is: at start-up
   // and after rebuilds, when no batch has reported them yet.
   void PublishSizes();
@@ -111,6 +113,7 @@ class Applier {
 
   // Writer-thread scratch, reused across batches.
   BatchStats stats_;
+  // The batch's view mutations (IndexMutation::view holds the global view index here).
   std::vector<IndexMutation> mutations_;
   std::vector<std::pair<size_t, absl::Status>> pending_dead_letters_;
   std::vector<bool> stale_;  // per batch record: a Kafka offset below the stored next offset

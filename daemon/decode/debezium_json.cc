@@ -6,6 +6,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/decode/decode_errors.h"
 #include "simdjson.h"
 
 namespace cdcview {
@@ -14,27 +15,18 @@ namespace od = simdjson::ondemand;
 
 namespace {
 
+using decode_internal::Child;
+using decode_internal::PathError;
+using decode_internal::Quoted;
+using decode_internal::ToAbsl;
+
 // The same prefix as the DynamoDB decoder's, so IsMalformedJson recognizes both.
 constexpr char kMalformedPrefix[] = "malformed JSON: ";
 constexpr int kMaxNesting = 64;
 
-absl::string_view ToAbsl(std::string_view text) { return {text.data(), text.size()}; }
-
 absl::Status Malformed(simdjson::error_code error) {
   return absl::InvalidArgumentError(
       absl::StrCat(kMalformedPrefix, simdjson::error_message(error)));
-}
-
-absl::Status PathError(std::string_view path, absl::string_view problem) {
-  return absl::InvalidArgumentError(absl::StrCat(ToAbsl(path), ": ", problem));
-}
-
-std::string Quoted(std::string_view text) {
-  return absl::StrCat("\"", absl::CHexEscape(ToAbsl(text)), "\"");
-}
-
-std::string Child(std::string_view path, std::string_view name) {
-  return path.empty() ? std::string(name) : absl::StrCat(ToAbsl(path), ".", ToAbsl(name));
 }
 
 // The JSON type a converted value came from, for messages.

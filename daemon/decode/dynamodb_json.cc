@@ -9,6 +9,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/decode/decode_errors.h"
 #include "absl/time/time.h"
 #include "daemon/decode/base64.h"
 #include "daemon/decode/json_escape.h"
@@ -21,27 +22,19 @@ namespace od = simdjson::ondemand;
 
 namespace {
 
+using decode_internal::PathError;
+using decode_internal::Quoted;
+using decode_internal::ToAbsl;
+
 constexpr char kMalformedPrefix[] = "malformed JSON: ";
 // DynamoDB allows 32 levels; the guard only keeps hostile input from exhausting the stack.
 constexpr int kMaxNesting = 64;
 // 9999-12-31T23:59:59Z: anything larger is not seconds (milliseconds, most likely).
 constexpr int64_t kMaxEpochSeconds = 253402300799;
 
-// Abseil here is built with its own string_view (ABSL_OPTION_USE_STD_STRING_VIEW 0), so
-// std::string_view must be converted before it reaches StrCat and friends.
-absl::string_view ToAbsl(std::string_view text) { return {text.data(), text.size()}; }
-
 absl::Status Malformed(simdjson::error_code error) {
   return absl::InvalidArgumentError(
       absl::StrCat(kMalformedPrefix, simdjson::error_message(error)));
-}
-
-absl::Status PathError(std::string_view path, absl::string_view problem) {
-  return absl::InvalidArgumentError(absl::StrCat(ToAbsl(path), ": ", problem));
-}
-
-std::string Quoted(std::string_view text) {
-  return absl::StrCat("\"", absl::CHexEscape(ToAbsl(text)), "\"");
 }
 
 std::string_view JsonTypeName(od::json_type type) {

@@ -7,18 +7,16 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/decode/decode_errors.h"
 #include "cdcview/v1/change_event.pb.h"
 
 namespace cdcview {
 namespace {
 
+using decode_internal::PathError;
+using decode_internal::ToAbsl;
+
 constexpr char kMalformedPrefix[] = "malformed protobuf: ";
-
-absl::string_view ToAbsl(std::string_view text) { return {text.data(), text.size()}; }
-
-absl::Status PathError(const std::string& path, absl::string_view problem) {
-  return absl::InvalidArgumentError(absl::StrCat(path, ": ", problem));
-}
 
 absl::StatusOr<AttributeValue> FromProto(const v1::AttributeValue& value, const std::string& path);
 
