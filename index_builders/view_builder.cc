@@ -41,12 +41,10 @@ bool Matches(const Condition& cond, const Item& item) {
       switch (value->type()) {
         case AttrType::kS:
           return value->scalar() == cond.operand;
-        case AttrType::kN: {
+        case AttrType::kN:
           // N values are held in canonical text, so numeric equality is equality of the
           // operand's canonical text; an operand that is not a number never matches.
-          absl::StatusOr<std::string> operand = CanonicalNumber(cond.operand);
-          return operand.ok() && *operand == value->scalar();
-        }
+          return !cond.canonical_number.empty() && cond.canonical_number == value->scalar();
         case AttrType::kBool:
           return cond.operand == (value->boolean() ? "true" : "false");
         default:
@@ -238,6 +236,15 @@ absl::Status CheckTableKeyAttributes(const TableSpec& table, const Item& item) {
 
 ViewBuilder::ViewBuilder(TableSpec table, size_t max_key_bytes)
     : table_(std::move(table)), max_key_bytes_(max_key_bytes) {
+  for (ViewSpec& view : table_.views) {
+    for (ViewRule& rule : view.rules) {
+      for (Condition& cond : rule.when) {
+        if (cond.op != Condition::Op::kEquals) continue;
+        absl::StatusOr<std::string> number = CanonicalNumber(cond.operand);
+        cond.canonical_number = number.ok() ? *number : std::string();
+      }
+    }
+  }
   for (const ViewSpec& view : table_.views) {
     if (view.rules.empty()) Crash(absl::StrCat("view ", view.name, " has no rules"));
     const bool sorted = view.rules.front().sort_key.has_value();

@@ -47,6 +47,9 @@ struct Condition {
   // kEquals: matches an S equal to this text, an N numerically equal to it, or a BOOL
   // whose text ("true"/"false") equals it. kBeginsWith: an S (or B) starting with it.
   std::string operand;
+  // kEquals: the operand's canonical number text, "" if it is not a number. Derived from
+  // `operand` by ViewBuilder (so numbers are not parsed per event); not part of fingerprints.
+  std::string canonical_number;
 };
 
 enum class ProjectionKind { kKeysOnly, kInclude, kAll };

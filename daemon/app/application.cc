@@ -102,14 +102,7 @@ absl::Status Application::Init() {
 }
 
 void Application::WriterMain() {
-  absl::Status s = applier_->RebuildViews(&stop_writer_);
-  if (!s.ok() && !absl::IsCancelled(s)) {
-    LogError(absl::StrCat("rebuilding views failed: ", s.message(),
-                          "; fix the cause and restart cdcviewd (the rebuild resumes)"));
-    writer_done_ = true;
-    return;
-  }
-  applier_->Run(queue_.get(), &stop_writer_);
+  applier_->Run(queue_.get(), &stop_writer_);  // rebuilds changed views first
   writer_done_ = true;
 }
 
@@ -130,7 +123,9 @@ void Application::UpdateViewHealth() {
       if (catalog_->TableOfSource(i) != view.table) continue;
       table_sources.push_back({sources_[i]->Health().state, applier_->Counters(i).lag_seconds});
     }
-    bool ready = applier_->GetViewState(view.global) == ViewState::kReady;
+    // A writer that cannot apply leaves every view stale, whatever the sources read.
+    bool ready = applier_->GetViewState(view.global) == ViewState::kReady &&
+                 applier_->WriterError().empty();
     server_->SetServiceServing(
         ViewHealthServiceName(view.spec->name),
         ViewCaughtUp(ready, table_sources, config_.server.ready_max_lag_seconds));

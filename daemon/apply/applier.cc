@@ -109,16 +109,10 @@ absl::Status Applier::Recover() {
 
   std::lock_guard lock(mu_);
   positions_.clear();
-  auto cursor = txn.OpenCursor(store_->meta());
-  for (bool ok = cursor->Seek(kPositionPrefix); ok && cursor->key().starts_with(kPositionPrefix);
-       ok = cursor->Next()) {
-    std::string_view rest = cursor->key().substr(kPositionPrefix.size());
-    size_t slash = rest.find('/');
-    if (slash == std::string_view::npos) continue;
-    positions_[{std::string(rest.substr(0, slash)), std::string(rest.substr(slash + 1))}] =
-        std::string(cursor->value());
-  }
-  cursor.reset();
+  ForEachPosition(txn, store_->meta(),
+                  [&](std::string_view source, std::string_view partition, std::string_view at) {
+                    positions_[{std::string(source), std::string(partition)}] = std::string(at);
+                  });
   if (absl::Status s = txn.Commit(); !s.ok()) return s;
   PublishSizes();
   return absl::OkStatus();
@@ -414,6 +408,9 @@ absl::Status Applier::TryBatch(std::vector<SourceRecord>* batch, WriteTxn* txn,
 
 absl::Status Applier::ApplyBatch(std::vector<SourceRecord>* batch) {
   std::map<std::string, std::string> positions;
+  failed_source_ = -1;
+  // Kept across retries of this batch, cleared once it commits.
+  if (dead_lettered_.size() != batch->size()) dead_lettered_.assign(batch->size(), false);
   for (;;) {
     positions.clear();
     auto txn_or = store_->BeginWrite();
@@ -422,15 +419,18 @@ absl::Status Applier::ApplyBatch(std::vector<SourceRecord>* batch) {
     absl::Status s = TryBatch(batch, &txn, &positions);
     if (s.ok()) {
       for (const auto& [index, why] : pending_dead_letters_) {
+        if (dead_lettered_[index]) continue;
         const SourceRecord& record = (*batch)[index];
         s = dead_letters_[record.source]->Write(record, why);
         if (!s.ok()) {
+          failed_source_ = static_cast<int>(record.source);
           s = absl::UnavailableError(absl::StrCat(
               "source ", catalog_.config().sources[record.source].name,
               ": cannot write a dead letter, so the source does not advance past ",
               record.locator, ": ", s.message()));
           break;
         }
+        dead_lettered_[index] = true;
         LogWarning(absl::StrCat("source ", catalog_.config().sources[record.source].name,
                                 ": rejected ", why.message()));
       }
@@ -446,6 +446,7 @@ absl::Status Applier::ApplyBatch(std::vector<SourceRecord>* batch) {
     if (!s.ok()) return s;
     break;
   }
+  dead_lettered_.clear();
 
   const int64_t now = now_ms_();
   for (double& created : stats_.lag_seconds) created = static_cast<double>(now - int64_t(created)) / 1000.0;
@@ -481,32 +482,57 @@ absl::Status Applier::ApplyBatch(std::vector<SourceRecord>* batch) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// Sleeps `backoff` in small steps; false if `stop` was raised meanwhile.
+bool BackOff(std::chrono::milliseconds backoff, const std::atomic<bool>* stop) {
+  for (auto waited = std::chrono::milliseconds(0); waited < backoff;
+       waited += std::chrono::milliseconds(50)) {
+    if (stop != nullptr && stop->load()) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return true;
+}
+
+}  // namespace
+
+void Applier::SetWriterError(const absl::Status& s, int source) {
+  std::lock_guard lock(mu_);
+  writer_error_ = std::string(s.message());
+  writer_error_source_ = source;
+}
+
 void Applier::Run(RecordQueue* queue, const std::atomic<bool>* stop) {
+  constexpr auto kFirstBackoff = std::chrono::milliseconds(250);
+  constexpr auto kMaxBackoff = std::chrono::milliseconds(30000);
+  for (auto backoff = kFirstBackoff;; backoff = std::min(backoff * 2, kMaxBackoff)) {
+    absl::Status s = RebuildViews(stop);
+    if (s.ok()) break;
+    if (absl::IsCancelled(s)) return;
+    SetWriterError(absl::Status(s.code(), absl::StrCat("rebuilding views: ", s.message(),
+                                                       "; the rebuild resumes where it stopped")),
+                   -1);
+    LogError(absl::StrCat("cannot rebuild views, retrying in ", backoff.count(), "ms: ",
+                          s.message()));
+    if (!BackOff(backoff, stop)) return;
+  }
+  SetWriterError(absl::OkStatus(), -1);
+
   const ApplyConfig& cfg = catalog_.config().apply;
   std::vector<SourceRecord> batch;
   while (!(stop != nullptr && stop->load())) {
     batch.clear();
     if (!queue->PopBatch(cfg.batch_size, std::chrono::milliseconds(cfg.max_delay_ms), &batch)) break;
-    auto backoff = std::chrono::milliseconds(250);
-    for (;;) {
+    for (auto backoff = kFirstBackoff;; backoff = std::min(backoff * 2, kMaxBackoff)) {
       absl::Status s = ApplyBatch(&batch);
       if (s.ok()) break;
-      {
-        std::lock_guard lock(mu_);
-        writer_error_ = std::string(s.message());
-      }
+      SetWriterError(s, failed_source_);
       if (probe_ != nullptr) probe_->RecordBatchFailure();
       LogError(absl::StrCat("cannot apply a batch of ", batch.size(), " events, retrying in ",
                             backoff.count(), "ms: ", s.message()));
-      for (auto waited = std::chrono::milliseconds(0); waited < backoff;
-           waited += std::chrono::milliseconds(50)) {
-        if (stop != nullptr && stop->load()) return;
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      }
-      backoff = std::min(backoff * 2, std::chrono::milliseconds(30000));
+      if (!BackOff(backoff, stop)) return;
     }
-    std::lock_guard lock(mu_);
-    writer_error_.clear();
+    SetWriterError(absl::OkStatus(), -1);
   }
 }
 
@@ -540,6 +566,12 @@ double Applier::IndexWritesPerEvent(size_t global_view) const {
 
 std::string Applier::WriterError() const {
   std::lock_guard lock(mu_);
+  return writer_error_;
+}
+
+std::string Applier::WriterError(size_t source) const {
+  std::lock_guard lock(mu_);
+  if (writer_error_source_ >= 0 && static_cast<size_t>(writer_error_source_) != source) return "";
   return writer_error_;
 }
 

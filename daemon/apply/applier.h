@@ -67,8 +67,9 @@ class Applier {
   // a dead letter that could not be written, the map at its ceiling, an LMDB failure.
   absl::Status ApplyBatch(std::vector<SourceRecord>* batch);
 
-  // The writer loop: pops batches from `queue` until it is closed and drained, or `stop`.
-  // A failing batch is retried with back-off (WriterError() says why meanwhile).
+  // The writer loop: rebuilds BUILDING views, then pops batches from `queue` until it is
+  // closed and drained, or `stop`. A failing rebuild or batch is retried with back-off
+  // (WriterError() says why meanwhile).
   void Run(RecordQueue* queue, const std::atomic<bool>* stop);
 
   // Stored next positions of source `source` (partition -> position), for ChangeSource::Start.
@@ -78,7 +79,11 @@ class Applier {
   ViewState GetViewState(size_t global_view, double* progress = nullptr) const;
   // Events applied to each table since start, and index writes per view: write amplification.
   double IndexWritesPerEvent(size_t global_view) const;
+  // Why the writer is not applying (empty while it is): a batch or a rebuild that keeps
+  // failing. WriterError(source) is the error that concerns that source (a batch failing on
+  // another source's dead letter does not).
   std::string WriterError() const;
+  std::string WriterError(size_t source) const;
 
   // Waiting for the writer: returns once the batch committed after `since` (a commit count)
   // or the deadline passes. commit_count() is incremented after every commit.
@@ -103,6 +108,7 @@ class Applier {
   // and after rebuilds, when no batch has reported them yet.
   void PublishSizes();
   void SetViewState(size_t global_view, ViewState state, double progress);
+  void SetWriterError(const absl::Status& s, int source);
 
   const Catalog& catalog_;
   Store* store_;
@@ -124,6 +130,11 @@ class Applier {
   std::vector<uint64_t> table_events_;                                   // guarded by mu_
   std::vector<uint64_t> view_writes_;                                    // guarded by mu_
   std::string writer_error_;                                             // guarded by mu_
+  int writer_error_source_ = -1;  // the source the error concerns, -1: all; guarded by mu_
+  int failed_source_ = -1;        // writer thread: the source whose dead letter failed
+  // Writer thread: which records of the current batch were dead-lettered already, so a retried
+  // batch (map growth, back-off) does not write them again.
+  std::vector<bool> dead_lettered_;
   std::vector<std::unique_ptr<std::atomic<int>>> view_states_;
   std::vector<std::unique_ptr<std::atomic<double>>> view_progress_;
   std::atomic<uint64_t> commits_{0};

@@ -52,17 +52,13 @@ std::string AfterComponents(std::string_view encoded) {
 
 // Reads the stored positions inside `txn`, so a response's position matches what it read.
 void AppliedIn(const Txn& txn, MDB_dbi meta, v1::AppliedPosition* out) {
-  auto cursor = txn.OpenCursor(meta);
-  for (bool ok = cursor->Seek(kPositionPrefix); ok && cursor->key().starts_with(kPositionPrefix);
-       ok = cursor->Next()) {
-    std::string_view rest = cursor->key().substr(kPositionPrefix.size());
-    size_t slash = rest.find('/');
-    if (slash == std::string_view::npos) continue;
-    auto* e = out->add_entries();
-    e->set_source(std::string(rest.substr(0, slash)));
-    e->set_partition(std::string(rest.substr(slash + 1)));
-    e->set_position(std::string(cursor->value()));
-  }
+  ForEachPosition(txn, meta,
+                  [&](std::string_view source, std::string_view partition, std::string_view at) {
+                    auto* e = out->add_entries();
+                    e->set_source(std::string(source));
+                    e->set_partition(std::string(partition));
+                    e->set_position(std::string(at));
+                  });
 }
 
 // Decodes a view entry into the response: the projected item and its view keys.
@@ -398,7 +394,6 @@ v1::StatusResponse ViewReader::GetStatus() const {
   v1::StatusResponse response;
   auto txn = store_.BeginRead();
   if (txn.ok()) AppliedIn(**txn, store_.meta(), response.mutable_applied());
-  const std::string writer_error = applier_.WriterError();
   const auto& sources = catalog_.config().sources;
   for (size_t i = 0; i < sources.size(); ++i) {
     v1::SourceStatus* s = response.add_sources();
@@ -411,7 +406,7 @@ v1::StatusResponse ViewReader::GetStatus() const {
       if (health.state == "backfilling") s->set_progress(health.progress);
       s->set_error(health.error);
     }
-    if (!writer_error.empty()) {
+    if (const std::string writer_error = applier_.WriterError(i); !writer_error.empty()) {
       s->set_state("error");
       s->set_error(writer_error);
     }

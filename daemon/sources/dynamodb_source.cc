@@ -442,7 +442,9 @@ DynamoDbSource::StepResult DynamoDbSource::ReadStep(Shard shard) {
       record.rejection = absl::Status(
           event.status().code(), absl::StrCat(record.locator, ": ", event.status().message()));
     }
-    if (!queue_->Push(std::move(record))) return finish(std::chrono::milliseconds(0));
+    if (!queue_->PushUnless(std::move(record), [this] { return stopping(); })) {
+      return finish(std::chrono::milliseconds(0));
+    }
   }
   if (probe_ && newest_ms > 0) probe_->SetIteratorAge(shard.id, double(NowMillis() - newest_ms) / 1000.0);
   result.had_records = !page->records.empty();
@@ -467,7 +469,7 @@ bool DynamoDbSource::PushPositionOnly(const std::string& partition, const std::s
   record.position_only = true;
   record.locator = absl::StrCat(partition, "@", position);
   record.read_time_ms = NowMillis();
-  return queue_->Push(std::move(record));
+  return queue_->PushUnless(std::move(record), [this] { return stopping(); });
 }
 
 // ---------------------------------------------------------------- snapshot
@@ -632,7 +634,7 @@ bool DynamoDbSource::PushScanItem(uint32_t segment, const std::string& item_json
     record.rejection =
         absl::Status(status.code(), absl::StrCat(record.locator, ": ", status.message()));
   }
-  return queue_->Push(std::move(record));
+  return queue_->PushUnless(std::move(record), [this] { return stopping(); });
 }
 
 }  // namespace cdcview

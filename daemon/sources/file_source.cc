@@ -332,16 +332,7 @@ bool FileSource::EmitLine(DynamoDbJsonDecoder* decoder, std::string_view line,
 }
 
 bool FileSource::Push(SourceRecord* record, RecordQueue* queue) {
-  // Timed pushes, so that Stop is prompt even when the writer no longer drains the queue.
-  while (true) {
-    switch (queue->PushFor(record, kPollInterval)) {
-      case RecordQueue::PushResult::kPushed: return true;
-      case RecordQueue::PushResult::kClosed: return false;
-      case RecordQueue::PushResult::kFull:
-        if (stopping()) return false;
-        break;
-    }
-  }
+  return queue->PushUnless(std::move(*record), [this] { return stopping(); });
 }
 
 }  // namespace cdcview

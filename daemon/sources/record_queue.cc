@@ -94,4 +94,16 @@ size_t RecordQueue::size() const {
   return records_.size();
 }
 
+bool RecordQueue::PushUnless(SourceRecord&& record, const std::function<bool()>& stopping) {
+  while (true) {
+    switch (PushFor(&record, std::chrono::milliseconds(100))) {
+      case PushResult::kPushed: return true;
+      case PushResult::kClosed: return false;
+      case PushResult::kFull:
+        if (stopping()) return false;
+        break;
+    }
+  }
+}
+
 }  // namespace cdcview

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <vector>
 
@@ -32,6 +33,10 @@ class RecordQueue {
   // kPushed.
   enum class PushResult { kPushed, kClosed, kFull };
   PushResult PushFor(SourceRecord* record, std::chrono::milliseconds wait);
+
+  // Blocks while full like Push, but gives up (false) once `stopping()` says so, checked every
+  // 100 ms: a source's Stop stays prompt even when nobody drains the queue any more.
+  bool PushUnless(SourceRecord&& record, const std::function<bool()>& stopping);
 
   // Moves up to `max` records into `out`: waits until at least one is there, then up to
   // `linger` for more to fill the batch. Returns false once closed and empty.

@@ -176,6 +176,19 @@ std::string ViewMetaKey(std::string_view view, std::string_view field) {
   return key;
 }
 
+void ForEachPosition(
+    const Txn& txn, MDB_dbi meta,
+    const std::function<void(std::string_view, std::string_view, std::string_view)>& fn) {
+  auto cursor = txn.OpenCursor(meta);
+  for (bool ok = cursor->Seek(kPositionPrefix); ok && cursor->key().starts_with(kPositionPrefix);
+       ok = cursor->Next()) {
+    std::string_view rest = cursor->key().substr(kPositionPrefix.size());
+    size_t slash = rest.find('/');  // source names have no '/', partitions may
+    if (slash == std::string_view::npos) continue;
+    fn(rest.substr(0, slash), rest.substr(slash + 1), cursor->value());
+  }
+}
+
 // ---- Store
 
 absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StorageConfig& config,

@@ -20,6 +20,7 @@
 #include <lmdb.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -130,6 +131,12 @@ absl::StatusOr<StoredItem> DecodeStoredItem(std::string_view value);
 std::string PositionKey(std::string_view source, std::string_view partition);
 inline constexpr std::string_view kPositionPrefix = "pos/";
 std::string ViewMetaKey(std::string_view view, std::string_view field);
+
+// Calls fn(source, partition, position) for every stored source position, in key order.
+// The views point into LMDB's map: valid only during the call.
+void ForEachPosition(
+    const Txn& txn, MDB_dbi meta,
+    const std::function<void(std::string_view, std::string_view, std::string_view)>& fn);
 
 class Store {
  public:

@@ -25,7 +25,8 @@ class FakeDeadLetterSink : public DeadLetterSink {
   absl::Status Write(const SourceRecord& record, const absl::Status& why) override {
     std::lock_guard lock(mu_);
     ++attempts_;
-    if (!failure_.ok()) return failure_;
+    if (!failure_.ok() && succeed_first_ == 0) return failure_;
+    if (succeed_first_ > 0) --succeed_first_;
     letters_.push_back(Letter{record.locator, record.raw, record.partition, why});
     return absl::OkStatus();
   }
@@ -33,6 +34,13 @@ class FakeDeadLetterSink : public DeadLetterSink {
   // Every later Write returns `failure` (OK: succeed again) and records nothing.
   void FailWith(absl::Status failure) {
     std::lock_guard lock(mu_);
+    failure_ = std::move(failure);
+  }
+
+  // The next `n` writes succeed, every later one returns `failure`.
+  void FailAfter(int n, absl::Status failure) {
+    std::lock_guard lock(mu_);
+    succeed_first_ = n;
     failure_ = std::move(failure);
   }
 
@@ -51,6 +59,7 @@ class FakeDeadLetterSink : public DeadLetterSink {
   absl::Status failure_;
   std::vector<Letter> letters_;
   int attempts_ = 0;
+  int succeed_first_ = 0;
 };
 
 }  // namespace cdcview

@@ -146,16 +146,16 @@ KeySpec A(std::string name, AttrType type = AttrType::kS) {
   return KeySpec::Attribute(std::move(name), type);
 }
 Condition Eq(std::string attribute, std::string operand) {
-  return Condition{std::move(attribute), Condition::Op::kEquals, std::move(operand)};
+  return Condition{std::move(attribute), Condition::Op::kEquals, std::move(operand), ""};
 }
 Condition BeginsWith(std::string attribute, std::string operand) {
-  return Condition{std::move(attribute), Condition::Op::kBeginsWith, std::move(operand)};
+  return Condition{std::move(attribute), Condition::Op::kBeginsWith, std::move(operand), ""};
 }
 Condition Exists(std::string attribute) {
-  return Condition{std::move(attribute), Condition::Op::kExists, ""};
+  return Condition{std::move(attribute), Condition::Op::kExists, "", ""};
 }
 Condition NotExists(std::string attribute) {
-  return Condition{std::move(attribute), Condition::Op::kNotExists, ""};
+  return Condition{std::move(attribute), Condition::Op::kNotExists, "", ""};
 }
 
 ViewRule Rule(std::vector<Condition> when, KeySpec pk, std::optional<KeySpec> sk = std::nullopt) {

@@ -105,12 +105,12 @@ ViewSpec BaseView() {
   view.name = "GSI2";
   view.table = "App";
   ViewRule order;
-  order.when = {Condition{"type", Condition::Op::kEquals, "order"}};
+  order.when = {Condition{"type", Condition::Op::kEquals, "order", ""}};
   order.partition_key = MustTemplate("STATUS#{status}");
   order.sort_key = MustTemplate("{created_at}");
   ViewRule user;
-  user.when = {Condition{"type", Condition::Op::kEquals, "user"},
-               Condition{"email", Condition::Op::kExists, ""}};
+  user.when = {Condition{"type", Condition::Op::kEquals, "user", ""},
+               Condition{"email", Condition::Op::kExists, "", ""}};
   user.partition_key = MustTemplate("EMAIL#{email}");
   user.sort_key = KeySpec::Attribute("PK", AttrType::kS);
   view.rules = {order, user};
@@ -180,7 +180,7 @@ TEST(FingerprintTest, ChangesWithEverythingThatShapesEntries) {
       {"condition op", [](V v, K) { v->rules[0].when[0].op = Condition::Op::kBeginsWith; }},
       {"exists -> not exists", [](V v, K) { v->rules[1].when[1].op = Condition::Op::kNotExists; }},
       {"condition added",
-       [](V v, K) { v->rules[0].when.push_back(Condition{"status", Condition::Op::kExists, ""}); }},
+       [](V v, K) { v->rules[0].when.push_back(Condition{"status", Condition::Op::kExists, "", ""}); }},
       {"condition removed", [](V v, K) { v->rules[1].when.pop_back(); }},
       {"rule order", [](V v, K) { std::swap(v->rules[0], v->rules[1]); }},
       {"rule removed", [](V v, K) { v->rules.pop_back(); }},
@@ -226,9 +226,9 @@ TEST(FingerprintTest, ChangesWithEverythingThatShapesEntries) {
 TEST(FingerprintTest, FieldBoundariesCannotBeShifted) {
   // "ab" + "c" and "a" + "bc" must serialize differently.
   ViewSpec a = BaseView();
-  a.rules[0].when[0] = Condition{"ab", Condition::Op::kEquals, "c"};
+  a.rules[0].when[0] = Condition{"ab", Condition::Op::kEquals, "c", ""};
   ViewSpec b = BaseView();
-  b.rules[0].when[0] = Condition{"a", Condition::Op::kEquals, "bc"};
+  b.rules[0].when[0] = Condition{"a", Condition::Op::kEquals, "bc", ""};
   EXPECT_NE(a.Fingerprint(AppKey()), b.Fingerprint(AppKey()));
 }
 

@@ -573,6 +573,28 @@ TEST_F(ApplierTest, AFailingDeadLetterSinkFailsTheBatchAndAppliesNothing) {
   EXPECT_EQ(Entries("ByScore").size(), 1u);
 }
 
+TEST_F(ApplierTest, ARetriedBatchDoesNotRepeatItsDeadLetters) {
+  ASSERT_TRUE(Open().ok());
+  sample_sink_.FailAfter(1, absl::UnavailableError("disk full"));
+  const std::vector<SourceRecord> batch = {
+      test::Rejected(absl::InvalidArgumentError("line 1: bad"), "malformed_json",
+                     At("1").Locator("line 1")),
+      test::Insert(key(), User1(), At("2").Locator("line 2")),
+      test::Rejected(absl::InvalidArgumentError("line 3: bad"), "malformed_json",
+                     At("3").Locator("line 3")),
+  };
+  EXPECT_EQ(Apply(batch).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(applier_->WriterError(0), "");  // only Run records the writer's error
+  sample_sink_.FailWith(absl::OkStatus());
+  ASSERT_TRUE(Apply(batch).ok());
+  std::vector<std::string> locators;
+  for (const auto& l : sample_sink_.letters()) locators.push_back(l.locator);
+  EXPECT_EQ(locators, (std::vector<std::string>{"line 1", "line 3"}));
+  EXPECT_EQ(sample_sink_.attempts(), 3);  // line 1, line 3 (failed), line 3; not line 1 again
+  EXPECT_EQ(applier_->Counters(0).rejected, 2u);
+  EXPECT_EQ(Positions(), (std::vector<std::string>{"sample/=3"}));
+}
+
 // ---- MDB_MAP_FULL
 
 // `n` orders with a 200-byte payload: about 0.5 KiB per item in items/App and in GSI1.
