@@ -43,8 +43,9 @@ fetch() {
 </project>
 EOF
   rm -rf "$libs.tmp"
-  (cd "$pom_dir" && mvn -q -B dependency:copy-dependencies -DincludeScope=runtime \
-      -DoutputDirectory="$libs.tmp")
+  # Maven's console (even -q) may print terminal escapes: keep stdout for the bootstrap address.
+  (cd "$pom_dir" && mvn -q -B -Dstyle.color=never dependency:copy-dependencies \
+      -DincludeScope=runtime -DoutputDirectory="$libs.tmp") >&2
   rm -rf "$libs"
   mv "$libs.tmp" "$libs"
   touch "$libs/.complete"

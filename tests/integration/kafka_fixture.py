@@ -126,7 +126,9 @@ def kafka(tmp_path_factory):
     if started.returncode != 0:
         pytest.fail(f"{SCRIPT} start failed ({started.returncode}):\n{started.stderr[-3000:]}",
                     pytrace=False)
-    broker = Kafka(started.stdout.strip().splitlines()[-1])
+    # The address file, not stdout: tools the script runs may print to stdout too.
+    with open(os.path.join(run_dir, "bootstrap")) as f:
+        broker = Kafka(f.read().strip())
     try:
         yield broker
     finally:
