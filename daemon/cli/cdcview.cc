@@ -65,6 +65,22 @@ void PrintEntries(const google::protobuf::RepeatedPtrField<v1::ViewEntry>& entri
   for (const v1::ViewEntry& e : entries) std::cout << ItemToJson(e.item(), ddb) << "\n";
 }
 
+// Calls `call` page by page (every page with --all-pages), printing every entry.
+template <typename Response, typename Request, typename Call>
+int PrintPages(Request req, const Options& o, Call&& call) {
+  for (;;) {
+    Response resp;
+    if (grpc::Status s = call(req, &resp); !s.ok()) return Fail(s, o.addr);
+    PrintEntries(resp.entries(), o.ddb_json);
+    if (resp.next_page_token().empty()) return 0;
+    if (!o.all_pages) {
+      std::cerr << "cdcview: more items follow; pass --all-pages to read them all\n";
+      return 0;
+    }
+    req.set_page_token(resp.next_page_token());
+  }
+}
+
 int RunQuery(v1::ViewService::Stub& stub, const Options& o) {
   v1::ViewDescription desc;
   v1::DescribeViewRequest dreq;
@@ -90,36 +106,20 @@ int RunQuery(v1::ViewService::Stub& stub, const Options& o) {
   }
   req.set_limit(o.limit);
   req.set_scan_backward(o.reverse);
-  for (;;) {
-    v1::QueryResponse resp;
-    if (grpc::Status s = stub.Query(Context().get(), req, &resp); !s.ok()) return Fail(s, o.addr);
-    PrintEntries(resp.entries(), o.ddb_json);
-    if (!o.all_pages || resp.next_page_token().empty()) {
-      if (!resp.next_page_token().empty()) {
-        std::cerr << "cdcview: more items follow; pass --all-pages to read them all\n";
-      }
-      return 0;
-    }
-    req.set_page_token(resp.next_page_token());
-  }
+  return PrintPages<v1::QueryResponse>(req, o, [&](const v1::QueryRequest& r,
+                                                    v1::QueryResponse* resp) {
+    return stub.Query(Context().get(), r, resp);
+  });
 }
 
 int RunScan(v1::ViewService::Stub& stub, const Options& o) {
   v1::ScanRequest req;
   req.set_view(o.view);
   req.set_limit(o.limit);
-  for (;;) {
-    v1::ScanResponse resp;
-    if (grpc::Status s = stub.Scan(Context().get(), req, &resp); !s.ok()) return Fail(s, o.addr);
-    PrintEntries(resp.entries(), o.ddb_json);
-    if (!o.all_pages || resp.next_page_token().empty()) {
-      if (!resp.next_page_token().empty()) {
-        std::cerr << "cdcview: more items follow; pass --all-pages to read them all\n";
-      }
-      return 0;
-    }
-    req.set_page_token(resp.next_page_token());
-  }
+  return PrintPages<v1::ScanResponse>(req, o, [&](const v1::ScanRequest& r,
+                                                  v1::ScanResponse* resp) {
+    return stub.Scan(Context().get(), r, resp);
+  });
 }
 
 int RunGet(v1::ViewService::Stub& stub, const Options& o) {

@@ -179,6 +179,9 @@ class Loader {
   absl::StatusOr<std::string> ReadNonEmpty(const Fields::Entry& entry,
                                            std::string_view path) const;
   absl::StatusOr<std::string> ReadName(const Fields::Entry& entry, std::string_view path) const;
+  // The required `name` field, valid and not used before by another `kind` ("table", ...).
+  absl::StatusOr<std::string> ReadUniqueName(const Fields& fields, const char* kind,
+                                             std::map<std::string, int, std::less<>>* lines) const;
   absl::StatusOr<bool> ReadBool(const Fields::Entry& entry, std::string_view path) const;
   absl::StatusOr<uint32_t> ReadUint32(const Fields::Entry& entry, std::string_view path,
                                       uint32_t min) const;
@@ -466,20 +469,27 @@ absl::Status Loader::ParseTables(const Fields::Entry& entry, std::vector<TableSp
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::string> Loader::ReadUniqueName(const Fields& fields, const char* kind,
+                                                   std::map<std::string, int, std::less<>>* lines) const {
+  absl::StatusOr<const Fields::Entry*> name = Require(fields, "name");
+  if (!name.ok()) return name.status();
+  absl::StatusOr<std::string> text = ReadName(**name, fields.PathOf("name"));
+  if (!text.ok()) return text.status();
+  if (auto [it, fresh] = lines->emplace(*text, LineOf((*name)->value)); !fresh) {
+    return Error((*name)->value, fields.PathOf("name"),
+                 Cat(kind, " name ", Quote(*text), " is used twice (also at line ", it->second,
+                     ")"));
+  }
+  return text;
+}
+
 absl::StatusOr<TableSpec> Loader::ParseTable(const YAML::Node& node, const std::string& path) {
   absl::StatusOr<Fields> fields = ReadFields(node, path, {"name", "key", "views"});
   if (!fields.ok()) return fields.status();
   TableSpec table;
-  absl::StatusOr<const Fields::Entry*> name = Require(*fields, "name");
+  absl::StatusOr<std::string> name = ReadUniqueName(*fields, "table", &table_lines_);
   if (!name.ok()) return name.status();
-  absl::StatusOr<std::string> name_text = ReadName(**name, fields->PathOf("name"));
-  if (!name_text.ok()) return name_text.status();
-  table.name = *name_text;
-  if (auto [it, fresh] = table_lines_.emplace(table.name, LineOf((*name)->value)); !fresh) {
-    return Error((*name)->value, fields->PathOf("name"),
-                 Cat("table name ", Quote(table.name), " is used twice (also at line ",
-                     it->second, ")"));
-  }
+  table.name = *name;
   absl::StatusOr<const Fields::Entry*> key = Require(*fields, "key");
   if (!key.ok()) return key.status();
   absl::StatusOr<TableKeySpec> key_spec = ParseTableKey(**key, fields->PathOf("key"));
@@ -558,17 +568,10 @@ absl::StatusOr<ViewSpec> Loader::ParseView(const YAML::Node& node, const std::st
   if (!fields.ok()) return fields.status();
   ViewSpec view;
   view.table = table.name;
-  absl::StatusOr<const Fields::Entry*> name = Require(*fields, "name");
-  if (!name.ok()) return name.status();
-  absl::StatusOr<std::string> name_text = ReadName(**name, fields->PathOf("name"));
-  if (!name_text.ok()) return name_text.status();
-  view.name = *name_text;
   // View names are LMDB database names, so they are unique across all tables.
-  if (auto [it, fresh] = view_lines_.emplace(view.name, LineOf((*name)->value)); !fresh) {
-    return Error((*name)->value, fields->PathOf("name"),
-                 Cat("view name ", Quote(view.name), " is used twice (also at line ",
-                     it->second, ")"));
-  }
+  absl::StatusOr<std::string> name = ReadUniqueName(*fields, "view", &view_lines_);
+  if (!name.ok()) return name.status();
+  view.name = *name;
 
   if (const Fields::Entry* inverted = fields->Find("inverted")) {
     absl::StatusOr<bool> flag = ReadBool(*inverted, fields->PathOf("inverted"));
@@ -903,16 +906,9 @@ absl::StatusOr<SourceConfig> Loader::ParseSource(const YAML::Node& node, const s
       ReadFields(node, path, {"name", "table", "file", "kafka", "dynamodb"});
   if (!fields.ok()) return fields.status();
   SourceConfig source;
-  absl::StatusOr<const Fields::Entry*> name = Require(*fields, "name");
+  absl::StatusOr<std::string> name = ReadUniqueName(*fields, "source", &source_lines_);
   if (!name.ok()) return name.status();
-  absl::StatusOr<std::string> name_text = ReadName(**name, fields->PathOf("name"));
-  if (!name_text.ok()) return name_text.status();
-  source.name = *name_text;
-  if (auto [it, fresh] = source_lines_.emplace(source.name, LineOf((*name)->value)); !fresh) {
-    return Error((*name)->value, fields->PathOf("name"),
-                 Cat("source name ", Quote(source.name), " is used twice (also at line ",
-                     it->second, ")"));
-  }
+  source.name = *name;
   std::string label = Cat("source ", Quote(source.name), ": ");
 
   absl::StatusOr<const Fields::Entry*> table = Require(*fields, "table");
