@@ -11,7 +11,13 @@ build="${CDCVIEW_BUILD_DIR:-$here/build}"
 export CDCVIEW_BUILD_DIR="$build"
 
 echo "[test] unit tests (ctest)"
-ctest --test-dir "$build" --output-on-failure -j "$(nproc)" --timeout 300
+ctest --test-dir "$build" --output-on-failure -j "$(nproc)" --timeout 300 -E '^KafkaSourceTest\.'
+# librdkafka's in-process mock cluster joins consumer groups on timers that a loaded 2-core
+# machine can starve (seen: no assignment within 30 s while other tests ran). These tests run
+# alone, and one retry separates that from a real failure (which fails both runs).
+echo "[test] Kafka mock-cluster unit tests (ctest, serial)"
+ctest --test-dir "$build" --output-on-failure -j 1 --timeout 300 -R '^KafkaSourceTest\.' \
+  --repeat until-pass:2
 
 echo "[test] integration tests (pytest)"
 "$here/.venv/bin/python" -m pytest "$here/tests/integration" -p no:cacheprovider -q "$@"

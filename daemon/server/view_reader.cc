@@ -382,10 +382,10 @@ absl::StatusOr<v1::ViewDescription> ViewReader::DescribeView(const std::string& 
   return Describe(*view, **txn);
 }
 
-v1::ListViewsResponse ViewReader::ListViews() const {
+absl::StatusOr<v1::ListViewsResponse> ViewReader::ListViews() const {
   v1::ListViewsResponse response;
   auto txn = store_.BeginRead();
-  if (!txn.ok()) return response;
+  if (!txn.ok()) return txn.status();
   for (const ViewRef& view : catalog_.views()) *response.add_views() = Describe(view, **txn);
   return response;
 }

@@ -37,7 +37,8 @@ class ViewReader {
   // NOT_FOUND: unknown table. INVALID_ARGUMENT: key attributes missing or of the wrong type.
   absl::StatusOr<v1::GetItemResponse> GetItem(const v1::GetItemRequest& request) const;
   absl::StatusOr<v1::ViewDescription> DescribeView(const std::string& name) const;
-  v1::ListViewsResponse ListViews() const;
+  // INTERNAL if the store cannot be read.
+  absl::StatusOr<v1::ListViewsResponse> ListViews() const;
   v1::StatusResponse GetStatus() const;
 
  private:

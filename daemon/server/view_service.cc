@@ -36,10 +36,7 @@ class ViewServer::Service final : public v1::ViewService::Service {
     return Timed("GetItem", [&] { return Assign(reader_.GetItem(*req), resp); });
   }
   grpc::Status ListViews(grpc::ServerContext*, const v1::ListViewsRequest*, v1::ListViewsResponse* resp) override {
-    return Timed("ListViews", [&] {
-      *resp = reader_.ListViews();
-      return absl::OkStatus();
-    });
+    return Timed("ListViews", [&] { return Assign(reader_.ListViews(), resp); });
   }
   grpc::Status DescribeView(grpc::ServerContext*, const v1::DescribeViewRequest* req,
                             v1::ViewDescription* resp) override {

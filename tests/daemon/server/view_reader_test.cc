@@ -688,7 +688,9 @@ TEST_F(ViewReaderTest, DescribeViewReportsCountsStateAndSchema) {
             "view \"Nope\" does not exist (views: GSI1, OpenOrders, ByMember, ByEntity, "
             "ByLocation, ByScore, ByStatus)");
 
-  v1::ListViewsResponse list = reader_->ListViews();
+  absl::StatusOr<v1::ListViewsResponse> listed = reader_->ListViews();
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  const v1::ListViewsResponse& list = *listed;
   ASSERT_EQ(list.views_size(), 7);
   EXPECT_EQ(list.views(5).ShortDebugString(), score->ShortDebugString());
 }
