@@ -227,7 +227,7 @@ absl::Status DynamoDbSource::Discover(bool first) {
                       config_.dynamodb.start == DynamoDbSourceConfig::Start::kLatest;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const aws::StreamShard& shard : description->shards) AddShard(shard, first, fresh_latest);
+    for (const aws::StreamShard& shard : description->shards) AddShard(shard, fresh_latest);
   }
   wake_.notify_all();
   return absl::OkStatus();
@@ -235,8 +235,7 @@ absl::Status DynamoDbSource::Discover(bool first) {
 
 // Called with mu_ held. A shard with a parent waits; AdvanceLineage releases it once the
 // parent is finished or gone (a parent older than the stream's 24 hours is no longer listed).
-void DynamoDbSource::AddShard(const aws::StreamShard& listed, bool first, bool fresh_latest) {
-  (void)first;
+void DynamoDbSource::AddShard(const aws::StreamShard& listed, bool fresh_latest) {
   if (shards_.contains(listed.shard_id) || finished_.contains(listed.shard_id)) return;
   std::string position;
   if (auto it = start_positions_.find(listed.shard_id); it != start_positions_.end()) {

@@ -99,7 +99,7 @@ class DynamoDbSource : public ChangeSource {
   void DiscoveryMain();
   absl::Status ResolveStream();
   absl::Status Discover(bool first);
-  void AddShard(const aws::StreamShard& shard, bool first, bool fresh_latest);
+  void AddShard(const aws::StreamShard& shard, bool fresh_latest);
   void AdvanceLineage();
   void ReaderMain();
   StepResult ReadStep(Shard shard);
