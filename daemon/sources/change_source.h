@@ -29,7 +29,6 @@ struct SourceRecord {
   std::string reason;             // metric label for a rejection: "malformed_json", "bad_record", ...
   std::string locator;            // where it came from, for messages: "line 17", "orders/3@1234"
   std::string raw;                // the record as read, for the dead-letter sink
-  int64_t read_time_ms = 0;       // when the source read it (wall clock)
   // Kafka: the message's offset (-1 for other sources). The writer skips a record whose
   // offset is below its partition's stored next offset: a partition revoked and assigned
   // again is read again from the stored offset while older reads may still be queued.

@@ -425,7 +425,6 @@ DynamoDbSource::StepResult DynamoDbSource::ReadStep(Shard shard) {
     record.source = index_;
     record.partition = shard.id;
     record.raw = raw;
-    record.read_time_ms = NowMillis();
     absl::StatusOr<ChangeEvent> event = decoder.Decode(raw);
     std::string sequence = event.ok() ? event->sequence_number : SequenceOf(raw);
     if (!sequence.empty()) shard.last_sequence = sequence;
@@ -467,7 +466,6 @@ bool DynamoDbSource::PushPositionOnly(const std::string& partition, const std::s
   record.next_position = position;
   record.position_only = true;
   record.locator = absl::StrCat(partition, "@", position);
-  record.read_time_ms = NowMillis();
   return queue_->PushUnless(std::move(record), [this] { return stopping(); });
 }
 
@@ -607,7 +605,6 @@ bool DynamoDbSource::PushScanItem(uint32_t segment, const std::string& item_json
   record.partition = ScanPartition(segment);
   record.next_position = std::move(next_position);
   record.raw = item_json;
-  record.read_time_ms = NowMillis();
   record.locator = absl::StrCat("scan segment ", segment);
   absl::StatusOr<Item> item = decoder->DecodeItem(item_json);
   absl::Status status = item.status();

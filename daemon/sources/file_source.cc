@@ -55,12 +55,6 @@ bool IsBlank(std::string_view line) {
   return true;
 }
 
-int64_t NowMillis() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 std::string Quoted(std::string_view text) { return absl::StrCat("\"", ToAbsl(text), "\""); }
 
 }  // namespace
@@ -319,7 +313,6 @@ bool FileSource::EmitLine(DynamoDbJsonDecoder* decoder, std::string_view line,
   record.next_position = FormatPosition(cursor->offset, cursor->line);
   record.locator = absl::StrCat("line ", number);
   record.raw = std::string(line);  // also kept for events: the writer may reject them later
-  record.read_time_ms = NowMillis();
   absl::StatusOr<ChangeEvent> event = decoder->Decode(line);
   if (event.ok()) {
     record.event = *std::move(event);

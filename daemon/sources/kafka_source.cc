@@ -31,12 +31,6 @@ constexpr int kDeadLetterTimeoutMs = 10000;
 
 absl::string_view ToAbsl(std::string_view text) { return {text.data(), text.size()}; }
 
-int64_t NowMillis() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 std::string PartitionKey(std::string_view topic, int32_t partition) {
   return absl::StrCat(ToAbsl(topic), "/", partition);
 }
@@ -497,7 +491,6 @@ struct KafkaSource::Consumer {
     record.locator = absl::StrCat(partition_key, "@", m->offset);
     record.raw.assign(Bytes(m->payload, m->len));
     record.raw_key.assign(Bytes(m->key, m->key_len));
-    record.read_time_ms = NowMillis();
     absl::StatusOr<std::optional<ChangeEvent>> event = DecodeValue(record.raw_key, record.raw);
     if (!event.ok()) {
       const absl::Status& s = event.status();

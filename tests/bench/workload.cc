@@ -288,7 +288,6 @@ class Generator {
     record.source = options_.source;
     record.next_position = std::to_string(i + 1);
     record.locator = absl::StrCat("event ", i);
-    record.read_time_ms = event.creation_time_ms;
     record.event = std::move(event);
     w->records.push_back(std::move(record));
   }
