@@ -101,7 +101,15 @@ start() {
   local port controller cluster
   port="$(free_port)"; controller="$(free_port)"
   while [ "$controller" = "$port" ]; do controller="$(free_port)"; done
-  cluster="$(python3 -c 'import uuid,base64; print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))')"
+  # A cluster id that starts with '-' reads as an option to kafka-storage (Kafka's own
+  # Uuid.randomUuid() skips those too), so draw again until it does not.
+  cluster="$(python3 -c '
+import base64, uuid
+while True:
+    s = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    if not s.startswith("-"):
+        print(s)
+        break')"
   cat >"$dir/server.properties" <<EOF
 process.roles=broker,controller
 node.id=1
@@ -139,7 +147,7 @@ EOF
                    "-Dlog4j2.configurationFile=$dir/log4j2.properties")
   say "formatting KRaft storage in $dir/data (cluster $cluster)"
   java "${java_opts[@]}" -cp "$libs/*" kafka.tools.StorageTool format \
-      -t "$cluster" -c "$dir/server.properties" >"$dir/format.log" 2>&1 || {
+      --cluster-id="$cluster" -c "$dir/server.properties" >"$dir/format.log" 2>&1 || {
     say "formatting failed:"; cat "$dir/format.log" >&2; exit 1; }
   say "starting broker on 127.0.0.1:$port (controller 127.0.0.1:$controller)"
   nohup java "${java_opts[@]}" -cp "$libs/*" kafka.Kafka "$dir/server.properties" \
