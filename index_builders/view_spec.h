@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "index_builders/attribute_value.h"
@@ -75,12 +77,28 @@ struct TableKeySpec {
   AttrType sort_type = AttrType::kS;
 };
 
+// Write sharding of a view's partition keys: writers append a shard suffix to the logical
+// key ("DAY#2025-03-01" -> "DAY#2025-03-01#0" .. "#3"); a query for the logical key reads
+// every shard and merges them. Only for S partition keys.
+struct ShardSpec {
+  uint32_t count = 0;   // 0: not sharded
+  std::string suffix;   // the suffix template, with exactly one "{shard}": "#{shard}"
+
+  bool enabled() const { return count > 0; }
+  // logical + suffix with {shard} replaced by the shard number.
+  std::string PhysicalKey(std::string_view logical, uint32_t shard) const;
+  // If `physical` ends with the suffix of some shard < count: its logical key and shard.
+  std::optional<std::pair<std::string, uint32_t>> Split(std::string_view physical) const;
+  friend bool operator==(const ShardSpec&, const ShardSpec&) = default;
+};
+
 struct ViewSpec {
   std::string name;
   std::string table;  // the table it indexes
   std::vector<ViewRule> rules;  // one for plain views; several for overloaded ones
   Projection projection;
   bool inverted = false;  // for information; rules already hold the swapped keys
+  ShardSpec shards;       // write sharding of the partition key (count 0: none)
 
   bool has_sort_key() const { return rules.front().sort_key.has_value(); }
   AttrType partition_type() const { return rules.front().partition_key.value_type(); }
@@ -90,10 +108,37 @@ struct ViewSpec {
   std::string Fingerprint(const TableKeySpec& table_key) const;
 };
 
+// An aggregate: items of one table (those matching `filter`) grouped by a key, with
+// measures kept exactly under inserts, updates and removes.
+struct MeasureSpec {
+  enum class Kind { kCount, kSum, kMin, kMax, kAvg };
+  Kind kind = Kind::kCount;
+  std::string attribute;  // "" for kCount; N values only contribute to the others
+
+  // "count", "sum(amount)", ...: the name in MeasureValue.
+  std::string Name() const;
+  friend bool operator==(const MeasureSpec&, const MeasureSpec&) = default;
+};
+
+struct AggregateSpec {
+  std::string name;
+  std::string table;
+  std::vector<Condition> filter;  // all must hold; empty: every item
+  KeySpec group_by;               // attribute (S, N or B) or template (S)
+  // Write-sharded group keys: strip this suffix template ("#{shard}", any shard number) so
+  // COUNTER#likes#0..N-1 form one group COUNTER#likes. Empty: no stripping.
+  std::string strip_shard_suffix;
+  std::vector<MeasureSpec> measures;
+
+  // Hex digest of everything that determines the aggregate's contents (not its name).
+  std::string Fingerprint() const;
+};
+
 struct TableSpec {
   std::string name;
   TableKeySpec key;
   std::vector<ViewSpec> views;
+  std::vector<AggregateSpec> aggregates;
 };
 
 }  // namespace cdcview
