@@ -63,6 +63,75 @@ absl::StatusOr<KeySpec> KeySpec::Template(std::string text) {
 }
 
 namespace {
+constexpr std::string_view kShardPlaceholder = "{shard}";
+}  // namespace
+
+absl::Status ValidateShardSuffix(std::string_view suffix) {
+  const size_t at = suffix.find(kShardPlaceholder);
+  std::string_view rest = at == std::string_view::npos ? suffix : suffix.substr(at + kShardPlaceholder.size());
+  if (at == std::string_view::npos || rest.find(kShardPlaceholder) != std::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shard suffix \"", std::string(suffix), "\" must contain {shard} exactly once, e.g. \"#{shard}\""));
+  }
+  std::string_view literal_before = suffix.substr(0, at);
+  for (std::string_view part : {literal_before, rest}) {
+    if (part.find_first_of("{}") != std::string_view::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "shard suffix \"", std::string(suffix), "\" may hold no placeholder but {shard}"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::optional<std::pair<std::string, uint32_t>> SplitShardSuffix(std::string_view suffix,
+                                                                 std::string_view physical,
+                                                                 uint32_t limit) {
+  const size_t at = suffix.find(kShardPlaceholder);
+  if (at == std::string_view::npos) return std::nullopt;
+  const std::string_view before = suffix.substr(0, at);
+  const std::string_view after = suffix.substr(at + kShardPlaceholder.size());
+  if (!physical.ends_with(after)) return std::nullopt;
+  physical.remove_suffix(after.size());
+  size_t digits = 0;
+  while (digits < physical.size() && digits < 10 &&
+         physical[physical.size() - 1 - digits] >= '0' && physical[physical.size() - 1 - digits] <= '9') {
+    ++digits;
+  }
+  if (digits == 0) return std::nullopt;
+  std::string_view number = physical.substr(physical.size() - digits);
+  if (number.size() > 1 && number.front() == '0') return std::nullopt;  // one spelling per shard
+  uint64_t shard = 0;
+  for (char c : number) shard = shard * 10 + static_cast<uint64_t>(c - '0');
+  if (shard > UINT32_MAX || (limit != 0 && shard >= limit)) return std::nullopt;
+  physical.remove_suffix(digits);
+  if (!physical.ends_with(before)) return std::nullopt;
+  physical.remove_suffix(before.size());
+  return std::make_pair(std::string(physical), static_cast<uint32_t>(shard));
+}
+
+std::string ShardSpec::PhysicalKey(std::string_view logical, uint32_t shard) const {
+  const size_t at = suffix.find(kShardPlaceholder);
+  return absl::StrCat(std::string(logical), suffix.substr(0, at), shard,
+                      suffix.substr(at + kShardPlaceholder.size()));
+}
+
+std::optional<std::pair<std::string, uint32_t>> ShardSpec::Split(std::string_view physical) const {
+  if (!enabled()) return std::nullopt;
+  return SplitShardSuffix(suffix, physical, count);
+}
+
+std::string MeasureSpec::Name() const {
+  switch (kind) {
+    case Kind::kCount: return "count";
+    case Kind::kSum: return absl::StrCat("sum(", attribute, ")");
+    case Kind::kMin: return absl::StrCat("min(", attribute, ")");
+    case Kind::kMax: return absl::StrCat("max(", attribute, ")");
+    case Kind::kAvg: return absl::StrCat("avg(", attribute, ")");
+  }
+  return "count";
+}
+
+namespace {
 
 // Canonical serialization for fingerprints: every field is tagged and length-prefixed, so
 // two different specs can never serialize to the same bytes. The format is part of the

@@ -80,6 +80,14 @@ struct TableKeySpec {
 // Write sharding of a view's partition keys: writers append a shard suffix to the logical
 // key ("DAY#2025-03-01" -> "DAY#2025-03-01#0" .. "#3"); a query for the logical key reads
 // every shard and merges them. Only for S partition keys.
+// INVALID_ARGUMENT unless `suffix` holds "{shard}" exactly once (and no other braces).
+absl::Status ValidateShardSuffix(std::string_view suffix);
+// If `physical` ends with `suffix` (a valid shard suffix template) for some shard number
+// (decimal, no leading zeros; below `limit` unless limit is 0): the logical key and shard.
+std::optional<std::pair<std::string, uint32_t>> SplitShardSuffix(std::string_view suffix,
+                                                                 std::string_view physical,
+                                                                 uint32_t limit);
+
 struct ShardSpec {
   uint32_t count = 0;   // 0: not sharded
   std::string suffix;   // the suffix template, with exactly one "{shard}": "#{shard}"

@@ -232,5 +232,54 @@ TEST(FingerprintTest, FieldBoundariesCannotBeShifted) {
   EXPECT_NE(a.Fingerprint(AppKey()), b.Fingerprint(AppKey()));
 }
 
+TEST(ShardSpecTest, PhysicalKeysAppendTheSuffixWithTheShardNumber) {
+  ShardSpec shards{4, "#{shard}"};
+  EXPECT_EQ(shards.PhysicalKey("DAY#2025-03-01", 0), "DAY#2025-03-01#0");
+  EXPECT_EQ(shards.PhysicalKey("DAY#2025-03-01", 3), "DAY#2025-03-01#3");
+  ShardSpec wrapped{16, "-s{shard}!"};
+  EXPECT_EQ(wrapped.PhysicalKey("K", 12), "K-s12!");
+}
+
+TEST(ShardSpecTest, SplitFindsTheLogicalKeyAndShardOfAPhysicalKey) {
+  ShardSpec shards{4, "#{shard}"};
+  EXPECT_EQ(shards.Split("DAY#2025-03-01#2"), std::make_pair(std::string("DAY#2025-03-01"), 2u));
+  EXPECT_EQ(shards.Split("COUNTER#likes#0"), std::make_pair(std::string("COUNTER#likes"), 0u));
+  EXPECT_EQ(shards.Split("#3"), std::make_pair(std::string(""), 3u));
+  EXPECT_EQ(shards.Split("DAY#2025-03-01#4"), std::nullopt);   // shard out of range
+  EXPECT_EQ(shards.Split("DAY#2025-03-01#02"), std::nullopt);  // not how shard 2 is written
+  EXPECT_EQ(shards.Split("DAY#2025-03-01"), std::nullopt);     // a logical key
+  EXPECT_EQ(shards.Split("DAY#2025-03-01#"), std::nullopt);
+  EXPECT_EQ(shards.Split("DAY-1"), std::nullopt);
+  EXPECT_EQ(ShardSpec{}.Split("DAY#1"), std::nullopt);         // not sharded
+
+  ShardSpec wrapped{16, "-s{shard}!"};
+  EXPECT_EQ(wrapped.Split("K-s12!"), std::make_pair(std::string("K"), 12u));
+  EXPECT_EQ(wrapped.Split("K-s12"), std::nullopt);
+  EXPECT_EQ(wrapped.Split("K#12!"), std::nullopt);
+  // Without a limit (aggregates' strip_shard_suffix), any shard number splits.
+  EXPECT_EQ(SplitShardSuffix("#{shard}", "COUNTER#likes#1234", 0),
+            std::make_pair(std::string("COUNTER#likes"), 1234u));
+  EXPECT_EQ(SplitShardSuffix("#{shard}", "COUNTER#likes#99999999999", 0), std::nullopt);
+}
+
+TEST(ShardSpecTest, ValidateShardSuffixNeedsExactlyOneShardPlaceholder) {
+  EXPECT_TRUE(ValidateShardSuffix("#{shard}").ok());
+  EXPECT_TRUE(ValidateShardSuffix("{shard}").ok());
+  EXPECT_EQ(ValidateShardSuffix("#").message(),
+            "shard suffix \"#\" must contain {shard} exactly once, e.g. \"#{shard}\"");
+  EXPECT_EQ(ValidateShardSuffix("#{shard}#{shard}").message(),
+            "shard suffix \"#{shard}#{shard}\" must contain {shard} exactly once, e.g. \"#{shard}\"");
+  EXPECT_EQ(ValidateShardSuffix("#{day}#{shard}").message(),
+            "shard suffix \"#{day}#{shard}\" may hold no placeholder but {shard}");
+}
+
+TEST(MeasureSpecTest, NamesReadLikeTheConfig) {
+  EXPECT_EQ((MeasureSpec{MeasureSpec::Kind::kCount, ""}).Name(), "count");
+  EXPECT_EQ((MeasureSpec{MeasureSpec::Kind::kSum, "amount"}).Name(), "sum(amount)");
+  EXPECT_EQ((MeasureSpec{MeasureSpec::Kind::kMin, "score"}).Name(), "min(score)");
+  EXPECT_EQ((MeasureSpec{MeasureSpec::Kind::kMax, "score"}).Name(), "max(score)");
+  EXPECT_EQ((MeasureSpec{MeasureSpec::Kind::kAvg, "score"}).Name(), "avg(score)");
+}
+
 }  // namespace
 }  // namespace cdcview
