@@ -200,6 +200,8 @@ class Loader {
   absl::StatusOr<ViewSpec> ParseView(const YAML::Node& node, const std::string& path,
                                      const TableSpec& table);
   absl::Status ParseKeyedView(const Fields& fields, ViewSpec* view) const;
+  absl::Status ParseShards(const Fields::Entry& entry, const std::string& path,
+                           ViewSpec* view) const;
   absl::Status ParseInvertedView(const Fields& fields, const TableSpec& table,
                                  ViewSpec* view) const;
   absl::Status ParseRules(const Fields::Entry& entry, const std::string& path,
@@ -564,7 +566,7 @@ absl::StatusOr<ViewSpec> Loader::ParseView(const YAML::Node& node, const std::st
   absl::StatusOr<Fields> fields =
       ReadFields(node, path,
                  {"name", "partition_key", "sort_key", "rules", "inverted", "projection",
-                  "filter"});
+                  "filter", "shards"});
   if (!fields.ok()) return fields.status();
   ViewSpec view;
   view.table = table.name;
@@ -599,7 +601,48 @@ absl::StatusOr<ViewSpec> Loader::ParseView(const YAML::Node& node, const std::st
     if (!parsed.ok()) return parsed.status();
     view.projection = *std::move(parsed);
   }
+  if (const Fields::Entry* shards = fields->Find("shards")) {
+    if (absl::Status s = ParseShards(*shards, fields->PathOf("shards"), &view); !s.ok()) return s;
+  }
   return view;
+}
+
+// { count: N, suffix: "#{shard}" }: the partition keys writers spread over N physical keys.
+// Not part of the fingerprint: entries are stored under the physical keys as written, so
+// changing the sharding changes how queries read, never what is stored.
+absl::Status Loader::ParseShards(const Fields::Entry& entry, const std::string& path,
+                                 ViewSpec* view) const {
+  absl::StatusOr<Fields> fields = ReadFields(entry, path, {"count", "suffix"});
+  if (!fields.ok()) return fields.status();
+  // The suffix is appended to text; an N or B key has no text to append it to.
+  if (view->partition_type() != AttrType::kS) {
+    return Error(entry.key_node, path,
+                 Cat("needs an S partition key (an attribute of type S or a template); view ",
+                     Quote(view->name), "'s partition key is ",
+                     AttrTypeName(view->partition_type())));
+  }
+  absl::StatusOr<const Fields::Entry*> count = Require(*fields, "count");
+  if (!count.ok()) return count.status();
+  constexpr uint32_t kMinShards = 2, kMaxShards = 1024;
+  const std::string count_path = fields->PathOf("count");
+  absl::StatusOr<uint32_t> n = ReadUint32(**count, count_path, kMinShards);
+  if (!n.ok() || *n > kMaxShards) {
+    return Error(ValueNode(**count), count_path,
+                 Cat("expected a whole number from ", kMinShards, " to ", kMaxShards,
+                     " (a query reads every shard), got ", Describe((*count)->value)));
+  }
+  view->shards.count = *n;
+  view->shards.suffix = "#{shard}";
+  if (const Fields::Entry* suffix = fields->Find("suffix")) {
+    const std::string suffix_path = fields->PathOf("suffix");
+    absl::StatusOr<std::string> text = ReadString(*suffix, suffix_path);
+    if (!text.ok()) return text.status();
+    if (absl::Status valid = ValidateShardSuffix(*text); !valid.ok()) {
+      return Error(ValueNode(*suffix), suffix_path, Std(valid.message()));
+    }
+    view->shards.suffix = *text;
+  }
+  return absl::OkStatus();
 }
 
 // partition_key [+ sort_key] [+ filter]: one rule.

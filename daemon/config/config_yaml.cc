@@ -196,6 +196,12 @@ void EmitView(YAML::Emitter& out, const ViewSpec& v) {
     out << YAML::EndSeq;
   }
   EmitProjection(out, v.projection);
+  if (v.shards.enabled()) {
+    out << YAML::Key << "shards" << YAML::Value << YAML::Flow << YAML::BeginMap;
+    Field(out, "count", v.shards.count);
+    Field(out, "suffix", v.shards.suffix);
+    out << YAML::EndMap;
+  }
   out << YAML::EndMap;
 }
 

@@ -87,7 +87,11 @@ std::string Describe(const Projection& projection) {
 std::vector<std::string> Describe(const ViewSpec& view) {
   std::vector<std::string> lines = {view.name + " on " + view.table +
                                     (view.inverted ? " inverted" : "") + " projection " +
-                                    Describe(view.projection)};
+                                    Describe(view.projection) +
+                                    (view.shards.enabled()
+                                         ? " shards " + std::to_string(view.shards.count) +
+                                               " \"" + view.shards.suffix + "\""
+                                         : "")};
   for (const ViewRule& rule : view.rules) lines.push_back("  " + Describe(rule));
   return lines;
 }
@@ -319,7 +323,7 @@ TEST(ConfigErrorTest, UnknownFieldsAreErrorsEverywhere) {
                     "      - name: GSI1\n"
                     "        partiton_key: { attribute: GSI1PK }\n"),
             "t.yaml:6: tables[0].views[0]: unknown field \"partiton_key\" (expected one of name, "
-            "partition_key, sort_key, rules, inverted, projection, filter)");
+            "partition_key, sort_key, rules, inverted, projection, filter, shards)");
   EXPECT_EQ(ErrorOf("storage: { path: d }\n"
                     "table: []\n"),
             "t.yaml:2: unknown field \"table\" (expected one of storage, server, apply, sources, "

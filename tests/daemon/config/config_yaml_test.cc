@@ -46,6 +46,7 @@ void ExpectSameTables(const std::vector<TableSpec>& got, const std::vector<Table
       EXPECT_EQ(g.name, w.name);
       EXPECT_EQ(g.table, w.table);
       EXPECT_EQ(g.inverted, w.inverted);
+      EXPECT_EQ(g.shards, w.shards);
       EXPECT_EQ(g.rules.size(), w.rules.size());
       EXPECT_EQ(g.projection.include, w.projection.include);
       EXPECT_EQ(g.Fingerprint(got[t].key), w.Fingerprint(want[t].key));
