@@ -1,6 +1,8 @@
 #include "daemon/server/view_reader.h"
 
 #include <algorithm>
+#include <memory>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -12,6 +14,8 @@ namespace cdcview {
 namespace {
 
 constexpr char kTokenVersion = 1;
+// A merged query of a sharded view's logical key: resumes by remainder, not by key.
+constexpr char kMergedTokenVersion = 2;
 
 uint32_t Fnv1a32(std::string_view data) {
   uint32_t h = 2166136261u;
@@ -133,48 +137,355 @@ absl::Status Walk(const Txn& txn, MDB_dbi dbi, const ViewSpec& view, std::string
   return absl::OkStatus();
 }
 
+// A sort condition as [lower, upper) over the remainder of an entry key, i.e. what follows
+// enc(pk): prefixing both with one partition's enc(pk) gives that partition's range, so one
+// condition serves every shard of a merged query. `upper` is never empty.
+struct SortRange {
+  std::string lower;
+  std::string upper = "\xFF";  // AfterComponents of the partition: its whole range
+};
+
+absl::StatusOr<SortRange> SortRangeOf(const v1::QueryRequest& request, const ViewSpec& spec) {
+  SortRange range;
+  if (!request.has_sort() || request.sort().op() == v1::SortCondition::OP_UNSPECIFIED) return range;
+  const v1::SortCondition& cond = request.sort();
+  if (!spec.has_sort_key()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sort: view ", spec.name, " has no sort key; drop the sort condition"));
+  }
+  const AttrType sk_type = spec.sort_type();
+  auto value = KeyValue(cond.value(), sk_type, "sort.value", "sort key", spec);
+  if (!value.ok()) return value.status();
+  std::string at;
+  if (cond.op() == v1::SortCondition::BEGINS_WITH) {
+    if (sk_type == AttrType::kN) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sort: begins_with needs an S or B sort key; view ", spec.name, " sorts by N"));
+    }
+    EncodeKeyPrefix(*value, &at);
+  } else {
+    EncodeKeyComponent(*value, &at);
+  }
+  switch (cond.op()) {
+    case v1::SortCondition::EQ: range.lower = at; range.upper = AfterComponents(at); break;
+    case v1::SortCondition::LT: range.upper = at; break;
+    case v1::SortCondition::LE: range.upper = AfterComponents(at); break;
+    case v1::SortCondition::GT: range.lower = AfterComponents(at); break;
+    case v1::SortCondition::GE: range.lower = at; break;
+    // `at` starts with a type tag (never FF), so its successor is never empty and prefixing
+    // it with enc(pk) gives the successor of enc(pk)·at.
+    case v1::SortCondition::BEGINS_WITH: range.lower = at; range.upper = PrefixSuccessor(at); break;
+    case v1::SortCondition::BETWEEN: {
+      auto high = KeyValue(cond.value2(), sk_type, "sort.value2", "sort key", spec);
+      if (!high.ok()) return high.status();
+      std::string hi;
+      EncodeKeyComponent(*high, &hi);
+      if (hi < at) {
+        return absl::InvalidArgumentError(
+            "sort: BETWEEN bounds are in the wrong order; value must be <= value2");
+      }
+      range.lower = at;
+      range.upper = AfterComponents(hi);
+      break;
+    }
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("sort.op: unknown operator ", cond.op()));
+  }
+  return range;
+}
+
+// One shard of a merged query: a cursor within [prefix + lower, prefix + upper).
+struct ShardCursor {
+  std::unique_ptr<Cursor> cursor;
+  size_t prefix_size = 0;
+  std::string bound;  // forward: the exclusive upper key; backward: the inclusive lower key
+
+  // Valid until the cursor moves (it points into the read transaction's pages).
+  std::string_view remainder() const { return cursor->key().substr(prefix_size); }
+};
+
+// Merges the shards of `logical` lazily: each step takes the next remainder over N cursors
+// from a heap and moves only that cursor, so a page of `limit` entries costs N seeks plus
+// about limit * log N comparisons, whatever the shards hold beyond the page.
+absl::StatusOr<v1::QueryResponse> QueryShards(const Store& store, const ViewRef& view,
+                                              const std::string& logical, const SortRange& range,
+                                              const v1::QueryRequest& request, uint32_t limit) {
+  const ViewSpec& spec = *view.spec;
+  const ShardSpec& shards = spec.shards;
+  const bool backward = request.scan_backward();
+  std::string logical_key;
+  EncodeKeyComponent(AttributeValue::String(logical), &logical_key);
+  std::string resume;
+  if (!request.page_token().empty()) {
+    auto last = DecodeMergedPageToken(request.page_token(), view.fingerprint, backward, shards,
+                                      logical_key);
+    if (!last.ok()) return last.status();
+    resume = std::move(*last);
+  }
+
+  auto txn = store.BeginRead();
+  if (!txn.ok()) return txn.status();
+  const MDB_dbi dbi = store.view(spec.name);
+  std::vector<ShardCursor> open;
+  open.reserve(shards.count);
+  for (uint32_t shard = 0; shard < shards.count; ++shard) {
+    std::string prefix;
+    EncodeKeyComponent(AttributeValue::String(shards.PhysicalKey(logical, shard)), &prefix);
+    std::string lower = prefix + range.lower;
+    std::string upper = prefix + range.upper;
+    if (!resume.empty()) {
+      // Strictly after (before) the last remainder returned, in every shard alike.
+      if (backward) {
+        upper = std::min(upper, prefix + resume);
+      } else {
+        std::string after = prefix + resume;
+        after.push_back('\0');
+        lower = std::max(lower, after);
+      }
+    }
+    ShardCursor sc{(*txn)->OpenCursor(dbi), prefix.size(), ""};
+    bool ok;
+    if (!backward) {
+      ok = sc.cursor->Seek(lower) && sc.cursor->key() < upper;
+      sc.bound = std::move(upper);
+    } else {
+      ok = sc.cursor->Seek(upper) ? sc.cursor->Prev() : sc.cursor->SeekLast();
+      ok = ok && sc.cursor->key() >= lower;
+      sc.bound = std::move(lower);
+    }
+    if (ok) open.push_back(std::move(sc));
+  }
+
+  // std::*_heap keeps the greatest element on top: forward wants the smallest remainder.
+  std::vector<ShardCursor*> heap;
+  heap.reserve(open.size());
+  for (ShardCursor& sc : open) heap.push_back(&sc);
+  auto after_in_order = [backward](const ShardCursor* a, const ShardCursor* b) {
+    return backward ? a->remainder() < b->remainder() : a->remainder() > b->remainder();
+  };
+  std::make_heap(heap.begin(), heap.end(), after_in_order);
+
+  v1::QueryResponse response;
+  std::string last;
+  uint32_t n = 0;
+  while (!heap.empty() && n < limit) {
+    std::pop_heap(heap.begin(), heap.end(), after_in_order);
+    ShardCursor* top = heap.back();
+    if (absl::Status s = EmitEntry(spec, top->cursor->key(), top->cursor->value(),
+                                   response.add_entries());
+        !s.ok()) {
+      return s;
+    }
+    last.assign(top->remainder());
+    ++n;
+    bool more = backward ? top->cursor->Prev() && top->cursor->key() >= top->bound
+                         : top->cursor->Next() && top->cursor->key() < top->bound;
+    if (more) {
+      std::push_heap(heap.begin(), heap.end(), after_in_order);
+    } else {
+      heap.pop_back();
+    }
+  }
+  if (!heap.empty()) {
+    response.set_next_page_token(
+        EncodeMergedPageToken(view.fingerprint, backward, shards, logical_key, last));
+  }
+  AppliedIn(**txn, store.meta(), response.mutable_applied());
+  return response;
+}
+
+// Entries per shard number over all logical keys, into `d`. Cost: one walk over the view's
+// keys, O(entries) with no value decoded; a partition's key is decoded once and its later
+// entries are recognised by a prefix compare; a partition key that is no physical key is
+// skipped with one seek.
+void DescribeShards(const Txn& txn, MDB_dbi dbi, const ShardSpec& shards, v1::ViewDescription* d) {
+  d->set_shard_count(shards.count);
+  d->set_shard_suffix(shards.suffix);
+  std::vector<uint64_t> counts(shards.count, 0);
+  auto cursor = txn.OpenCursor(dbi);
+  std::string partition;  // enc(pk) of the current partition, if it is a physical key
+  uint64_t* count = nullptr;
+  bool ok = cursor->SeekFirst();
+  while (ok) {
+    std::string_view key = cursor->key();
+    // After a complete component comes another component's tag, never FF (an escaped NUL
+    // of a longer key).
+    if (count != nullptr && key.starts_with(partition) && key.size() > partition.size() &&
+        key[partition.size()] != '\xFF') {
+      ++*count;
+      ok = cursor->Next();
+      continue;
+    }
+    std::string_view rest = key;
+    auto pk = DecodeKeyComponent(&rest);
+    if (!pk.ok() || pk->type() != AttrType::kS) {  // cannot be: the view's keys are S
+      count = nullptr;
+      ok = cursor->Next();
+      continue;
+    }
+    partition.assign(key.substr(0, key.size() - rest.size()));
+    auto split = shards.Split(pk->scalar());
+    if (!split.has_value()) {
+      count = nullptr;
+      ok = cursor->Seek(AfterComponents(partition));
+      continue;
+    }
+    count = &counts[split->second];
+    ++*count;
+    ok = cursor->Next();
+  }
+  uint64_t total = 0, largest = 0;
+  for (uint64_t c : counts) {
+    d->add_shard_item_counts(c);
+    total += c;
+    largest = std::max(largest, c);
+  }
+  const double mean = static_cast<double>(total) / shards.count;
+  d->set_shard_skew(total == 0 ? 1.0 : static_cast<double>(largest) / mean);
+}
+
+}  // namespace
+
+namespace {
+
+// Version, direction, fingerprint, then (merged tokens) shard count, suffix and the encoded
+// logical key, then the resume key or remainder, then a checksum of all that.
+struct ParsedToken {
+  char version = 0;
+  bool backward = false;
+  std::string_view fingerprint;
+  uint64_t shard_count = 0;
+  std::string_view suffix;
+  std::string_view logical_key;
+  std::string_view last;
+};
+
+std::string SealToken(std::string t) {
+  uint32_t check = Fnv1a32(t);
+  for (int i = 0; i < 4; ++i) t.push_back(static_cast<char>(check >> (8 * i)));
+  return t;
+}
+
+void PutBytes(std::string_view bytes, std::string* out) {
+  PutVarint(bytes.size(), out);
+  out->append(bytes);
+}
+
+bool GetBytes(std::string_view* in, std::string_view* out) {
+  uint64_t n;
+  if (!GetVarint(in, &n) || n > in->size()) return false;
+  *out = in->substr(0, n);
+  in->remove_prefix(n);
+  return true;
+}
+
+std::optional<ParsedToken> ParseToken(std::string_view token) {
+  if (token.size() < 2 + 4) return std::nullopt;
+  std::string_view body = token.substr(0, token.size() - 4);
+  uint32_t check = 0;
+  for (int i = 0; i < 4; ++i) check |= uint32_t(static_cast<unsigned char>(token[body.size() + i])) << (8 * i);
+  if (check != Fnv1a32(body)) return std::nullopt;
+  ParsedToken t;
+  t.version = body[0];
+  if (t.version != kTokenVersion && t.version != kMergedTokenVersion) return std::nullopt;
+  t.backward = body[1] == 1;
+  body.remove_prefix(2);
+  if (!GetBytes(&body, &t.fingerprint)) return std::nullopt;
+  if (t.version == kMergedTokenVersion &&
+      (!GetVarint(&body, &t.shard_count) || !GetBytes(&body, &t.suffix) ||
+       !GetBytes(&body, &t.logical_key))) {
+    return std::nullopt;
+  }
+  if (!GetBytes(&body, &t.last) || !body.empty() || t.last.empty()) return std::nullopt;
+  return t;
+}
+
+absl::Status MalformedToken() {
+  return absl::InvalidArgumentError(
+      "page_token is malformed; pass next_page_token from the previous response unchanged");
+}
+
+std::string DescribeSharding(uint64_t count, std::string_view suffix) {
+  return absl::StrCat(count, " shards with suffix \"", std::string(suffix), "\"");
+}
+
+// The checks both kinds of token share, in the order a client most needs to hear them.
+absl::Status CheckToken(const ParsedToken& t, std::string_view fingerprint, bool backward) {
+  if (t.fingerprint != fingerprint) {
+    return absl::InvalidArgumentError(
+        "page_token was issued for another definition of this view; start again without a token");
+  }
+  if (t.backward != backward) {
+    return absl::InvalidArgumentError(
+        "page_token was issued for the other direction; keep scan_backward as in the first request");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string EncodePageToken(std::string_view fingerprint, bool backward, std::string_view last_key) {
   std::string t;
   t.push_back(kTokenVersion);
   t.push_back(backward ? 1 : 0);
-  PutVarint(fingerprint.size(), &t);
-  t.append(fingerprint);
-  PutVarint(last_key.size(), &t);
-  t.append(last_key);
-  uint32_t check = Fnv1a32(t);
-  for (int i = 0; i < 4; ++i) t.push_back(static_cast<char>(check >> (8 * i)));
-  return t;
+  PutBytes(fingerprint, &t);
+  PutBytes(last_key, &t);
+  return SealToken(std::move(t));
 }
 
 absl::StatusOr<std::string> DecodePageToken(std::string_view token, std::string_view fingerprint,
                                             bool backward) {
-  auto malformed = [] {
-    return absl::InvalidArgumentError(
-        "page_token is malformed; pass next_page_token from the previous response unchanged");
-  };
-  if (token.size() < 2 + 4) return malformed();
-  std::string_view body = token.substr(0, token.size() - 4);
-  uint32_t check = 0;
-  for (int i = 0; i < 4; ++i) check |= uint32_t(static_cast<unsigned char>(token[body.size() + i])) << (8 * i);
-  if (check != Fnv1a32(body) || body[0] != kTokenVersion) return malformed();
-  bool token_backward = body[1] == 1;
-  body.remove_prefix(2);
-  uint64_t n;
-  if (!GetVarint(&body, &n) || n > body.size()) return malformed();
-  std::string_view fp = body.substr(0, n);
-  body.remove_prefix(n);
-  if (!GetVarint(&body, &n) || n != body.size() || n == 0) return malformed();
-  if (fp != fingerprint) {
-    return absl::InvalidArgumentError(
-        "page_token was issued for another definition of this view; start again without a token");
+  std::optional<ParsedToken> t = ParseToken(token);
+  if (!t.has_value()) return MalformedToken();
+  if (absl::Status s = CheckToken(*t, fingerprint, backward); !s.ok()) return s;
+  if (t->version == kMergedTokenVersion) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "page_token was issued for a merged query of a sharded partition key (",
+        DescribeSharding(t->shard_count, t->suffix),
+        "), not for this query; start again without a token"));
   }
-  if (token_backward != backward) {
-    return absl::InvalidArgumentError(
-        "page_token was issued for the other direction; keep scan_backward as in the first request");
+  return std::string(t->last);
+}
+
+std::string EncodeMergedPageToken(std::string_view fingerprint, bool backward,
+                                  const ShardSpec& shards, std::string_view logical_key,
+                                  std::string_view last_remainder) {
+  std::string t;
+  t.push_back(kMergedTokenVersion);
+  t.push_back(backward ? 1 : 0);
+  PutBytes(fingerprint, &t);
+  PutVarint(shards.count, &t);
+  PutBytes(shards.suffix, &t);
+  PutBytes(logical_key, &t);
+  PutBytes(last_remainder, &t);
+  return SealToken(std::move(t));
+}
+
+absl::StatusOr<std::string> DecodeMergedPageToken(std::string_view token,
+                                                  std::string_view fingerprint, bool backward,
+                                                  const ShardSpec& shards,
+                                                  std::string_view logical_key) {
+  std::optional<ParsedToken> t = ParseToken(token);
+  if (!t.has_value()) return MalformedToken();
+  if (absl::Status s = CheckToken(*t, fingerprint, backward); !s.ok()) return s;
+  if (t->version != kMergedTokenVersion) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "page_token was issued for a query of one partition, not for this merged query of ",
+        DescribeSharding(shards.count, shards.suffix), "; start again without a token"));
   }
-  return std::string(body);
+  // The fingerprint leaves the sharding out (changing it rebuilds nothing), so a token
+  // from before a change of `shards` reaches this point and would resume in the wrong shards.
+  if (t->shard_count != shards.count || t->suffix != shards.suffix) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "page_token was issued when this view had ", DescribeSharding(t->shard_count, t->suffix),
+        "; it now has ", DescribeSharding(shards.count, shards.suffix),
+        "; start again without a token"));
+  }
+  if (t->logical_key != logical_key) {
+    return absl::InvalidArgumentError(
+        "page_token belongs to another partition key; start again without a token");
+  }
+  return std::string(t->last);
 }
 
 ViewReader::ViewReader(const Catalog& catalog, const Store& store, const Applier& applier,
@@ -210,55 +521,19 @@ absl::StatusOr<v1::QueryResponse> ViewReader::Query(const v1::QueryRequest& requ
   auto pk = KeyValue(request.partition_key(), spec.partition_type(), "partition_key",
                      "partition key", spec);
   if (!pk.ok()) return pk.status();
-  std::string prefix;
-  EncodeKeyComponent(*pk, &prefix);
-  std::string lower = prefix, upper = AfterComponents(prefix);
+  auto range = SortRangeOf(request, spec);
+  if (!range.ok()) return range.status();
+  uint32_t limit = request.limit() == 0 ? max_page_size_ : std::min(request.limit(), max_page_size_);
+  const std::string& fingerprint = view.fingerprint;
 
-  if (request.has_sort() && request.sort().op() != v1::SortCondition::OP_UNSPECIFIED) {
-    const v1::SortCondition& cond = request.sort();
-    if (!spec.has_sort_key()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("sort: view ", spec.name, " has no sort key; drop the sort condition"));
-    }
-    const AttrType sk_type = spec.sort_type();
-    auto value = KeyValue(cond.value(), sk_type, "sort.value", "sort key", spec);
-    if (!value.ok()) return value.status();
-    std::string at = prefix;
-    if (cond.op() == v1::SortCondition::BEGINS_WITH) {
-      if (sk_type == AttrType::kN) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "sort: begins_with needs an S or B sort key; view ", spec.name, " sorts by N"));
-      }
-      EncodeKeyPrefix(*value, &at);
-    } else {
-      EncodeKeyComponent(*value, &at);
-    }
-    switch (cond.op()) {
-      case v1::SortCondition::EQ: lower = at; upper = AfterComponents(at); break;
-      case v1::SortCondition::LT: upper = at; break;
-      case v1::SortCondition::LE: upper = AfterComponents(at); break;
-      case v1::SortCondition::GT: lower = AfterComponents(at); break;
-      case v1::SortCondition::GE: lower = at; break;
-      case v1::SortCondition::BEGINS_WITH: lower = at; upper = PrefixSuccessor(at); break;
-      case v1::SortCondition::BETWEEN: {
-        auto high = KeyValue(cond.value2(), sk_type, "sort.value2", "sort key", spec);
-        if (!high.ok()) return high.status();
-        std::string hi = prefix;
-        EncodeKeyComponent(*high, &hi);
-        if (hi < at) {
-          return absl::InvalidArgumentError(
-              "sort: BETWEEN bounds are in the wrong order; value must be <= value2");
-        }
-        lower = at;
-        upper = AfterComponents(hi);
-        break;
-      }
-      default:
-        return absl::InvalidArgumentError(absl::StrCat("sort.op: unknown operator ", cond.op()));
-    }
+  // A logical key of a sharded view: every shard, merged. A physical key ("DAY#1#3") is one
+  // partition like any other.
+  if (spec.shards.enabled() && !spec.shards.Split(pk->scalar()).has_value()) {
+    return QueryShards(store_, view, pk->scalar(), *range, request, limit);
   }
 
-  const std::string& fingerprint = view.fingerprint;
+  std::string prefix;
+  EncodeKeyComponent(*pk, &prefix);
   std::string resume;
   if (!request.page_token().empty()) {
     auto last = DecodePageToken(request.page_token(), fingerprint, request.scan_backward());
@@ -270,12 +545,12 @@ absl::StatusOr<v1::QueryResponse> ViewReader::Query(const v1::QueryRequest& requ
     }
     resume = std::move(*last);
   }
-  uint32_t limit = request.limit() == 0 ? max_page_size_ : std::min(request.limit(), max_page_size_);
 
   auto txn = store_.BeginRead();
   if (!txn.ok()) return txn.status();
   v1::QueryResponse response;
-  if (absl::Status s = Walk(**txn, store_.view(spec.name), spec, fingerprint, lower, upper,
+  if (absl::Status s = Walk(**txn, store_.view(spec.name), spec, fingerprint,
+                            prefix + range->lower, prefix + range->upper,
                             request.scan_backward(), limit, resume, &response);
       !s.ok()) {
     return s;
@@ -371,6 +646,7 @@ v1::ViewDescription ViewReader::Describe(const ViewRef& view, const Txn& txn) co
   for (const std::string& a : spec.projection.include) d.add_include(a);
   d.set_rules(static_cast<uint32_t>(spec.rules.size()));
   d.set_inverted(spec.inverted);
+  if (spec.shards.enabled()) DescribeShards(txn, dbi, spec.shards, &d);
   return d;
 }
 

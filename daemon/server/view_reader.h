@@ -8,6 +8,12 @@
 // condition narrows that to [lower, upper) over enc(pk)·enc(sk) (see key_codec.h), so every
 // condition is one cursor walk in either direction. Page tokens carry the last key returned
 // and the view's fingerprint, and resume strictly after (or before) it.
+//
+// Write-sharded views: a query for a logical partition key (one that is not itself a
+// physical key "<logical><suffix of shard i>") reads the N physical partitions in one read
+// transaction and merges them lazily (a heap of N cursors) by each entry's remainder,
+// enc(sk)·enc(table key), which is unique per item and is the order within one partition.
+// A page token holds the last remainder; every shard resumes strictly after it.
 #pragma once
 
 #include <functional>
@@ -20,6 +26,7 @@
 #include "daemon/apply/catalog.h"
 #include "daemon/sources/change_source.h"
 #include "daemon/store/store.h"
+#include "index_builders/view_spec.h"
 
 namespace cdcview {
 
@@ -55,8 +62,21 @@ class ViewReader {
 // Page tokens (exposed for tests): opaque bytes binding a resume key to a view definition.
 std::string EncodePageToken(std::string_view fingerprint, bool backward, std::string_view last_key);
 // INVALID_ARGUMENT with an actionable message for a token that is malformed or was issued for
-// another view definition or direction.
+// another view definition or direction, or for a merged query.
 absl::StatusOr<std::string> DecodePageToken(std::string_view token, std::string_view fingerprint,
                                             bool backward);
+
+// Merged page tokens, for a sharded view queried by its logical partition key: the remainder
+// of the last entry returned (its key after the partition component), bound to the sharding
+// and the encoded logical key, because the fingerprint leaves the sharding out.
+std::string EncodeMergedPageToken(std::string_view fingerprint, bool backward,
+                                  const ShardSpec& shards, std::string_view logical_key,
+                                  std::string_view last_remainder);
+// INVALID_ARGUMENT for a malformed token, or one issued for another view definition, a
+// single-partition query, another sharding, direction or logical key; returns the remainder.
+absl::StatusOr<std::string> DecodeMergedPageToken(std::string_view token,
+                                                  std::string_view fingerprint, bool backward,
+                                                  const ShardSpec& shards,
+                                                  std::string_view logical_key);
 
 }  // namespace cdcview
