@@ -164,7 +164,16 @@ int RunViews(v1::ViewService::Stub& stub, const Options& o) {
               << ",\"index_writes_per_event\":" << d.index_writes_per_event()
               << ",\"partition_key\":{" << KeyText(d.partition_key()) << "}";
     if (!d.sort_key().type().empty()) std::cout << ",\"sort_key\":{" << KeyText(d.sort_key()) << "}";
-    std::cout << ",\"projection\":" << JsonString(d.projection()) << "}\n";
+    std::cout << ",\"projection\":" << JsonString(d.projection());
+    if (d.shard_count() > 0) {
+      std::cout << ",\"shards\":{\"count\":" << d.shard_count()
+                << ",\"suffix\":" << JsonString(d.shard_suffix()) << ",\"items\":[";
+      for (int i = 0; i < d.shard_item_counts_size(); ++i) {
+        std::cout << (i ? "," : "") << d.shard_item_counts(i);
+      }
+      std::cout << "],\"skew\":" << d.shard_skew() << "}";
+    }
+    std::cout << "}\n";
   }
   return 0;
 }

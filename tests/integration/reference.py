@@ -231,6 +231,8 @@ class View:
     rules: list
     projection: str = "ALL"  # ALL, KEYS_ONLY or INCLUDE
     include: list = field(default_factory=list)
+    shard_count: int = 0  # write sharding of the partition key: 0 none
+    shard_suffix: str = "#{shard}"
 
     @property
     def has_sort_key(self):
@@ -258,7 +260,28 @@ def parse_view(spec, table_pk, table_sk):
     if isinstance(projection, dict):
         include = list(projection["include"])
         projection = "INCLUDE"
-    return View(spec["name"], rules, projection, include)
+    shards = spec.get("shards", {})
+    return View(spec["name"], rules, projection, include, shards.get("count", 0),
+                shards.get("suffix", "#{shard}"))
+
+
+def split_shard(view, physical):
+    """(logical key, shard) if the S text `physical` is `logical` + the view's suffix for a
+    shard below its count (decimal, no leading zeros), else None."""
+    if not view.shard_count:
+        return None
+    before, after = view.shard_suffix.split("{shard}")
+    if not physical.endswith(after):
+        return None
+    rest = physical[:len(physical) - len(after)]
+    digits = len(rest) - len(rest.rstrip("0123456789"))
+    number = rest[len(rest) - digits:]
+    if not number or (len(number) > 1 and number[0] == "0") or int(number) >= view.shard_count:
+        return None
+    rest = rest[:len(rest) - digits]
+    if not rest.endswith(before):
+        return None
+    return rest[:len(rest) - len(before)], int(number)
 
 
 # ---------------------------------------------------------------- the model
@@ -427,11 +450,32 @@ class Model:
         return entries
 
     def query(self, name, pk, op=None, value=None, value2=None, backward=False):
-        """Entries of one partition; op is EQ, LT, LE, GT, GE, BETWEEN, BEGINS_WITH or None."""
-        want = sort_key_of(pk)
-        out = [e for e in self.scan(name) if sort_key_of(e.pk) == want and
-               (op is None or _sort_holds(e.sk, op, value, value2))]
+        """Entries of one partition; op is EQ, LT, LE, GT, GE, BETWEEN, BEGINS_WITH or None.
+
+        For a sharded view and a logical key (not itself a physical key): the entries of all
+        its shards, ordered by sort key then table key (what follows the partition key)."""
+        view = self.view(name)
+        if view.shard_count and scalar_type(pk) == "S" and split_shard(view, pk["S"]) is None:
+            before, after = view.shard_suffix.split("{shard}")
+            keys = {f"{pk['S']}{before}{i}{after}".encode() for i in range(view.shard_count)}
+            out = [e for e in self.scan(name) if sort_key_of(e.pk) in keys and
+                   (op is None or _sort_holds(e.sk, op, value, value2))]
+            out.sort(key=lambda e: Entry.order(e)[1:])
+        else:
+            want = sort_key_of(pk)
+            out = [e for e in self.scan(name) if sort_key_of(e.pk) == want and
+                   (op is None or _sort_holds(e.sk, op, value, value2))]
         return out[::-1] if backward else out
+
+    def shard_item_counts(self, name):
+        """Entries per shard number of a sharded view, over all logical keys."""
+        view = self.view(name)
+        counts = [0] * view.shard_count
+        for e in self.scan(name):
+            split = split_shard(view, e.pk["S"])
+            if split is not None:
+                counts[split[1]] += 1
+        return counts
 
     def get_item(self, keys):
         pk = self._primary_key(canonical_item(keys))
@@ -501,6 +545,10 @@ EXAMPLE_TABLE = {
          "sort_key": {"template": "{state}#{city}"}},
         {"name": "ByScore", "partition_key": {"attribute": "board", "type": "S"},
          "sort_key": {"attribute": "score", "type": "N"}},
+        {"name": "VotesByDay", "filter": {"attribute": "type", "equals": "vote"},
+         "partition_key": {"attribute": "GSI1PK", "type": "S"},
+         "sort_key": {"attribute": "GSI1SK", "type": "S"}, "projection": "KEYS_ONLY",
+         "shards": {"count": 4, "suffix": "#{shard}"}},
     ],
 }
 

@@ -107,7 +107,7 @@ def test_views_are_not_empty_and_reference_saw_every_record(model):
     assert model.outcomes == {"applied": 3134, "skipped": 0, "rejected": 0}
     assert {v: len(model.scan(v)) for v in VIEWS} == {
         "GSI1": 889, "OpenOrders": 147, "ByMember": 1212, "ByEntity": 580, "ByLocation": 53,
-        "ByScore": 96}
+        "ByScore": 96, "VotesByDay": 309}
 
 
 # ---------------------------------------------------------------- Query
@@ -120,6 +120,50 @@ def test_gsi1_sharded_day_has_exactly_ann_bob_cy(sample, model):
         assert got == [ref_tuple(e) for e in model.query("GSI1", pk)]
         voters += [item["GSI1SK"]["S"] for _, _, item in got]
     assert sorted(voters) == ["ann", "bob", "cy"]
+
+
+def test_votes_by_day_merges_the_four_shards_into_ann_bob_cy(sample, model):
+    day = S("DAY#2025-03-01")
+    got, sizes = query_pages(sample, "VotesByDay", day)
+    assert got == [ref_tuple(e) for e in model.query("VotesByDay", day)]
+    # One answer, in sort-key order, from two shards; entries keep their physical keys.
+    assert [(pk["S"], sk["S"]) for pk, sk, _ in got] == [
+        ("DAY#2025-03-01#0", "ann"), ("DAY#2025-03-01#3", "bob"), ("DAY#2025-03-01#3", "cy")]
+    assert sizes == [3]
+    assert got[0][2] == {"PK": S("VOTE#ann"), "SK": S("2025-03-01"),
+                         "GSI1PK": S("DAY#2025-03-01#0"), "GSI1SK": S("ann")}
+    # Pages of one resume exactly across the shards, both ways.
+    got, sizes = query_pages(sample, "VotesByDay", day, limit=1)
+    assert [sk["S"] for _, sk, _ in got] == ["ann", "bob", "cy"] and sizes == [1, 1, 1]
+    got, _ = query_pages(sample, "VotesByDay", day, backward=True, limit=2)
+    assert [sk["S"] for _, sk, _ in got] == ["cy", "bob", "ann"]
+    # A physical key is one partition, as before.
+    got, _ = query_pages(sample, "VotesByDay", S("DAY#2025-03-01#3"))
+    assert [sk["S"] for _, sk, _ in got] == ["bob", "cy"]
+
+
+def test_votes_by_day_every_condition(sample, model):
+    voters = sorted({e.sk["S"] for e in model.scan("VotesByDay")})
+    assert len(voters) > 20
+    values = [S(voters[0]), S(voters[len(voters) // 2]), S(voters[-1]), S("bob"), S("m")]
+    conds = _conditions(values)
+    for prefix in ("a", "b", "cy", "z", ""):
+        conds.append(("BEGINS_WITH", S(prefix), None))
+    days = [S(f"DAY#2025-03-0{d}") for d in (1, 2, 5, 9)]
+    _check_conditions(sample, model, "VotesByDay", days, conds)
+    assert len(model.query("VotesByDay", days[1])) == 89
+
+
+def test_describe_sharded_view_counts_entries_per_shard(sample, model):
+    vs = sample.stubs.vs
+    d = sample.stub.DescribeView(vs.DescribeViewRequest(view="VotesByDay"), timeout=10)
+    counts = model.shard_item_counts("VotesByDay")
+    assert counts == [80, 74, 81, 74]
+    assert (d.shard_count, d.shard_suffix, list(d.shard_item_counts)) == (4, "#{shard}", counts)
+    assert d.shard_skew == 81 / (309 / 4)
+    plain = sample.stub.DescribeView(vs.DescribeViewRequest(view="GSI1"), timeout=10)
+    assert (plain.shard_count, plain.shard_suffix, list(plain.shard_item_counts),
+            plain.shard_skew) == (0, "", [], 0.0)
 
 
 def _conditions(values):
@@ -245,7 +289,7 @@ def test_unknown_view(sample):
     code, msg = _error(lambda: sample.stub.Scan(vs.ScanRequest(view="Nope"), timeout=10))
     assert code == grpc.StatusCode.NOT_FOUND
     assert msg == ('view "Nope" does not exist (views: GSI1, OpenOrders, ByMember, ByEntity, '
-                   'ByLocation, ByScore)')
+                   'ByLocation, ByScore, VotesByDay)')
     code, msg2 = _error(lambda: sample.stub.Query(
         vs.QueryRequest(view="Nope", partition_key=av(sample.stubs, S("x"))), timeout=10))
     assert (code, msg2) == (grpc.StatusCode.NOT_FOUND, msg)
@@ -338,6 +382,15 @@ def test_cli_query_prints_plain_json_lines(sample, model):
                    f'"SK":"2025-03-01","choice":"{ann["choice"]["S"]}","type":"vote"}}\n')
 
 
+def test_cli_query_of_a_sharded_day(sample, model):
+    code, out, err = run_cli("query", "--view", "VotesByDay", "--pk", "DAY#2025-03-01",
+                             addr=sample.addr)
+    assert (code, err) == (0, "")
+    assert out == "".join(
+        f'{{"GSI1PK":"DAY#2025-03-01#{shard}","GSI1SK":"{user}","PK":"VOTE#{user}",'
+        f'"SK":"2025-03-01"}}\n' for shard, user in ((0, "ann"), (3, "bob"), (3, "cy")))
+
+
 def test_cli_query_numbers_limit_and_all_pages(sample, model):
     want = [ref.plain_item_json(e.item) + "\n"
             for e in model.query("ByScore", S("arcade"), "BETWEEN", N("-12.5"), N("1000"))]
@@ -383,8 +436,12 @@ def test_cli_scan_get_views_status(sample, model):
     assert by_name["GSI1"]["partition_key"] == {"GSI1PK": "S"}
     assert by_name["ByLocation"]["sort_key"] == {"{state}#{city}": "S"}
     assert by_name["ByScore"]["sort_key"] == {"score": "N"}
+    shards = by_name["VotesByDay"]["shards"]
+    assert math.isclose(shards.pop("skew"), 81 / (309 / 4), rel_tol=1e-5)
+    assert shards == {"count": 4, "suffix": "#{shard}", "items": [80, 74, 81, 74]}
+    assert [v for v in VIEWS if "shards" in by_name[v]] == ["VotesByDay"]
     assert [by_name[v]["projection"] for v in VIEWS] == [
-        "ALL", "INCLUDE", "KEYS_ONLY", "ALL", "ALL", "ALL"]
+        "ALL", "INCLUDE", "KEYS_ONLY", "ALL", "ALL", "ALL", "KEYS_ONLY"]
 
     code, out, _ = run_cli("status", addr=sample.addr)
     status = json.loads(out)
@@ -400,7 +457,7 @@ def test_cli_errors(sample):
     code, out, err = run_cli("query", "--view", "Nope", "--pk", "x", addr=sample.addr)
     assert (code, out) == (1, "")
     assert err == ('cdcview: NOT_FOUND: view "Nope" does not exist (views: GSI1, OpenOrders, '
-                   'ByMember, ByEntity, ByLocation, ByScore)\n')
+                   'ByMember, ByEntity, ByLocation, ByScore, VotesByDay)\n')
     code, out, err = run_cli("query", "--view", "ByScore", "--pk", "arcade", "--gt", "abc",
                              addr=sample.addr)
     assert (code, out, err) == (

@@ -176,6 +176,8 @@ TEST(ConfigTest, LoadsTheExampleExactly) {
       {"ByLocation on App projection ALL",
        "  pk country:S sk template \"{state}#{city}\" = {state} '#' {city}"},
       {"ByScore on App projection ALL", "  pk board:S sk score:N"},
+      {"VotesByDay on App projection KEYS_ONLY shards 4 \"#{shard}\"",
+       "  when [type equals \"vote\"] pk GSI1PK:S sk GSI1SK:S"},
   };
   EXPECT_EQ(views, expected);
 }
