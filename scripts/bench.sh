@@ -5,11 +5,12 @@
 #   CDCVIEW_BUILD_DIR   build directory (default: build)
 #   APPLY_BENCH_ARGS    extra flags for apply_bench (e.g. "--events 200000")
 #   QUERY_BENCH_ARGS    extra flags for query_bench
+#   SHARD_BENCH_ARGS    extra flags for shard_bench (merged reads of write-sharded views)
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 build="${CDCVIEW_BUILD_DIR:-$here/build}"
 export CDCVIEW_BUILD_DIR="$build"
-"$here/scripts/build.sh" apply_bench query_bench
+"$here/scripts/build.sh" apply_bench query_bench shard_bench
 
 out="$(mktemp -d "${TMPDIR:-/tmp}/cdcview-bench.XXXXXX")"
 trap 'rm -rf "$out"' EXIT
@@ -27,12 +28,16 @@ echo "[bench] apply_bench --tmp $bench_tmp ${APPLY_BENCH_ARGS:-}"
 echo "[bench] query_bench ${QUERY_BENCH_ARGS:-}"
 # shellcheck disable=SC2086
 "$build/tests/bench/query_bench" ${QUERY_BENCH_ARGS:-} | tee "$out/query.txt"
+echo "[bench] shard_bench --tmp $bench_tmp ${SHARD_BENCH_ARGS:-}"
+# shellcheck disable=SC2086
+"$build/tests/bench/shard_bench" --tmp "$bench_tmp" ${SHARD_BENCH_ARGS:-} | tee "$out/shard.txt"
 
 echo
 echo "===== cdcview benchmark summary ====="
 grep -E '^(stores|apply |apply / raw|raw LMDB)' "$out/apply.txt" || true
 grep -E 'index writes' "$out/apply.txt" | sed 's/^ */           /' || true
 grep -E '^(closed|open) loop|^  (point|range)' "$out/query.txt" || true
+grep -E '^(query|Plain|Sharded)' "$out/shard.txt" || true
 
 # ---------------------------------------------------------------------------------------------
 # Kafka source (tests/bench/kafka_bench.py): a real broker (scripts/kafka.sh), a pre-filled

@@ -1,0 +1,140 @@
+// shard_bench: the cost of merging write-sharded partitions on read.
+//
+// One store holds the same N entries (random sort keys) three times: in one unsharded
+// partition (view Plain), spread over 4 shards (Sharded4) and over 16 shards (Sharded16).
+// ViewReader::Query is called in-process (no gRPC, so the merge is what is measured) for a
+// first page of 100 entries and for the whole partition, and the p50/p99 latencies are
+// printed beside the ratio to the unsharded query. Prints figures; asserts nothing except
+// that every answer has the expected size.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "daemon/apply/applier.h"
+#include "daemon/apply/catalog.h"
+#include "daemon/config/config.h"
+#include "daemon/log/log.h"
+#include "daemon/server/view_reader.h"
+#include "daemon/store/store.h"
+#include "tests/fakes/fake_dead_letter_sink.h"
+#include "tests/fakes/records.h"
+
+namespace cdcview::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr char kConfig[] = R"(
+sources: [ { name: s, table: T, file: { path: unused.ndjson } } ]
+tables:
+  - name: T
+    key: { partition: PK }
+    views:
+      - { name: Plain, partition_key: { attribute: P1 }, sort_key: { attribute: K },
+          projection: KEYS_ONLY }
+      - { name: Sharded4, partition_key: { attribute: P4 }, sort_key: { attribute: K },
+          projection: KEYS_ONLY, shards: { count: 4 } }
+      - { name: Sharded16, partition_key: { attribute: P16 }, sort_key: { attribute: K },
+          projection: KEYS_ONLY, shards: { count: 16 } }
+)";
+
+struct Figures {
+  double p50_us = 0, p99_us = 0;
+};
+
+Figures Measure(const ViewReader& reader, const std::string& view, uint32_t limit,
+                int iterations, int expected) {
+  v1::QueryRequest request;
+  request.set_view(view);
+  request.mutable_partition_key()->set_s("HOT");
+  request.set_limit(limit);
+  std::vector<double> us;
+  us.reserve(iterations);
+  for (int i = 0; i < iterations + iterations / 10; ++i) {
+    const auto start = Clock::now();
+    auto response = reader.Query(request);
+    const double took = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+    if (!response.ok() || response->entries_size() != expected) {
+      fprintf(stderr, "shard_bench: %s limit %u: %s, %d entries (want %d)\n", view.c_str(), limit,
+              response.status().ToString().c_str(), response.ok() ? response->entries_size() : -1,
+              expected);
+      std::exit(1);
+    }
+    if (i >= iterations / 10) us.push_back(took);  // the first tenth warms the caches
+  }
+  std::sort(us.begin(), us.end());
+  return {us[us.size() / 2], us[std::min(us.size() - 1, us.size() * 99 / 100)]};
+}
+
+int Main(int argc, char** argv) {
+  int entries = 10'000;
+  int iterations = 2000;
+  std::string tmp = std::filesystem::temp_directory_path().string();
+  CLI::App app{"shard_bench: merged queries of write-sharded views vs one unsharded partition"};
+  app.add_option("--entries", entries, "entries in the partition")->capture_default_str();
+  app.add_option("--iterations", iterations, "queries per figure (limit 100; a tenth of it for "
+                                             "full partitions)")->capture_default_str();
+  app.add_option("--tmp", tmp, "directory for the store")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  SetLogLevel(LogLevel::kWarning);
+
+  absl::StatusOr<Config> config = ParseConfig(kConfig, "shard_bench.yaml");
+  if (!config.ok()) return fprintf(stderr, "%s\n", config.status().ToString().c_str()), 1;
+  const std::string dir = absl::StrCat(tmp, "/cdcview-shard-bench-", getpid());
+  std::filesystem::remove_all(dir);
+  config->storage.path = dir;
+  config->storage.map_size = 1ull << 30;
+  auto store = Store::Open(config->storage, config->tables);
+  if (!store.ok()) return fprintf(stderr, "%s\n", store.status().ToString().c_str()), 1;
+  Catalog catalog(*config, (*store)->max_key_size());
+  FakeDeadLetterSink sink;
+  Applier applier(catalog, store->get(), nullptr, {&sink}, [] { return int64_t{0}; });
+  if (!applier.Recover().ok() || !applier.RebuildViews().ok()) return 1;
+
+  std::mt19937_64 rng(20250301);
+  std::vector<SourceRecord> batch;
+  for (int i = 0; i < entries; ++i) {
+    Item item = {{"PK", test::S(absl::StrCat("item#", i))},
+                 {"P1", test::S("HOT")},
+                 {"P4", test::S(absl::StrCat("HOT#", rng() % 4))},
+                 {"P16", test::S(absl::StrCat("HOT#", rng() % 16))},
+                 {"K", test::S(absl::StrCat("user", rng() % 1'000'000'000))}};
+    batch.push_back(test::Insert(config->tables[0].key, item, test::At(absl::StrCat(i + 1))));
+    if (batch.size() == 1000 || i + 1 == entries) {
+      if (absl::Status s = applier.ApplyBatch(&batch); !s.ok()) {
+        return fprintf(stderr, "%s\n", s.ToString().c_str()), 1;
+      }
+      batch.clear();
+    }
+  }
+  ViewReader reader(catalog, **store, applier, {}, static_cast<uint32_t>(entries));
+
+  printf("shard_bench: %d entries per logical key, ViewReader::Query in-process\n", entries);
+  printf("%-26s %10s %10s %12s %12s\n", "query", "p50 us", "p99 us", "p50 ratio", "p99 ratio");
+  for (uint32_t limit : {100u, static_cast<uint32_t>(entries)}) {
+    const int n = limit == 100 ? iterations : std::max(10, iterations / 10);
+    const int expected = std::min<int>(limit, entries);
+    Figures base = Measure(reader, "Plain", limit, n, expected);
+    for (const char* view : {"Plain", "Sharded4", "Sharded16"}) {
+      Figures f = std::string(view) == "Plain" ? base : Measure(reader, view, limit, n, expected);
+      std::string name = absl::StrCat(view, limit == 100 ? " limit 100" : " full");
+      printf("%-26s %10.1f %10.1f %11.2fx %11.2fx\n", name.c_str(), f.p50_us, f.p99_us,
+             f.p50_us / base.p50_us, f.p99_us / base.p99_us);
+    }
+  }
+  store->reset();
+  std::filesystem::remove_all(dir);
+  return 0;
+}
+
+}  // namespace
+}  // namespace cdcview::bench
+
+int main(int argc, char** argv) { return cdcview::bench::Main(argc, argv); }
