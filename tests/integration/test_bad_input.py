@@ -168,7 +168,7 @@ CONFIG_ERRORS = [
         partition_key: { attribute: GSI1PK, type: S }
         projecton: ALL
 """, '7: tables[0].views[0]: unknown field "projecton" (expected one of name, partition_key, '
-     'sort_key, rules, inverted, projection, filter)'),
+     'sort_key, rules, inverted, projection, filter, shards)'),
     ("""tables:
   - name: App
     key: { partition: PK, sort: SK }

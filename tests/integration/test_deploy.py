@@ -410,7 +410,7 @@ def test_health_names_each_view_and_turn_serving_when_caught_up(sampled):
     assert health(channel, "") == 1
     assert health(channel, "cdcview.v1.ViewService") == 1
     views = [v["name"] for t in load_yaml(EXAMPLE_CONFIG)["tables"] for v in t["views"]]
-    assert len(views) == 6
+    assert len(views) == 7
     for view in views:
         # Both sources finished: lag counts as 0; the ticker runs every second.
         wait_for(f"cdcview.view.{view} SERVING",
@@ -787,7 +787,8 @@ def test_config_path_from_the_environment_and_print_config_round_trips(binaries,
     assert again.returncode == 0, again.stderr
     assert again.stdout == first.stdout
     views = [v["name"] for v in yaml.safe_load(first.stdout)["tables"][0]["views"]]
-    assert views == ["GSI1", "OpenOrders", "ByMember", "ByEntity", "ByLocation", "ByScore"]
+    assert views == ["GSI1", "OpenOrders", "ByMember", "ByEntity", "ByLocation", "ByScore",
+                     "VotesByDay"]
 
 
 def test_invalid_override_is_an_error_naming_flag_and_variable(binaries):
