@@ -350,6 +350,19 @@ TEST_F(ShardedViewTest, APhysicalKeyQueriesThatPartitionOnly) {
             "token");
 }
 
+// Whether a key is physical is decided by its text alone: X#1 is shard 1 of X, never the
+// logical key of X#1#0..3.
+TEST_F(ShardedViewTest, AKeyEndingInTheSuffixIsPhysical) {
+  Put({{"PK", S("A")}, {"SK", S("X")}, {"GSI1PK", S("X#1")}, {"GSI1SK", S("a")}});
+  Put({{"PK", S("B")}, {"SK", S("X")}, {"GSI1PK", S("X#1#0")}, {"GSI1SK", S("b")}});
+  auto one = reader_->Query(Request("V4", "X#1", 0));
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(Entries(*one), (Strings{"X#1|a|A"}));
+  auto logical = reader_->Query(Request("V4", "X", 0));
+  ASSERT_TRUE(logical.ok()) << logical.status();
+  EXPECT_EQ(Entries(*logical), (Strings{"X#1|a|A"}));
+}
+
 TEST_F(ShardedViewTest, ViewsWithoutSortKeyMergeByTableKey) {
   int n = 0;
   for (const char* bucket : {"x#2", "x#0", "x#2", "x#1", "x#0", "y#0"}) {
