@@ -194,7 +194,9 @@ class ShardedViewTest : public ::testing::Test {
     std::vector<const Row*> hits;
     for (const Row& r : rows) {
       bool in_shard = false;
-      for (uint32_t s = 0; s < shards.count; ++s) in_shard |= r.pk == shards.PhysicalKey(logical, s);
+      for (uint32_t s = 0; s < shards.count; ++s) {
+        in_shard |= r.pk == shards.PhysicalKey(logical, s);
+      }
       if (in_shard && cond.Holds(r.sk)) hits.push_back(&r);
     }
     std::sort(hits.begin(), hits.end(),
@@ -299,8 +301,9 @@ TEST_F(ShardedViewTest, MergeOrderIsSortKeyThenTableKeyAcrossShards) {
   auto response = reader_->Query(Request("V4", "DAY#one", 8));
   ASSERT_TRUE(response.ok()) << response.status();
   EXPECT_EQ(Entries(*response),
-            (Strings{"DAY#one#1|a|I#0", "DAY#one#0|a|I#352", "DAY#one#0|a|I#408", "DAY#one#3|a|I#56",
-                     "DAY#one#0|a|I#704", "DAY#one#0|a|I#760", "DAY#one#1|ab|I#299", "DAY#one#0|ab|I#3"}));
+            (Strings{"DAY#one#1|a|I#0", "DAY#one#0|a|I#352", "DAY#one#0|a|I#408",
+                     "DAY#one#3|a|I#56", "DAY#one#0|a|I#704", "DAY#one#0|a|I#760",
+                     "DAY#one#1|ab|I#299", "DAY#one#0|ab|I#3"}));
   EXPECT_FALSE(response->next_page_token().empty());
 }
 
