@@ -140,6 +140,19 @@ def test_votes_by_day_merges_the_four_shards_into_ann_bob_cy(sample, model):
     # A physical key is one partition, as before.
     got, _ = query_pages(sample, "VotesByDay", S("DAY#2025-03-01#3"))
     assert [sk["S"] for _, sk, _ in got] == ["bob", "cy"]
+    # A merged token is bound to its logical key and is no single-partition token.
+    vs = sample.stubs.vs
+    token = sample.stub.Query(vs.QueryRequest(view="VotesByDay", partition_key=av(sample.stubs, day),
+                                              limit=1), timeout=10).next_page_token
+    for pk, message in (
+            ("DAY#2025-03-02", "page_token belongs to another partition key; start again without "
+                               "a token"),
+            ("DAY#2025-03-01#3", 'page_token was issued for a merged query of a sharded partition '
+                                 'key (4 shards with suffix "#{shard}"), not for this query; start '
+                                 'again without a token')):
+        assert _error(lambda: sample.stub.Query(vs.QueryRequest(
+            view="VotesByDay", partition_key=av(sample.stubs, S(pk)), limit=1, page_token=token),
+            timeout=10)) == (grpc.StatusCode.INVALID_ARGUMENT, message)
 
 
 def test_votes_by_day_every_condition(sample, model):
