@@ -142,8 +142,8 @@ def test_votes_by_day_merges_the_four_shards_into_ann_bob_cy(sample, model):
     assert [sk["S"] for _, sk, _ in got] == ["bob", "cy"]
     # A merged token is bound to its logical key and is no single-partition token.
     vs = sample.stubs.vs
-    token = sample.stub.Query(vs.QueryRequest(view="VotesByDay", partition_key=av(sample.stubs, day),
-                                              limit=1), timeout=10).next_page_token
+    token = sample.stub.Query(vs.QueryRequest(
+        view="VotesByDay", partition_key=av(sample.stubs, day), limit=1), timeout=10).next_page_token
     for pk, message in (
             ("DAY#2025-03-02", "page_token belongs to another partition key; start again without "
                                "a token"),
