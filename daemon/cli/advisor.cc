@@ -48,14 +48,17 @@ std::string AdviseView(const v1::ViewDescription& view, const v1::HotKeysRespons
                        const AdviseOptions& options) {
   const double target = options.target_writes_per_shard;
   const double window = hot.window_seconds();
+  // GetHotKeys reports the sharding it split the keys by; DescribeView adds the suffix.
+  const uint32_t shards = hot.shard_count() > 0 ? hot.shard_count() : view.shard_count();
   std::string out = "view " + view.name() + ": " + Fixed(hot.total_writes_per_second()) +
                     " entry writes/s over the last " + Fixed(window) + " s";
-  if (view.shard_count() > 0) {
-    out += ", sharded " + std::to_string(view.shard_count()) + " ways (" + view.shard_suffix() + ")";
+  if (shards > 0) {
+    out += ", sharded " + std::to_string(shards) + " ways";
+    if (!view.shard_suffix().empty()) out += " (" + view.shard_suffix() + ")";
   }
   out += "\n";
   size_t advice = 0;
-  if (view.shard_count() == 0) {
+  if (shards == 0) {
     for (const v1::HotKey& key : hot.keys()) {
       const double sure = SureRate(key, window);
       if (sure <= target) continue;
@@ -72,12 +75,12 @@ std::string AdviseView(const v1::ViewDescription& view, const v1::HotKeysRespons
         out += "  not hot " + KeyText(key.key()) + ": " + Evidence(key, window) +
                " over all shards; fits one partition (" + Num(target) +
                " writes/s), so sharding only multiplies its reads by " +
-               std::to_string(view.shard_count()) + " (each Query reads " +
-               std::to_string(view.shard_count()) + " keys)\n";
-      } else if (SureRate(key, window) > target * view.shard_count()) {
+               std::to_string(shards) + " (each Query reads " +
+               std::to_string(shards) + " keys)\n";
+      } else if (SureRate(key, window) > target * shards) {
         ++advice;
         out += "  too few shards " + KeyText(key.key()) + ": " + Evidence(key, window) +
-               " over all shards; over " + std::to_string(view.shard_count()) + " x " +
+               " over all shards; over " + std::to_string(shards) + " x " +
                Num(target) + " writes/s: shards: { count: " +
                std::to_string(SuggestedShards(SureRate(key, window), target)) + " }\n";
       }
@@ -86,7 +89,7 @@ std::string AdviseView(const v1::ViewDescription& view, const v1::HotKeysRespons
   if (hot.keys().empty()) {
     out += "  no writes in the window\n";
   } else if (advice == 0) {
-    out += view.shard_count() > 0
+    out += shards > 0
                ? "  nothing to change: every hot key needs its shards\n"
                : "  nothing to change: no key above " + Num(target) + " writes/s\n";
   }

@@ -82,6 +82,10 @@ TEST(AdvisorTest, ShardedKeysThatAreNotHotOnlyMultiplyReads) {
   EXPECT_EQ(AdviseView(View("Days", 4), hot, {}),
             "view Days: 7300.0 entry writes/s over the last 60.0 s, sharded 4 ways (#{shard})\n"
             "  nothing to change: every hot key needs its shards\n");
+  // A DescribeView that does not report sharding: GetHotKeys's shard count is enough.
+  EXPECT_EQ(AdviseView(View("Days"), hot, {}),
+            "view Days: 7300.0 entry writes/s over the last 60.0 s, sharded 4 ways\n"
+            "  nothing to change: every hot key needs its shards\n");
 }
 
 TEST(AdvisorTest, NoWrites) {
