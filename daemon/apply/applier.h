@@ -95,9 +95,9 @@ class Applier {
   const HotKeyTracker& hot_keys() const { return hot_keys_; }
   // The writer's clock (injected in tests), for reports over the hot-key windows.
   int64_t NowMs() const { return now_ms_(); }
-  // Sets cdcview_hot_key_share and cdcview_hot_key_writes_per_second of every view from the
-  // windows as of now (the readiness ticker calls it once a second, so the gauges fall as a
-  // window slides past writes even when no batch comes). Any thread.
+  // Sets cdcview_view_hot_key_share_ratio and cdcview_view_hot_key_writes_per_second of every
+  // view from the windows as of now (the readiness ticker calls it once a second, so the gauges
+  // fall as a window slides past writes even when no batch comes). Any thread.
   void PublishHotKeyMetrics() const;
 
  private:

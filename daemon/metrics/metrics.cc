@@ -100,12 +100,12 @@ ApplyProbe::ApplyProbe(MetricsRegistry& metrics, const Config& config)
     }
   }
   auto& hot_share = BuildGauge()
-                        .Name("cdcview_hot_key_share")
+                        .Name("cdcview_view_hot_key_share_ratio")
                         .Help("Share of the view's entry writes (puts and deletes) that went to its "
                               "most written partition key over the last one to two minutes.")
                         .Register(registry_);
   auto& hot_rate = BuildGauge()
-                       .Name("cdcview_hot_key_writes_per_second")
+                       .Name("cdcview_view_hot_key_writes_per_second")
                        .Help("Entry writes per second to the view's most written partition key "
                              "over the last one to two minutes.")
                        .Register(registry_);

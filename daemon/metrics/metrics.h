@@ -81,7 +81,8 @@ class ApplyProbe {
   void RecordBatch(const BatchStats& stats, int64_t now_ms);
   void RecordBatchFailure();  // a batch that could not commit and will be retried
   void SetViewBuildProgress(size_t view, double fraction);
-  // cdcview_hot_key_share and cdcview_hot_key_writes_per_second of view `view` (global index).
+  // cdcview_view_hot_key_share_ratio and cdcview_view_hot_key_writes_per_second of view
+  // `view` (global index).
   void SetHotKey(size_t view, double share, double writes_per_second);
 
  private:

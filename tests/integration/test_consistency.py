@@ -152,8 +152,9 @@ def test_max_staleness_and_hot_keys(daemon_factory, pb, tmp_path):
     assert err.value.details() == 'view "Nope" does not exist (views: ByDay)'
 
     # The readiness ticker publishes the top key's share once a second.
-    wait_for("cdcview_hot_key_share", lambda: metric(d.metrics(), "cdcview_hot_key_share",
-                                                    view="ByDay") == pytest.approx(30 / 41))
+    wait_for("cdcview_view_hot_key_share_ratio",
+             lambda: metric(d.metrics(), "cdcview_view_hot_key_share_ratio",
+                            view="ByDay") == pytest.approx(30 / 41))
 
     code, out, err_text = run_cli("advise", "--view", "ByDay", "--target-writes-per-shard",
                                   "0.01", addr=d.addr)
