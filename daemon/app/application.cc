@@ -3,7 +3,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/app/readiness.h"
+#include "daemon/server/readiness.h"
 #include "daemon/log/log.h"
 #include "daemon/sources/dynamodb_source.h"
 #include "daemon/sources/file_source.h"
@@ -61,7 +61,7 @@ absl::Status Application::Init() {
   apply_probe_ = std::make_unique<ApplyProbe>(*metrics_, config_);
   query_probe_ = std::make_unique<QueryProbe>(
       *metrics_, std::vector<std::string>{"Query", "Scan", "GetItem", "ListViews", "DescribeView",
-                                          "GetStatus"});
+                                          "GetStatus", "GetHotKeys"});
 
   catalog_ = std::make_unique<Catalog>(config_, store_->max_key_size());
   std::vector<DeadLetterSink*> dead_letters;
@@ -117,6 +117,7 @@ void Application::ReadinessMain() {
 }
 
 void Application::UpdateViewHealth() {
+  applier_->PublishHotKeyMetrics();
   for (const ViewRef& view : catalog_->views()) {
     std::vector<SourceProgress> table_sources;
     for (size_t i = 0; i < sources_.size(); ++i) {

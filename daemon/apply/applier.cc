@@ -57,7 +57,8 @@ Applier::Applier(const Catalog& catalog, Store* store, ApplyProbe* probe,
       stats_(catalog.config().sources.size(), catalog.views().size()),
       counters_(catalog.config().sources.size()),
       table_events_(catalog.config().tables.size()),
-      view_writes_(catalog.views().size()) {
+      view_writes_(catalog.views().size()),
+      hot_keys_(catalog) {
   for (const ViewRef& view : catalog.views()) view_dbis_.push_back(store->view(view.spec->name));
   for (size_t i = 0; i < catalog.views().size(); ++i) {
     view_states_.push_back(std::make_unique<std::atomic<int>>(static_cast<int>(ViewState::kReady)));
@@ -303,6 +304,7 @@ absl::StatusOr<Applier::Outcome> Applier::ApplyEvent(WriteTxn* txn, const Source
     s = txn->Put(items, pk, EncodeStoredItem(true, event.sequence_number, {}));
   }
   if (!s.ok()) return s;
+  hot_table_keys_.emplace_back(table, pk.substr(0, FirstKeyComponentSize(pk)));
   return Outcome::kApplied;
 }
 
@@ -352,6 +354,7 @@ absl::Status Applier::TryBatch(std::vector<SourceRecord>* batch, WriteTxn* txn,
                                std::map<std::string, std::string>* positions) {
   stats_.Clear();
   mutations_.clear();
+  hot_table_keys_.clear();
   pending_dead_letters_.clear();
   stale_.assign(batch->size(), false);
   for (size_t i = 0; i < batch->size(); ++i) {
@@ -454,6 +457,7 @@ absl::Status Applier::ApplyBatch(std::vector<SourceRecord>* batch) {
   stats_.map_used_bytes = store_->map_used_bytes();
   stats_.map_size_bytes = store_->map_size();
   if (probe_ != nullptr) probe_->RecordBatch(stats_, now);
+  hot_keys_.RecordBatch(mutations_, hot_table_keys_, now);
   {
     std::lock_guard lock(mu_);
     for (size_t i = 0; i < batch->size(); ++i) {
@@ -573,6 +577,17 @@ std::string Applier::WriterError(size_t source) const {
   std::lock_guard lock(mu_);
   if (writer_error_source_ >= 0 && static_cast<size_t>(writer_error_source_) != source) return "";
   return writer_error_;
+}
+
+void Applier::PublishHotKeyMetrics() const {
+  if (probe_ == nullptr) return;
+  const int64_t now = now_ms_();
+  for (const ViewRef& view : catalog_.views()) {
+    HeavyHittersReport report = hot_keys_.ViewReport(view.global, 1, now);
+    const uint64_t top = report.keys.empty() ? 0 : report.keys.front().count;
+    probe_->SetHotKey(view.global, report.total ? double(top) / double(report.total) : 0.0,
+                      double(top) / report.span_seconds);
+  }
 }
 
 bool Applier::WaitForCommitAfter(uint64_t since,

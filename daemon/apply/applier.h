@@ -25,6 +25,7 @@
 
 #include "absl/status/status.h"
 #include "daemon/apply/catalog.h"
+#include "daemon/apply/hot_keys.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/sources/change_source.h"
 #include "daemon/store/store.h"
@@ -90,6 +91,15 @@ class Applier {
   uint64_t commit_count() const { return commits_.load(); }
   bool WaitForCommitAfter(uint64_t since, std::chrono::steady_clock::time_point deadline) const;
 
+  // The heaviest partition keys per view and table, updated after every commit.
+  const HotKeyTracker& hot_keys() const { return hot_keys_; }
+  // The writer's clock (injected in tests), for reports over the hot-key windows.
+  int64_t NowMs() const { return now_ms_(); }
+  // Sets cdcview_view_hot_key_share_ratio and cdcview_view_hot_key_writes_per_second of every
+  // view from the windows as of now (the readiness ticker calls it once a second, so the gauges
+  // fall as a window slides past writes even when no batch comes). Any thread.
+  void PublishHotKeyMetrics() const;
+
  private:
   enum class Outcome { kApplied, kSkipped, kRejected };
   absl::Status TryBatch(std::vector<SourceRecord>* batch, WriteTxn* txn,
@@ -123,6 +133,8 @@ class Applier {
   std::vector<IndexMutation> mutations_;
   std::vector<std::pair<size_t, absl::Status>> pending_dead_letters_;
   std::vector<bool> stale_;  // per batch record: a Kafka offset below the stored next offset
+  // Per applied event of the batch: (table, encoded table partition key), for hot_keys_.
+  std::vector<std::pair<size_t, std::string>> hot_table_keys_;
 
   mutable std::mutex mu_;
   std::map<std::pair<std::string, std::string>, std::string> positions_;  // guarded by mu_
@@ -140,6 +152,7 @@ class Applier {
   std::atomic<uint64_t> commits_{0};
   mutable std::mutex commit_mu_;
   mutable std::condition_variable committed_;
+  HotKeyTracker hot_keys_;
 };
 
 }  // namespace cdcview

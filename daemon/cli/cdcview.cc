@@ -7,6 +7,7 @@
 
 #include "CLI/CLI.hpp"
 #include "cdcview/v1/view_service.grpc.pb.h"
+#include "daemon/cli/advisor.h"
 #include "daemon/cli/json_output.h"
 
 namespace cdcview {
@@ -59,6 +60,7 @@ struct Options {
   std::vector<std::string> keys;
   uint32_t limit = 0;
   bool reverse = false, all_pages = false, ddb_json = false;
+  AdviseOptions advise;
 };
 
 void PrintEntries(const google::protobuf::RepeatedPtrField<v1::ViewEntry>& entries, bool ddb) {
@@ -197,6 +199,32 @@ int RunStatus(v1::ViewService::Stub& stub, const Options& o) {
   return 0;
 }
 
+// Per view (--view, or every view): GetHotKeys and DescribeView, then the advisor's rule.
+int RunAdvise(v1::ViewService::Stub& stub, const Options& o) {
+  std::vector<v1::ViewDescription> views;
+  if (o.view.empty()) {
+    v1::ListViewsResponse all;
+    if (grpc::Status s = stub.ListViews(Context().get(), {}, &all); !s.ok()) return Fail(s, o.addr);
+    views.assign(all.views().begin(), all.views().end());
+  } else {
+    v1::DescribeViewRequest req;
+    req.set_view(o.view);
+    views.emplace_back();
+    if (grpc::Status s = stub.DescribeView(Context().get(), req, &views.back()); !s.ok()) {
+      return Fail(s, o.addr);
+    }
+  }
+  for (const v1::ViewDescription& view : views) {
+    v1::GetHotKeysRequest req;
+    req.set_view(view.name());
+    req.set_limit(o.limit == 0 ? 10 : o.limit);
+    v1::HotKeysResponse hot;
+    if (grpc::Status s = stub.GetHotKeys(Context().get(), req, &hot); !s.ok()) return Fail(s, o.addr);
+    std::cout << AdviseView(view, hot, o.advise);
+  }
+  return 0;
+}
+
 }  // namespace
 }  // namespace cdcview
 
@@ -237,6 +265,14 @@ int main(int argc, char** argv) {
 
   CLI::App* views = cli.add_subcommand("views", "the views, their state and sizes");
   CLI::App* status = cli.add_subcommand("status", "sources, positions and lag");
+  CLI::App* advise = cli.add_subcommand(
+      "advise", "per view: keys that deserve write sharding, sharded keys that do not");
+  advise->add_option("--view", o.view, "one view (default: every view)");
+  advise->add_option("--target-writes-per-shard", o.advise.target_writes_per_shard,
+                     "writes/s one partition key sustains (DynamoDB: 1000)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  advise->add_option("--limit", o.limit, "hot keys considered per view (default 10)");
 
   try {
     cli.parse(argc, argv);
@@ -255,5 +291,6 @@ int main(int argc, char** argv) {
   if (get->parsed()) return RunGet(*stub, o);
   if (views->parsed()) return RunViews(*stub, o);
   if (status->parsed()) return RunStatus(*stub, o);
+  if (advise->parsed()) return RunAdvise(*stub, o);
   return 2;
 }

@@ -99,6 +99,22 @@ ApplyProbe::ApplyProbe(MetricsRegistry& metrics, const Config& config)
       views_.back().build_progress->Set(1);
     }
   }
+  auto& hot_share = BuildGauge()
+                        .Name("cdcview_view_hot_key_share_ratio")
+                        .Help("Share of the view's entry writes (puts and deletes) that went to its "
+                              "most written partition key over the last one to two minutes.")
+                        .Register(registry_);
+  auto& hot_rate = BuildGauge()
+                       .Name("cdcview_view_hot_key_writes_per_second")
+                       .Help("Entry writes per second to the view's most written partition key "
+                             "over the last one to two minutes.")
+                       .Register(registry_);
+  for (const TableSpec& t : config.tables) {
+    for (const ViewSpec& v : t.views) {
+      hot_key_share_.push_back(&hot_share.Add({{"view", v.name}}));
+      hot_key_rate_.push_back(&hot_rate.Add({{"view", v.name}}));
+    }
+  }
   replication_lag_ = &BuildHistogram()
                           .Name("cdcview_replication_lag_seconds")
                           .Help("Apply (commit) time minus the event's creation time "
@@ -181,6 +197,12 @@ void ApplyProbe::RecordBatch(const BatchStats& stats, int64_t now_ms) {
 }
 
 void ApplyProbe::RecordBatchFailure() { batch_failures_->Increment(); }
+
+void ApplyProbe::SetHotKey(size_t view, double share, double writes_per_second) {
+  if (view >= hot_key_share_.size()) return;
+  hot_key_share_[view]->Set(share);
+  hot_key_rate_[view]->Set(writes_per_second);
+}
 
 void ApplyProbe::SetViewBuildProgress(size_t view, double fraction) {
   if (view < views_.size()) views_[view].build_progress->Set(fraction);

@@ -81,6 +81,9 @@ class ApplyProbe {
   void RecordBatch(const BatchStats& stats, int64_t now_ms);
   void RecordBatchFailure();  // a batch that could not commit and will be retried
   void SetViewBuildProgress(size_t view, double fraction);
+  // cdcview_view_hot_key_share_ratio and cdcview_view_hot_key_writes_per_second of view
+  // `view` (global index).
+  void SetHotKey(size_t view, double share, double writes_per_second);
 
  private:
   struct SourceMetrics {
@@ -108,6 +111,8 @@ class ApplyProbe {
   prometheus::Gauge* map_size_;
   prometheus::Counter* batch_failures_;
   std::vector<double> lag_bounds_;
+  std::vector<prometheus::Gauge*> hot_key_share_;  // by global view index
+  std::vector<prometheus::Gauge*> hot_key_rate_;
 };
 
 class QueryProbe {

@@ -1,12 +1,17 @@
 #include "daemon/server/view_reader.h"
 
 #include <algorithm>
+#include <limits>
+#include <map>
 #include <memory>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_format.h"
 #include "daemon/server/proto_convert.h"
+#include "daemon/server/read_consistency.h"
+#include "daemon/server/readiness.h"
 #include "index_builders/item_codec.h"
 #include "index_builders/key_codec.h"
 
@@ -63,6 +68,7 @@ void AppliedIn(const Txn& txn, MDB_dbi meta, v1::AppliedPosition* out) {
                     e->set_partition(std::string(partition));
                     e->set_position(std::string(at));
                   });
+  out->set_token(EncodePositionToken(*out));
 }
 
 // Decodes a view entry into the response: the projected item and its view keys.
@@ -513,7 +519,8 @@ absl::StatusOr<const ViewRef*> ViewReader::ReadyView(const std::string& name) co
   return view;
 }
 
-absl::StatusOr<v1::QueryResponse> ViewReader::Query(const v1::QueryRequest& request) const {
+absl::StatusOr<v1::QueryResponse> ViewReader::Query(const v1::QueryRequest& request,
+                                                    Deadline deadline) const {
   auto view_or = ReadyView(request.view());
   if (!view_or.ok()) return view_or.status();
   const ViewRef& view = **view_or;
@@ -525,6 +532,15 @@ absl::StatusOr<v1::QueryResponse> ViewReader::Query(const v1::QueryRequest& requ
   if (!range.ok()) return range.status();
   uint32_t limit = request.limit() == 0 ? max_page_size_ : std::min(request.limit(), max_page_size_);
   const std::string& fingerprint = view.fingerprint;
+
+  // Waits before the read transaction, so the answer includes what was waited for.
+  if (request.has_consistency()) {
+    if (absl::Status s = AwaitConsistency(request.consistency(), view.table,
+                                          absl::StrCat("view ", spec.name), deadline);
+        !s.ok()) {
+      return s;
+    }
+  }
 
   // A logical key of a sharded view: every shard, merged. A physical key ("DAY#1#3") is one
   // partition like any other.
@@ -559,7 +575,8 @@ absl::StatusOr<v1::QueryResponse> ViewReader::Query(const v1::QueryRequest& requ
   return response;
 }
 
-absl::StatusOr<v1::ScanResponse> ViewReader::Scan(const v1::ScanRequest& request) const {
+absl::StatusOr<v1::ScanResponse> ViewReader::Scan(const v1::ScanRequest& request,
+                                                  Deadline deadline) const {
   auto view_or = ReadyView(request.view());
   if (!view_or.ok()) return view_or.status();
   const ViewRef& view = **view_or;
@@ -571,6 +588,13 @@ absl::StatusOr<v1::ScanResponse> ViewReader::Scan(const v1::ScanRequest& request
     resume = std::move(*last);
   }
   uint32_t limit = request.limit() == 0 ? max_page_size_ : std::min(request.limit(), max_page_size_);
+  if (request.has_consistency()) {
+    if (absl::Status s = AwaitConsistency(request.consistency(), view.table,
+                                          absl::StrCat("view ", view.spec->name), deadline);
+        !s.ok()) {
+      return s;
+    }
+  }
   auto txn = store_.BeginRead();
   if (!txn.ok()) return txn.status();
   v1::ScanResponse response;
@@ -583,7 +607,8 @@ absl::StatusOr<v1::ScanResponse> ViewReader::Scan(const v1::ScanRequest& request
   return response;
 }
 
-absl::StatusOr<v1::GetItemResponse> ViewReader::GetItem(const v1::GetItemRequest& request) const {
+absl::StatusOr<v1::GetItemResponse> ViewReader::GetItem(const v1::GetItemRequest& request,
+                                                        Deadline deadline) const {
   int table = catalog_.FindTable(request.table());
   if (table < 0) {
     std::vector<std::string> names;
@@ -596,6 +621,13 @@ absl::StatusOr<v1::GetItemResponse> ViewReader::GetItem(const v1::GetItemRequest
   const ViewBuilder& builder = catalog_.builder(table);
   if (absl::Status s = builder.ValidateTableKey(*key); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("key: ", s.message()));
+  }
+  if (request.has_consistency()) {
+    if (absl::Status s = AwaitConsistency(request.consistency(), static_cast<size_t>(table),
+                                          absl::StrCat("table ", request.table()), deadline);
+        !s.ok()) {
+      return s;
+    }
   }
   auto txn = store_.BeginRead();
   if (!txn.ok()) return txn.status();
@@ -697,6 +729,192 @@ v1::StatusResponse ViewReader::GetStatus() const {
   }
   response.set_lmdb_map_used_bytes(store_.map_used_bytes());
   response.set_lmdb_map_size_bytes(store_.map_size());
+  return response;
+}
+
+// ---- Read consistency ----
+
+std::string ViewReader::SourceError(size_t source) const {
+  if (std::string error = applier_.WriterError(source); !error.empty()) return error;
+  if (source < sources_.size() && sources_[source] != nullptr) {
+    SourceHealth health = sources_[source]->Health();
+    if (health.state == "error") return health.error.empty() ? "source in error" : health.error;
+  }
+  return "";
+}
+
+absl::Status ViewReader::AwaitConsistency(const v1::ReadConsistency& consistency, size_t table,
+                                          const std::string& what, Deadline deadline) const {
+  const double max_staleness = consistency.max_staleness_seconds();
+  if (!(max_staleness >= 0) || max_staleness == std::numeric_limits<double>::infinity()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "consistency.max_staleness_seconds is ", max_staleness,
+        "; give a bound in seconds (>= 0; 0: no bound)"));
+  }
+  auto requirements = RequirementsFor(consistency, catalog_.config(), table);
+  if (!requirements.ok()) return requirements.status();
+  const auto& sources = catalog_.config().sources;
+  if (!requirements->empty()) {
+    const bool capped = deadline == Deadline::max();
+    if (capped) deadline = std::chrono::steady_clock::now() + kMaxWaitWithoutDeadline;
+    for (;;) {
+      // Read the count before the positions: a commit in between wakes the wait at once.
+      const uint64_t since = applier_.commit_count();
+      const PositionRequirement* pending = nullptr;
+      std::string applied;
+      for (const PositionRequirement& r : *requirements) {
+        std::map<std::string, std::string> positions = applier_.PositionsOf(r.source);
+        auto it = positions.find(r.partition);
+        std::string have = it == positions.end() ? "" : it->second;
+        auto reached = PositionReached(sources[r.source].kind, r.partition, have, r.position);
+        if (!reached.ok() || !*reached) {
+          pending = &r;
+          applied = std::move(have);
+          break;
+        }
+      }
+      if (pending == nullptr) break;
+      const std::string& source = sources[pending->source].name;
+      const std::string where =
+          absl::StrCat("source ", source,
+                       pending->partition.empty() ? "" : absl::StrCat(" partition ", pending->partition),
+                       ": ", applied.empty() ? "nothing applied yet" : absl::StrCat("applied up to ", applied),
+                       ", waiting for ", pending->wanted);
+      if (std::string error = SourceError(pending->source); !error.empty()) {
+        return absl::UnavailableError(absl::StrCat(what, ": consistency cannot be reached (", where,
+                                                   ") because source ", source, " is in error: ",
+                                                   error));
+      }
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            what, ": min_position not applied before the deadline",
+            capped ? absl::StrCat(" (the request had none; the server waits at most ",
+                                  kMaxWaitWithoutDeadline.count(), " s)")
+                   : "",
+            ": ", where));
+      }
+      // Commits wake the wait; the periodic wake-up only notices a source that fell into
+      // error meanwhile (that changes no commit count).
+      applier_.WaitForCommitAfter(since, std::min(deadline, now + std::chrono::milliseconds(200)));
+    }
+  }
+  if (max_staleness > 0) return CheckStaleness(max_staleness, table, what);
+  return absl::OkStatus();
+}
+
+absl::Status ViewReader::CheckStaleness(double max_staleness_seconds, size_t table,
+                                        const std::string& what) const {
+  const auto& sources = catalog_.config().sources;
+  double worst = 0;
+  size_t worst_source = 0;
+  std::string worst_error;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    if (catalog_.TableOfSource(i) != table) continue;
+    SourceProgress progress{"running", applier_.Counters(i).lag_seconds};
+    if (i < sources_.size() && sources_[i] != nullptr) progress.state = sources_[i]->Health().state;
+    std::string error = SourceError(i);
+    if (!error.empty()) progress.state = "error";
+    const double lag = EffectiveLagSeconds(progress);
+    if (lag > worst) {
+      worst = lag;
+      worst_source = i;
+      worst_error = std::move(error);
+    }
+  }
+  if (worst <= max_staleness_seconds) return absl::OkStatus();
+  if (!worst_error.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, " cannot be shown fresh: source ", sources[worst_source].name, " is in error (",
+        worst_error, "); max_staleness_seconds is ", max_staleness_seconds));
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat(what, " is ", absl::StrFormat("%.1f", worst), " s behind (source ",
+                   sources[worst_source].name, "); max_staleness_seconds is ",
+                   max_staleness_seconds));
+}
+
+// ---- Hot keys ----
+
+namespace {
+
+void FillHotKeys(const HeavyHittersReport& report, size_t limit,
+                 google::protobuf::RepeatedPtrField<v1::HotKey>* out) {
+  for (size_t i = 0; i < report.keys.size() && i < limit; ++i) {
+    const HeavyHitter& h = report.keys[i];
+    std::string_view encoded = h.key;
+    auto key = DecodeKeyComponent(&encoded);
+    if (!key.ok()) continue;  // the tracker only holds keys the writer encoded
+    v1::HotKey* k = out->Add();
+    ToProto(*key, k->mutable_key());
+    k->set_writes_per_second(double(h.count) / report.span_seconds);
+    k->set_share(report.total ? double(h.count) / double(report.total) : 0.0);
+    k->set_error_bound(h.error);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<v1::HotKeysResponse> ViewReader::GetHotKeys(const v1::GetHotKeysRequest& request) const {
+  if (request.view().empty() == request.table().empty()) {
+    return absl::InvalidArgumentError(
+        "GetHotKeys: set exactly one of view and table (a view's entry partition keys, or a "
+        "table's item partition keys)");
+  }
+  const size_t limit = request.limit() == 0 ? 10 : request.limit();
+  const int64_t now = applier_.NowMs();
+  v1::HotKeysResponse response;
+  HeavyHittersReport report;
+  const ViewSpec* spec = nullptr;
+  if (!request.view().empty()) {
+    const ViewRef* view = catalog_.FindView(request.view());
+    if (view == nullptr) return ReadyView(request.view()).status();  // the NOT_FOUND message
+    spec = view->spec;
+    // Every counter, so that the logical keys sum all shards the sketch holds.
+    report = applier_.hot_keys().ViewReport(view->global, HotKeyTracker::kCapacity, now);
+  } else {
+    int table = catalog_.FindTable(request.table());
+    if (table < 0) {
+      std::vector<std::string> names;
+      for (const TableSpec& t : catalog_.config().tables) names.push_back(t.name);
+      return absl::NotFoundError(absl::StrCat("table \"", request.table(),
+                                              "\" does not exist (tables: ",
+                                              absl::StrJoin(names, ", "), ")"));
+    }
+    report = applier_.hot_keys().TableReport(static_cast<size_t>(table), limit, now);
+  }
+  response.set_window_seconds(report.span_seconds);
+  response.set_total_writes_per_second(double(report.total) / report.span_seconds);
+  FillHotKeys(report, limit, response.mutable_keys());
+  if (spec != nullptr && spec->shards.enabled()) {
+    response.set_shard_count(spec->shards.count);
+    // Shards of one logical key add up; a key without a shard suffix stands for itself.
+    std::map<std::string, HeavyHitter> logical;
+    for (const HeavyHitter& h : report.keys) {
+      std::string_view encoded = h.key;
+      auto key = DecodeKeyComponent(&encoded);
+      if (!key.ok()) continue;
+      std::string name = h.key;
+      if (key->type() == AttrType::kS) {
+        if (auto split = spec->shards.Split(key->scalar())) {
+          name.clear();
+          EncodeKeyComponent(AttributeValue::String(split->first), &name);
+        }
+      }
+      HeavyHitter& sum = logical[name];
+      sum.key = name;
+      sum.count += h.count;
+      sum.error += h.error;
+    }
+    HeavyHittersReport merged;
+    merged.total = report.total;
+    merged.span_seconds = report.span_seconds;
+    for (auto& [name, h] : logical) merged.keys.push_back(std::move(h));
+    std::sort(merged.keys.begin(), merged.keys.end(), [](const HeavyHitter& a, const HeavyHitter& b) {
+      return a.count != b.count ? a.count > b.count : a.key < b.key;
+    });
+    FillHotKeys(merged, limit, response.mutable_logical_keys());
+  }
   return response;
 }
 

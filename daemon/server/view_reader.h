@@ -16,6 +16,7 @@
 // A page token holds the last remainder; every shard resumes strictly after it.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <string>
 #include <vector>
@@ -32,17 +33,42 @@ namespace cdcview {
 
 class ViewReader {
  public:
+  // When a read with ReadConsistency must be answered by; max(): the request has none, and a
+  // wait for a position is capped at kMaxWaitWithoutDeadline.
+  using Deadline = std::chrono::steady_clock::time_point;
+  static constexpr std::chrono::seconds kMaxWaitWithoutDeadline{10};
+
   // `sources[i]` is source i (for GetStatus); may be empty in tests.
   ViewReader(const Catalog& catalog, const Store& store, const Applier& applier,
              std::vector<const ChangeSource*> sources, uint32_t max_page_size = 1000);
 
   // NOT_FOUND: unknown view. INVALID_ARGUMENT: missing or wrongly typed key or condition
   // value, BETWEEN bounds out of order, begins_with on a number, a malformed or foreign page
-  // token. UNAVAILABLE: the view is being rebuilt.
-  absl::StatusOr<v1::QueryResponse> Query(const v1::QueryRequest& request) const;
-  absl::StatusOr<v1::ScanResponse> Scan(const v1::ScanRequest& request) const;
+  // token. UNAVAILABLE: the view is being rebuilt. And AwaitConsistency's errors.
+  absl::StatusOr<v1::QueryResponse> Query(const v1::QueryRequest& request,
+                                          Deadline deadline = Deadline::max()) const;
+  absl::StatusOr<v1::ScanResponse> Scan(const v1::ScanRequest& request,
+                                        Deadline deadline = Deadline::max()) const;
   // NOT_FOUND: unknown table. INVALID_ARGUMENT: key attributes missing or of the wrong type.
-  absl::StatusOr<v1::GetItemResponse> GetItem(const v1::GetItemRequest& request) const;
+  absl::StatusOr<v1::GetItemResponse> GetItem(const v1::GetItemRequest& request,
+                                              Deadline deadline = Deadline::max()) const;
+
+  // What every read with a ReadConsistency calls before it opens its read transaction (views,
+  // GetItem, aggregates): waits until min_position and min_kafka_offsets are applied for the
+  // sources of `table` (index in Config::tables), woken by the writer's commits, then checks
+  // max_staleness_seconds against those sources. `what` names the object in messages
+  // ("view GSI1", "table App", "aggregate Likes").
+  // INVALID_ARGUMENT: a malformed min_position, an unknown source or topic, a negative
+  // max_staleness_seconds. DEADLINE_EXCEEDED: the deadline passed first (the message names the
+  // partition, what is applied and what is awaited). UNAVAILABLE: a source being waited for is
+  // in error. FAILED_PRECONDITION: a source of the table is further behind than
+  // max_staleness_seconds, or in error.
+  absl::Status AwaitConsistency(const v1::ReadConsistency& consistency, size_t table,
+                                const std::string& what, Deadline deadline) const;
+
+  // The heaviest partition keys of a view or table (HotKeyTracker). NOT_FOUND: unknown view or
+  // table. INVALID_ARGUMENT: neither or both of view and table.
+  absl::StatusOr<v1::HotKeysResponse> GetHotKeys(const v1::GetHotKeysRequest& request) const;
   absl::StatusOr<v1::ViewDescription> DescribeView(const std::string& name) const;
   // INTERNAL if the store cannot be read.
   absl::StatusOr<v1::ListViewsResponse> ListViews() const;
@@ -51,6 +77,10 @@ class ViewReader {
  private:
   absl::StatusOr<const ViewRef*> ReadyView(const std::string& name) const;
   v1::ViewDescription Describe(const ViewRef& view, const Txn& txn) const;
+  // Why source `source` cannot advance (the writer's or the source's error), "" if it can.
+  std::string SourceError(size_t source) const;
+  absl::Status CheckStaleness(double max_staleness_seconds, size_t table,
+                              const std::string& what) const;
 
   const Catalog& catalog_;
   const Store& store_;

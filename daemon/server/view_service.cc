@@ -20,20 +20,33 @@ grpc::Status ToGrpc(const absl::Status& s) {
 
 constexpr const char* kServiceName = "cdcview.v1.ViewService";
 
+// The call's deadline on the steady clock (gRPC gives it on the system clock); max() if none.
+ViewReader::Deadline DeadlineOf(const grpc::ServerContext* context) {
+  const auto deadline = context->deadline();
+  if (deadline == std::chrono::system_clock::time_point::max()) return ViewReader::Deadline::max();
+  return std::chrono::steady_clock::now() +
+         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+             deadline - std::chrono::system_clock::now());
+}
+
 }  // namespace
 
 class ViewServer::Service final : public v1::ViewService::Service {
  public:
   Service(const ViewReader& reader, QueryProbe* probe) : reader_(reader), probe_(probe) {}
 
-  grpc::Status Query(grpc::ServerContext*, const v1::QueryRequest* req, v1::QueryResponse* resp) override {
-    return Timed("Query", [&] { return Assign(reader_.Query(*req), resp); });
+  grpc::Status Query(grpc::ServerContext* ctx, const v1::QueryRequest* req, v1::QueryResponse* resp) override {
+    return Timed("Query", [&] { return Assign(reader_.Query(*req, DeadlineOf(ctx)), resp); });
   }
-  grpc::Status Scan(grpc::ServerContext*, const v1::ScanRequest* req, v1::ScanResponse* resp) override {
-    return Timed("Scan", [&] { return Assign(reader_.Scan(*req), resp); });
+  grpc::Status Scan(grpc::ServerContext* ctx, const v1::ScanRequest* req, v1::ScanResponse* resp) override {
+    return Timed("Scan", [&] { return Assign(reader_.Scan(*req, DeadlineOf(ctx)), resp); });
   }
-  grpc::Status GetItem(grpc::ServerContext*, const v1::GetItemRequest* req, v1::GetItemResponse* resp) override {
-    return Timed("GetItem", [&] { return Assign(reader_.GetItem(*req), resp); });
+  grpc::Status GetItem(grpc::ServerContext* ctx, const v1::GetItemRequest* req, v1::GetItemResponse* resp) override {
+    return Timed("GetItem", [&] { return Assign(reader_.GetItem(*req, DeadlineOf(ctx)), resp); });
+  }
+  grpc::Status GetHotKeys(grpc::ServerContext*, const v1::GetHotKeysRequest* req,
+                          v1::HotKeysResponse* resp) override {
+    return Timed("GetHotKeys", [&] { return Assign(reader_.GetHotKeys(*req), resp); });
   }
   grpc::Status ListViews(grpc::ServerContext*, const v1::ListViewsRequest*, v1::ListViewsResponse* resp) override {
     return Timed("ListViews", [&] { return Assign(reader_.ListViews(), resp); });

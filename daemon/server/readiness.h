@@ -1,4 +1,5 @@
-// Readiness of a view: the rule behind each view's health service "cdcview.view.<name>".
+// Readiness of a view: the rule behind each view's health service "cdcview.view.<name>" and
+// behind ReadConsistency.max_staleness_seconds (ViewReader), so both mean the same lag.
 //
 // A view is ready to answer "fresh enough" reads when it is READY (not being rebuilt) and
 // every source feeding its table is within server.ready_max_lag_seconds. Pure functions;

@@ -1,4 +1,4 @@
-#include "daemon/app/readiness.h"
+#include "daemon/server/readiness.h"
 
 #include <limits>
 

@@ -1,0 +1,228 @@
+#include "daemon/server/read_consistency.h"
+
+#include <algorithm>
+#include <charconv>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "index_builders/item_codec.h"
+
+namespace cdcview {
+namespace {
+
+constexpr std::string_view kMagic = "cp";
+constexpr char kVersion = 1;
+
+uint32_t Fnv1a32(std::string_view data) {
+  uint32_t h = 2166136261u;
+  for (unsigned char c : data) {
+    h ^= c;
+    h *= 16777619u;
+  }
+  return h;
+}
+
+void PutString(std::string_view s, std::string* out) {
+  PutVarint(s.size(), out);
+  out->append(s);
+}
+
+bool GetString(std::string_view* in, std::string* out) {
+  uint64_t n;
+  if (!GetVarint(in, &n) || n > in->size()) return false;
+  out->assign(in->substr(0, n));
+  in->remove_prefix(n);
+  return true;
+}
+
+bool ParseUnsigned(std::string_view text, uint64_t* out) {
+  if (text.empty()) return false;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), *out);
+  return error == std::errc() && end == text.data() + text.size();
+}
+
+bool AllDigits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// Numeric order of decimal strings of any length (DynamoDB sequence numbers exceed 64 bits).
+int CompareDecimal(std::string_view a, std::string_view b) {
+  auto strip = [](std::string_view s) {
+    while (s.size() > 1 && s.front() == '0') s.remove_prefix(1);
+    return s;
+  };
+  a = strip(a);
+  b = strip(b);
+  if (a.size() != b.size()) return a.size() < b.size() ? -1 : 1;
+  return a.compare(b) < 0 ? -1 : (a == b ? 0 : 1);
+}
+
+// A DynamoDB shard position's rank: "" < TRIM_HORIZON < sequence numbers < END; -1 if none.
+int ShardRank(std::string_view p) {
+  if (p.empty()) return 0;
+  if (p == "TRIM_HORIZON") return 1;
+  if (AllDigits(p)) return 2;
+  if (p == "END") return 3;
+  return -1;
+}
+
+// The byte offset of a file position "<byte offset>:<line>".
+bool FileOffset(std::string_view p, uint64_t* offset) {
+  size_t colon = p.find(':');
+  uint64_t line;
+  return colon != std::string_view::npos && ParseUnsigned(p.substr(0, colon), offset) &&
+         ParseUnsigned(p.substr(colon + 1), &line);
+}
+
+}  // namespace
+
+std::string_view SourceKindName(SourceConfig::Kind kind) {
+  switch (kind) {
+    case SourceConfig::Kind::kFile: return "file";
+    case SourceConfig::Kind::kKafka: return "kafka";
+    case SourceConfig::Kind::kDynamoDb: return "dynamodb";
+  }
+  return "file";
+}
+
+std::string EncodePositionToken(const v1::AppliedPosition& applied) {
+  std::string t(kMagic);
+  t.push_back(kVersion);
+  PutVarint(applied.entries_size(), &t);
+  for (const auto& e : applied.entries()) {
+    PutString(e.source(), &t);
+    PutString(e.partition(), &t);
+    PutString(e.position(), &t);
+  }
+  const uint32_t check = Fnv1a32(t);
+  for (int i = 0; i < 4; ++i) t.push_back(static_cast<char>(check >> (8 * i)));
+  return t;
+}
+
+absl::StatusOr<std::vector<v1::AppliedPosition::Entry>> DecodePositionToken(std::string_view token) {
+  auto malformed = [] {
+    return absl::InvalidArgumentError(
+        "consistency.min_position is malformed; pass AppliedPosition.token from an earlier "
+        "response unchanged");
+  };
+  if (token.size() < kMagic.size() + 1 + 4 || token.substr(0, kMagic.size()) != kMagic) {
+    return absl::InvalidArgumentError(
+        "consistency.min_position is not a position token; pass AppliedPosition.token from an "
+        "earlier response (not a page token), unchanged");
+  }
+  std::string_view body = token.substr(0, token.size() - 4);
+  uint32_t check = 0;
+  for (int i = 0; i < 4; ++i) {
+    check |= uint32_t(static_cast<unsigned char>(token[body.size() + i])) << (8 * i);
+  }
+  if (check != Fnv1a32(body)) return malformed();
+  if (body[kMagic.size()] != kVersion) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "consistency.min_position has token version ", int(body[kMagic.size()]),
+        "; this server reads version ", int(kVersion),
+        ": take the token from a response of a server of this version"));
+  }
+  body.remove_prefix(kMagic.size() + 1);
+  uint64_t n;
+  if (!GetVarint(&body, &n) || n > body.size()) return malformed();
+  std::vector<v1::AppliedPosition::Entry> entries(n);
+  for (auto& e : entries) {
+    if (!GetString(&body, e.mutable_source()) || !GetString(&body, e.mutable_partition()) ||
+        !GetString(&body, e.mutable_position())) {
+      return malformed();
+    }
+  }
+  if (!body.empty()) return malformed();
+  return entries;
+}
+
+absl::StatusOr<bool> PositionReached(SourceConfig::Kind kind, std::string_view partition,
+                                     std::string_view applied, std::string_view wanted) {
+  auto bad = [&](const char* what) {
+    return absl::InvalidArgumentError(absl::StrCat("position \"", std::string(wanted),
+                                                   "\" of partition \"", std::string(partition),
+                                                   "\" is not ", what));
+  };
+  if (wanted.empty()) return true;
+  switch (kind) {
+    case SourceConfig::Kind::kKafka: {
+      uint64_t want, have;
+      if (!ParseUnsigned(wanted, &want)) return bad("a Kafka next offset");
+      return ParseUnsigned(applied, &have) && have >= want;
+    }
+    case SourceConfig::Kind::kFile: {
+      uint64_t want, have;
+      if (!FileOffset(wanted, &want)) return bad("a file position <byte offset>:<line>");
+      return FileOffset(applied, &have) && have >= want;
+    }
+    case SourceConfig::Kind::kDynamoDb: {
+      if (partition.starts_with("scan/")) return applied == wanted || applied == "DONE";
+      const int want = ShardRank(wanted), have = ShardRank(applied);
+      if (want < 0) return bad("a DynamoDB shard position (TRIM_HORIZON, a sequence number, END)");
+      if (have != want) return have > want;
+      return want != 2 || CompareDecimal(applied, wanted) >= 0;
+    }
+  }
+  return false;
+}
+
+absl::StatusOr<std::vector<PositionRequirement>> RequirementsFor(
+    const v1::ReadConsistency& consistency, const Config& config, size_t table) {
+  std::vector<PositionRequirement> out;
+  const std::string& table_name = config.tables[table].name;
+  if (!consistency.min_position().empty()) {
+    auto entries = DecodePositionToken(consistency.min_position());
+    if (!entries.ok()) return entries.status();
+    for (const auto& e : *entries) {
+      auto it = std::find_if(config.sources.begin(), config.sources.end(),
+                             [&](const SourceConfig& s) { return s.name == e.source(); });
+      if (it == config.sources.end()) {
+        std::vector<std::string> names;
+        for (const SourceConfig& s : config.sources) names.push_back(s.name);
+        return absl::InvalidArgumentError(absl::StrCat(
+            "consistency.min_position names source \"", e.source(),
+            "\", which this server does not read (sources: ", absl::StrJoin(names, ", "),
+            "); pass a token from a server with the same sources"));
+      }
+      auto reached = PositionReached(it->kind, e.partition(), "", e.position());
+      if (!reached.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("consistency.min_position: source ",
+                                                       it->name, ": ", reached.status().message()));
+      }
+      if (it->table != table_name) continue;
+      out.push_back({static_cast<size_t>(it - config.sources.begin()), e.partition(),
+                     e.position(), e.position()});
+    }
+  }
+  for (const v1::KafkaOffset& k : consistency.min_kafka_offsets()) {
+    if (k.partition() < 0 || k.offset() < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "consistency.min_kafka_offsets: topic ", k.topic(), " partition ", k.partition(),
+          " offset ", k.offset(), ": partition and offset must not be negative"));
+    }
+    bool read = false;
+    for (size_t i = 0; i < config.sources.size(); ++i) {
+      const SourceConfig& s = config.sources[i];
+      if (s.kind != SourceConfig::Kind::kKafka ||
+          std::find(s.kafka.topics.begin(), s.kafka.topics.end(), k.topic()) == s.kafka.topics.end()) {
+        continue;
+      }
+      read = true;
+      if (s.table != table_name) continue;
+      out.push_back({i, absl::StrCat(k.topic(), "/", k.partition()), std::to_string(k.offset() + 1),
+                     absl::StrCat("offset ", k.offset())});
+    }
+    if (!read) {
+      std::vector<std::string> topics;
+      for (const SourceConfig& s : config.sources) {
+        if (s.kind == SourceConfig::Kind::kKafka) topics.insert(topics.end(), s.kafka.topics.begin(), s.kafka.topics.end());
+      }
+      return absl::InvalidArgumentError(absl::StrCat(
+          "consistency.min_kafka_offsets: no source reads topic \"", k.topic(),
+          "\" (topics read: ", topics.empty() ? "none" : absl::StrJoin(topics, ", "), ")"));
+    }
+  }
+  return out;
+}
+
+}  // namespace cdcview

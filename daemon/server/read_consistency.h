@@ -1,0 +1,61 @@
+// Read consistency: position tokens, comparing positions per source kind, and the
+// requirements a ReadConsistency puts on a read (read-your-writes, freshness bounds).
+//
+// Pure functions; thread-safe. The waiting itself is ViewReader::AwaitConsistency, which
+// checks these requirements against the writer's committed positions.
+//
+// Position token (AppliedPosition.token), opaque to clients:
+//   "cp" · version (1) · varint entry count · per entry: varint-prefixed source, partition,
+//   position · FNV-1a 32 of everything before, little-endian.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "cdcview/v1/view_service.pb.h"
+#include "daemon/config/config.h"
+
+namespace cdcview {
+
+std::string EncodePositionToken(const v1::AppliedPosition& applied);
+// INVALID_ARGUMENT naming the field for a damaged token, one of another version or a page
+// token passed by mistake.
+absl::StatusOr<std::vector<v1::AppliedPosition::Entry>> DecodePositionToken(std::string_view token);
+
+// Whether a partition's stored next position `applied` is at or past `wanted`, for a source
+// of `kind`:
+//   kafka     next offsets, decimal: numeric order;
+//   file      "<byte offset>:<line>": byte offsets in numeric order;
+//   dynamodb  shard: "" < "TRIM_HORIZON" < sequence numbers (decimal strings of any length,
+//             numeric order) < "END"; scan segment ("scan/<i>"): its LastEvaluatedKeys have no
+//             order we know, so only the same key or "DONE" reach it.
+// An empty `applied` (a partition not applied yet) reaches only an empty `wanted`.
+// INVALID_ARGUMENT if `wanted` is not a position of that kind (`applied` comes from the store
+// and is trusted; one that does not parse never reaches anything).
+absl::StatusOr<bool> PositionReached(SourceConfig::Kind kind, std::string_view partition,
+                                     std::string_view applied, std::string_view wanted);
+
+// One partition a read must wait for.
+struct PositionRequirement {
+  size_t source = 0;      // index in Config::sources
+  std::string partition;
+  std::string position;   // the next position that must be stored (at least)
+  std::string wanted;     // how messages name what is awaited ("57", "offset 56")
+};
+
+// The requirements of `consistency` that concern `table` (sources of other tables do not
+// matter to its reads): min_position's entries of its sources, and min_kafka_offsets mapped
+// to the Kafka sources of the table that read the topic (partition "<topic>/<n>", applied
+// once the stored next offset is > offset). INVALID_ARGUMENT: a malformed token, a source
+// this server does not have, a position that is not one of its source's kind, a topic no
+// source reads, a negative partition or offset.
+absl::StatusOr<std::vector<PositionRequirement>> RequirementsFor(
+    const v1::ReadConsistency& consistency, const Config& config, size_t table);
+
+// "kafka", "file", "dynamodb".
+std::string_view SourceKindName(SourceConfig::Kind kind);
+
+}  // namespace cdcview

@@ -1,0 +1,165 @@
+#include "index_builders/heavy_hitters.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+
+namespace cdcview {
+
+SpaceSaving::SpaceSaving(size_t capacity) : capacity_(capacity) {
+  if (capacity_ == 0) std::abort();  // a summary with no counter cannot report anything
+  heap_.reserve(capacity_);
+  index_.reserve(capacity_ * 2);
+}
+
+void SpaceSaving::Clear() {
+  total_ = 0;
+  heap_.clear();
+  index_.clear();
+}
+
+void SpaceSaving::SiftDown(size_t i) {
+  const size_t n = heap_.size();
+  for (;;) {
+    size_t smallest = i;
+    const size_t l = 2 * i + 1, r = l + 1;
+    if (l < n && heap_[l].count < heap_[smallest].count) smallest = l;
+    if (r < n && heap_[r].count < heap_[smallest].count) smallest = r;
+    if (smallest == i) return;
+    std::swap(heap_[i], heap_[smallest]);
+    index_[heap_[i].key] = i;
+    index_[heap_[smallest].key] = smallest;
+    i = smallest;
+  }
+}
+
+void SpaceSaving::Add(std::string_view key, uint64_t count) {
+  total_ += count;
+  if (auto it = index_.find(key); it != index_.end()) {
+    heap_[it->second].count += count;
+    SiftDown(it->second);  // counts only grow: the node can only move down a min-heap
+    return;
+  }
+  std::string k(key);
+  if (heap_.size() < capacity_) {
+    // Appended with the largest possible position; sifting up keeps the min-heap.
+    heap_.push_back({k, count, 0});
+    size_t i = heap_.size() - 1;
+    index_[k] = i;
+    while (i > 0) {
+      size_t parent = (i - 1) / 2;
+      if (heap_[parent].count <= heap_[i].count) break;
+      std::swap(heap_[i], heap_[parent]);
+      index_[heap_[i].key] = i;
+      index_[heap_[parent].key] = parent;
+      i = parent;
+    }
+    return;
+  }
+  // The new key takes over the smallest counter: it may have been that key's all along.
+  HeavyHitter& root = heap_[0];
+  index_.erase(root.key);
+  root.error = root.count;
+  root.count += count;
+  root.key = std::move(k);
+  index_[root.key] = 0;
+  SiftDown(0);
+}
+
+std::vector<HeavyHitter> SpaceSaving::Top(size_t limit) const {
+  std::vector<HeavyHitter> out = heap_;
+  std::sort(out.begin(), out.end(), [](const HeavyHitter& a, const HeavyHitter& b) {
+    return a.count != b.count ? a.count > b.count : a.key < b.key;
+  });
+  if (out.size() > limit) out.resize(limit);
+  return out;
+}
+
+const HeavyHitter* SpaceSaving::Find(std::string_view key) const {
+  auto it = index_.find(key);
+  return it == index_.end() ? nullptr : &heap_[it->second];
+}
+
+uint64_t SpaceSaving::MinCount() const {
+  return heap_.size() < capacity_ || heap_.empty() ? 0 : heap_[0].count;
+}
+
+WindowedHeavyHitters::WindowedHeavyHitters(size_t capacity, int64_t window_ms)
+    : window_ms_(window_ms), current_(capacity), previous_(capacity) {
+  if (window_ms_ <= 0) std::abort();
+}
+
+void WindowedHeavyHitters::Advance(int64_t now_ms) {
+  const int64_t start = now_ms - now_ms % window_ms_;  // windows are aligned to the epoch
+  if (current_start_ < 0) {
+    current_start_ = start;
+    first_ms_ = now_ms;
+    return;
+  }
+  if (start <= current_start_) return;  // still the current window (or a clock step back)
+  if (start == current_start_ + window_ms_) {
+    std::swap(previous_, current_);
+    has_previous_ = true;
+  } else {
+    previous_.Clear();  // idle for more than a window: nothing recent is left
+    has_previous_ = false;
+  }
+  current_.Clear();
+  current_start_ = start;
+}
+
+void WindowedHeavyHitters::Add(std::string_view key, uint64_t count, int64_t now_ms) {
+  Advance(now_ms);
+  current_.Add(key, count);
+}
+
+HeavyHittersReport WindowedHeavyHitters::Report(size_t limit, int64_t now_ms) const {
+  HeavyHittersReport report;
+  if (current_start_ < 0) return report;
+  const int64_t start = now_ms - now_ms % window_ms_;
+  // As of now_ms, which of the stored summaries are still the current and previous windows.
+  const SpaceSaving* cur = nullptr;
+  const SpaceSaving* prev = nullptr;
+  int64_t covered_from = start;
+  if (start <= current_start_) {
+    cur = &current_;
+    if (has_previous_) {
+      prev = &previous_;
+      covered_from = current_start_ - window_ms_;
+    } else {
+      covered_from = current_start_;
+    }
+  } else if (start == current_start_ + window_ms_) {
+    prev = &current_;  // the current window ended; nothing written in the new one yet
+    covered_from = current_start_;
+  }
+  covered_from = std::max(covered_from, first_ms_);
+  report.span_seconds = std::max<int64_t>(now_ms - covered_from, 1000) / 1000.0;
+
+  std::map<std::string, HeavyHitter> merged;
+  auto merge = [&](const SpaceSaving* a, const SpaceSaving* b) {
+    if (a == nullptr) return;
+    for (const HeavyHitter& h : a->Top(a->capacity())) {
+      auto [it, inserted] = merged.try_emplace(h.key, h);
+      if (!inserted) {
+        it->second.count += h.count;
+        it->second.error += h.error;
+      } else if (b != nullptr && b->Find(h.key) == nullptr) {
+        // What `b` may have held for this key without a counter there.
+        it->second.count += b->MinCount();
+        it->second.error += b->MinCount();
+      }
+    }
+  };
+  merge(cur, prev);
+  merge(prev, cur);
+  for (auto& [key, h] : merged) report.keys.push_back(std::move(h));
+  std::sort(report.keys.begin(), report.keys.end(), [](const HeavyHitter& a, const HeavyHitter& b) {
+    return a.count != b.count ? a.count > b.count : a.key < b.key;
+  });
+  if (report.keys.size() > limit) report.keys.resize(limit);
+  report.total = (cur ? cur->total() : 0) + (prev ? prev->total() : 0);
+  return report;
+}
+
+}  // namespace cdcview

@@ -1,0 +1,93 @@
+// Heavy hitters: the most frequent keys of a stream in bounded memory.
+//
+// SpaceSaving is Metwally, Agrawal and El Abbadi's Space-Saving summary: at most `capacity`
+// counters; a key without a counter takes over the smallest one (count = that count + 1,
+// error = that count). Every key's true count lies in [count - error, count], and any key
+// whose true count exceeds total / capacity is guaranteed to hold a counter. The counters are
+// an indexed min-heap, so an update is a hash lookup plus O(log capacity) swaps.
+//
+// WindowedHeavyHitters keeps two SpaceSaving summaries for alternating windows of a fixed
+// length: the current one receives updates; when it is over it becomes the previous one and
+// the older is dropped. A report merges both, so it covers between one and two windows of the
+// most recent writes (less right after start). Time is passed in (milliseconds, any epoch),
+// never read from a clock: this is part of the pure core.
+//
+// Not thread-safe: the owner serialises access (the writer updates, readers copy a report
+// under the owner's lock).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace cdcview {
+
+struct HeavyHitter {
+  std::string key;
+  uint64_t count = 0;  // an overestimate: the true count is in [count - error, count]
+  uint64_t error = 0;
+};
+
+class SpaceSaving {
+ public:
+  explicit SpaceSaving(size_t capacity);
+
+  void Add(std::string_view key, uint64_t count = 1);
+  // The `limit` largest counters, by count descending then key ascending.
+  std::vector<HeavyHitter> Top(size_t limit) const;
+  // The counter of `key`, or nullptr if it has none (its true count is then <= MinCount()).
+  const HeavyHitter* Find(std::string_view key) const;
+  // The smallest count held once every counter is in use, 0 before.
+  uint64_t MinCount() const;
+  uint64_t total() const { return total_; }
+  size_t capacity() const { return capacity_; }
+  size_t size() const { return heap_.size(); }
+  void Clear();
+
+ private:
+  void SiftDown(size_t i);
+
+  size_t capacity_;
+  uint64_t total_ = 0;
+  std::vector<HeavyHitter> heap_;                 // min-heap by count
+  struct Hash {
+    using is_transparent = void;  // find(string_view) without building a string
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, size_t, Hash, std::equal_to<>> index_;  // key -> heap_ slot
+};
+
+struct HeavyHittersReport {
+  std::vector<HeavyHitter> keys;  // merged over both windows, count descending
+  uint64_t total = 0;             // every write in the covered span
+  double span_seconds = 0;        // how much time the report covers
+};
+
+class WindowedHeavyHitters {
+ public:
+  WindowedHeavyHitters(size_t capacity, int64_t window_ms);
+
+  void Add(std::string_view key, uint64_t count, int64_t now_ms);
+  // The `limit` heaviest keys over the previous and the current window as of `now_ms`. A key
+  // one window misses counts that window's MinCount() (the most it can have had there), added
+  // to both its count and its error, so count stays an overestimate and count - error an
+  // underestimate.
+  HeavyHittersReport Report(size_t limit, int64_t now_ms) const;
+  int64_t window_ms() const { return window_ms_; }
+
+ private:
+  // Moves the windows forward so that `now_ms` falls in the current one.
+  void Advance(int64_t now_ms);
+
+  int64_t window_ms_;
+  int64_t current_start_ = -1;  // -1 until the first Add
+  int64_t first_ms_ = -1;       // the first Add: reports never cover time before it
+  SpaceSaving current_;
+  SpaceSaving previous_;
+  bool has_previous_ = false;
+};
+
+}  // namespace cdcview

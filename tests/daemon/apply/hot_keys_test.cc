@@ -1,0 +1,81 @@
+#include "daemon/apply/hot_keys.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "daemon/config/config.h"
+#include "gtest/gtest.h"
+#include "index_builders/key_codec.h"
+#include "tests/fakes/records.h"
+
+namespace cdcview {
+namespace {
+
+using test::B;
+using test::N;
+using test::S;
+
+std::string Enc(const AttributeValue& v) {
+  std::string out;
+  EncodeKeyComponent(v, &out);
+  return out;
+}
+
+TEST(FirstKeyComponentSizeTest, FindsTheEndOfEveryKeyType) {
+  for (const AttributeValue& first :
+       {S("DAY#1"), S(std::string("a\0b", 3)), S(""), B(std::string("\0\xFF", 2)), N("0"),
+        N("-12.5"), N("123456789012345678901234567890")}) {
+    const std::string key = Enc(first) + Enc(S("rest")) + Enc(N("7"));
+    EXPECT_EQ(FirstKeyComponentSize(key), Enc(first).size()) << test::Describe(first);
+  }
+  EXPECT_EQ(FirstKeyComponentSize(""), 0u);
+  EXPECT_EQ(FirstKeyComponentSize(std::string("\x03" "abc", 4)), 0u);  // no terminator
+}
+
+constexpr char kConfigYaml[] = R"(
+sources:
+  - { name: s, table: T, file: { path: x } }
+tables:
+  - name: T
+    key: { partition: PK }
+    views:
+      - { name: V1, partition_key: { attribute: a, type: S } }
+      - { name: V2, partition_key: { attribute: b, type: N } }
+)";
+
+TEST(HotKeyTrackerTest, CountsEachViewsPartitionKeysAndTheTablesKeys) {
+  auto config = ParseConfig(kConfigYaml, "t.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  Catalog catalog(*config, 511);
+  HotKeyTracker tracker(catalog);
+  using Op = IndexMutation::Op;
+  std::vector<IndexMutation> mutations = {
+      {Op::kPut, 0, Enc(S("x")) + Enc(S("pk1")), "v"},
+      {Op::kDelete, 0, Enc(S("x")) + Enc(S("pk2")), ""},
+      {Op::kPut, 0, Enc(S("y")) + Enc(S("pk3")), "v"},
+      {Op::kPut, 1, Enc(N("5")) + Enc(S("pk1")), "v"},
+  };
+  std::vector<std::pair<size_t, std::string>> table_keys = {
+      {0, Enc(S("pk1"))}, {0, Enc(S("pk2"))}, {0, Enc(S("pk1"))}};
+  tracker.RecordBatch(mutations, table_keys, 1000);
+
+  HeavyHittersReport v1 = tracker.ViewReport(0, 10, 3000);
+  ASSERT_EQ(v1.keys.size(), 2u);
+  EXPECT_EQ(v1.keys[0].key, Enc(S("x")));  // a put and a delete
+  EXPECT_EQ(v1.keys[0].count, 2u);
+  EXPECT_EQ(v1.keys[1].key, Enc(S("y")));
+  EXPECT_EQ(v1.total, 3u);
+  EXPECT_DOUBLE_EQ(v1.span_seconds, 2.0);
+  HeavyHittersReport v2 = tracker.ViewReport(1, 10, 3000);
+  ASSERT_EQ(v2.keys.size(), 1u);
+  EXPECT_EQ(v2.keys[0].key, Enc(N("5")));
+  HeavyHittersReport t = tracker.TableReport(0, 1, 3000);
+  ASSERT_EQ(t.keys.size(), 1u);
+  EXPECT_EQ(t.keys[0].key, Enc(S("pk1")));
+  EXPECT_EQ(t.keys[0].count, 2u);
+  EXPECT_EQ(t.total, 3u);
+}
+
+}  // namespace
+}  // namespace cdcview

@@ -1,0 +1,132 @@
+#include "index_builders/heavy_hitters.h"
+
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace cdcview {
+namespace {
+
+using Row = std::tuple<std::string, uint64_t, uint64_t>;  // key, count, error
+
+std::vector<Row> Rows(const std::vector<HeavyHitter>& hs) {
+  std::vector<Row> out;
+  for (const HeavyHitter& h : hs) out.emplace_back(h.key, h.count, h.error);
+  return out;
+}
+
+TEST(SpaceSavingTest, NewKeyTakesOverTheSmallestCounterAndInheritsItsCountAsError) {
+  SpaceSaving s(3);
+  for (const char* k : {"a", "a", "a", "b", "b", "c"}) s.Add(k);
+  EXPECT_EQ(s.MinCount(), 1u);
+  s.Add("d");  // replaces c (1): d counts 2 with error 1
+  EXPECT_EQ(Rows(s.Top(10)), (std::vector<Row>{{"a", 3, 0}, {"b", 2, 0}, {"d", 2, 1}}));
+  EXPECT_EQ(s.Find("c"), nullptr);
+  EXPECT_EQ(s.MinCount(), 2u);
+  EXPECT_EQ(s.total(), 7u);
+  EXPECT_EQ(Rows(s.Top(1)), (std::vector<Row>{{"a", 3, 0}}));
+}
+
+TEST(SpaceSavingTest, WeightedAddsAndMinCountBeforeFull) {
+  SpaceSaving s(4);
+  s.Add("x", 5);
+  s.Add("y", 2);
+  EXPECT_EQ(s.MinCount(), 0u);  // free counters: an absent key had no write at all
+  s.Add("y", 4);
+  EXPECT_EQ(Rows(s.Top(10)), (std::vector<Row>{{"y", 6, 0}, {"x", 5, 0}}));
+  s.Clear();
+  EXPECT_EQ(s.total(), 0u);
+  EXPECT_TRUE(s.Top(10).empty());
+}
+
+// The guarantees, checked against exact counts on a skewed stream: every reported count is
+// an overestimate by at most its error; every key above total/capacity is reported; errors
+// never exceed total/capacity.
+TEST(SpaceSavingTest, ErrorBoundHoldsOnASkewedStream) {
+  std::mt19937 rng(42);
+  std::geometric_distribution<int> dist(0.3);
+  constexpr size_t kCapacity = 16;
+  SpaceSaving s(kCapacity);
+  std::map<std::string, uint64_t> exact;
+  for (int i = 0; i < 20000; ++i) {
+    std::string key = "k" + std::to_string(dist(rng));
+    ++exact[key];
+    s.Add(key);
+  }
+  ASSERT_EQ(s.total(), 20000u);
+  std::vector<HeavyHitter> top = s.Top(kCapacity);
+  ASSERT_EQ(top.size(), kCapacity);
+  std::map<std::string, const HeavyHitter*> reported;
+  for (const HeavyHitter& h : top) {
+    reported[h.key] = &h;
+    EXPECT_LE(h.count - h.error, exact[h.key]) << h.key;
+    EXPECT_GE(h.count, exact[h.key]) << h.key;
+    EXPECT_LE(h.error, s.total() / kCapacity) << h.key;
+  }
+  size_t heavy = 0;
+  for (const auto& [key, count] : exact) {
+    if (count > s.total() / kCapacity) {
+      ++heavy;
+      EXPECT_TRUE(reported.count(key)) << key << " (" << count << " writes) is missing";
+    }
+  }
+  EXPECT_GE(heavy, 5u);  // the stream is skewed enough for the check above to mean something
+  EXPECT_EQ(top[0].key, "k0");
+}
+
+TEST(WindowedHeavyHittersTest, TwoAlternatingWindowsOfAMinute) {
+  WindowedHeavyHitters w(4, 60000);
+  w.Add("a", 10, 1000);
+  w.Add("b", 5, 1000);
+  HeavyHittersReport r = w.Report(10, 31000);
+  EXPECT_EQ(Rows(r.keys), (std::vector<Row>{{"a", 10, 0}, {"b", 5, 0}}));
+  EXPECT_EQ(r.total, 15u);
+  EXPECT_DOUBLE_EQ(r.span_seconds, 30.0);  // since the first write
+
+  w.Add("a", 2, 61000);  // the second window
+  w.Add("c", 4, 61000);
+  r = w.Report(10, 91000);
+  EXPECT_EQ(Rows(r.keys), (std::vector<Row>{{"a", 12, 0}, {"b", 5, 0}, {"c", 4, 0}}));
+  EXPECT_EQ(r.total, 21u);
+  EXPECT_DOUBLE_EQ(r.span_seconds, 90.0);
+  EXPECT_EQ(Rows(w.Report(1, 91000).keys), (std::vector<Row>{{"a", 12, 0}}));
+
+  // Third window, nothing written yet: the first window is gone, the second is the previous.
+  r = w.Report(10, 125000);
+  EXPECT_EQ(Rows(r.keys), (std::vector<Row>{{"c", 4, 0}, {"a", 2, 0}}));
+  EXPECT_EQ(r.total, 6u);
+  EXPECT_DOUBLE_EQ(r.span_seconds, 65.0);
+
+  // Idle for more than a window: nothing recent.
+  r = w.Report(10, 200000);
+  EXPECT_TRUE(r.keys.empty());
+  EXPECT_EQ(r.total, 0u);
+  EXPECT_DOUBLE_EQ(r.span_seconds, 20.0);
+  w.Add("d", 1, 200000);
+  EXPECT_EQ(Rows(w.Report(10, 200500).keys), (std::vector<Row>{{"d", 1, 0}}));
+  EXPECT_DOUBLE_EQ(w.Report(10, 200500).span_seconds, 20.5);
+}
+
+TEST(WindowedHeavyHittersTest, AKeyMissingInOneWindowCountsThatWindowsMinimumAsError) {
+  WindowedHeavyHitters w(2, 60000);
+  w.Add("a", 5, 0);
+  w.Add("b", 3, 0);  // first window full: min 3
+  w.Add("a", 1, 60000);
+  w.Add("c", 1, 60000);  // second window full: min 1
+  HeavyHittersReport r = w.Report(10, 90000);
+  EXPECT_EQ(Rows(r.keys), (std::vector<Row>{{"a", 6, 0}, {"b", 4, 1}, {"c", 4, 3}}));
+  EXPECT_EQ(r.total, 10u);
+}
+
+TEST(WindowedHeavyHittersTest, ReportRightAfterTheFirstWriteCoversAtLeastOneSecond) {
+  WindowedHeavyHitters w(2, 60000);
+  EXPECT_TRUE(w.Report(10, 5).keys.empty());
+  w.Add("a", 3, 10);
+  EXPECT_DOUBLE_EQ(w.Report(10, 10).span_seconds, 1.0);
+}
+
+}  // namespace
+}  // namespace cdcview

@@ -1,0 +1,210 @@
+"""Read consistency and hot keys through the real daemon over gRPC.
+
+Read-your-writes across replicas with a file source: a client's write shows up in one daemon;
+the AppliedPosition.token of that answer, passed as min_position to a second daemon that
+follows a copy of the same stream, makes it wait until it applied that far, so the write is
+in its answer too. A daemon whose stream stops short answers DEADLINE_EXCEEDED naming what it
+still waits for. Then max_staleness_seconds, GetHotKeys and `cdcview advise`.
+"""
+
+import json
+import re
+import threading
+import time
+
+import grpc
+import pytest
+
+from conftest import expected_position, metric, run_cli, wait_for
+from kafka_fixture import kafka  # noqa: F401 (fixture)
+
+
+def record(n, pk, day, created=None):
+    """One DynamoDB Streams INSERT of PK=pk in partition `day` of view ByDay."""
+    return json.dumps({
+        "eventID": f"e{n}", "eventName": "INSERT",
+        "dynamodb": {
+            "ApproximateCreationDateTime": created if created is not None else time.time(),
+            "Keys": {"PK": {"S": pk}},
+            "NewImage": {"PK": {"S": pk}, "day": {"S": day}},
+            "SequenceNumber": str(1000 + n),
+        },
+    }) + "\n"
+
+
+def config(path):
+    return {
+        "sources": [{"name": "app", "table": "App", "file": {"path": path, "follow": True}}],
+        "tables": [{
+            "name": "App",
+            "key": {"partition": "PK"},
+            "views": [{"name": "ByDay", "partition_key": {"attribute": "day", "type": "S"}}],
+        }],
+    }
+
+
+def query(d, pb, day, timeout=10, **consistency):
+    req = pb.vs.QueryRequest(view="ByDay", partition_key=pb.av.AttributeValue(s=day),
+                             consistency=pb.vs.ReadConsistency(**consistency))
+    return d.stub.Query(req, timeout=timeout)
+
+
+def pks(response):
+    return sorted(e.item.attributes["PK"].s for e in response.entries)
+
+
+def test_read_your_writes_across_replicas(daemon_factory, pb, tmp_path):
+    stream_a, stream_b = str(tmp_path / "a.ndjson"), str(tmp_path / "b.ndjson")
+    first = "".join(record(n, f"I{n}", "D1") for n in range(3))
+    for path in (stream_a, stream_b):
+        with open(path, "w") as f:
+            f.write(first)
+    a = daemon_factory(config(stream_a), name="a").start()
+    wait_for("a to apply the first records",
+             lambda: a.positions("app").get("") == expected_position(stream_a))
+
+    # The client writes, then reads its write from a.
+    mine = record(3, "mine", "D1")  # the same bytes go to b's copy
+    with open(stream_a, "a") as f:
+        f.write(mine)
+    seen = wait_for("a to show the client's write", lambda: (
+        r := query(a, pb, "D1")) and "mine" in pks(r) and r)
+    token = seen.applied.token
+    assert [(e.source, e.partition) for e in seen.applied.entries] == [("app", "")]
+
+    # b starts behind (it follows its own copy, which gets the write a little later): with
+    # the token it waits for the write instead of answering without it.
+    b = daemon_factory(config(stream_b), name="b").start()
+    start = time.monotonic()
+
+    def append_later():
+        time.sleep(0.5)
+        with open(stream_b, "a") as f:
+            f.write(mine)
+
+    writer = threading.Thread(target=append_later)
+    writer.start()
+    r = query(b, pb, "D1", timeout=20, min_position=token)
+    writer.join()
+    assert pks(r) == ["I0", "I1", "I2", "mine"]
+    assert time.monotonic() - start >= 0.5
+    assert r.applied.entries[0].position == seen.applied.entries[0].position
+
+    # A token b cannot reach before the deadline: a moved on, b's copy did not.
+    with open(stream_a, "a") as f:
+        f.write(record(4, "later", "D2"))
+    ahead = wait_for("a to apply the later write", lambda: (
+        r := query(a, pb, "D2")) and len(r.entries) == 1 and r)
+    b_at = b.positions("app")[""]
+    start = time.monotonic()
+    with pytest.raises(grpc.RpcError) as err:
+        query(b, pb, "D2", timeout=1.0, min_position=ahead.applied.token)
+    assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED  # the client's deadline
+    assert time.monotonic() - start >= 1.0
+    # Without a deadline the server waits its cap (10 s), then says what it waited for.
+    with pytest.raises(grpc.RpcError) as err:
+        query(b, pb, "D2", timeout=None, min_position=ahead.applied.token)
+    assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert err.value.details() == (
+        f"view ByDay: min_position not applied before the deadline (the request had none; the "
+        f"server waits at most 10 s): source app: applied up to {b_at}, waiting for "
+        f"{ahead.applied.entries[0].position}")
+    with pytest.raises(grpc.RpcError) as err:
+        query(b, pb, "D2", min_position=b"garbage")
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.value.details() == (
+        "consistency.min_position is not a position token; pass AppliedPosition.token from an "
+        "earlier response (not a page token), unchanged")
+    b.stop()
+    a.stop()
+
+
+def test_max_staleness_and_hot_keys(daemon_factory, pb, tmp_path):
+    stream = str(tmp_path / "s.ndjson")
+    old = time.time() - 3600
+    with open(stream, "w") as f:
+        f.write(record(0, "old", "D0", created=old))
+    d = daemon_factory(config(stream)).start()
+    wait_for("the old record", lambda: d.source("app").events_applied == 1)
+    # A following file source is "caught_up" at the file's end: it is not behind, whatever
+    # the age of the last event it applied.
+    wait_for("caught_up", lambda: d.source("app").state == "caught_up")
+    assert pks(query(d, pb, "D0", max_staleness_seconds=5)) == ["old"]
+
+    with open(stream, "a") as f:
+        for n in range(1, 41):
+            day = "HOT" if n % 4 else f"D{n}"  # 30 writes to HOT, 10 to D4..D40
+            f.write(record(n, f"I{n}", day))
+    wait_for("41 events", lambda: d.source("app").events_applied == 41)
+    hot = d.stub.GetHotKeys(pb.vs.GetHotKeysRequest(view="ByDay", limit=2), timeout=10)
+    assert [k.key.s for k in hot.keys] == ["HOT", "D0"]  # ties in key order
+    top = hot.keys[0]
+    assert top.share == pytest.approx(30 / 41)
+    assert top.error_bound == 0
+    assert top.writes_per_second == pytest.approx(30 / hot.window_seconds)
+    assert hot.total_writes_per_second == pytest.approx(41 / hot.window_seconds)
+    assert hot.shard_count == 0 and len(hot.logical_keys) == 0
+    table = d.stub.GetHotKeys(pb.vs.GetHotKeysRequest(table="App"), timeout=10)
+    assert len(table.keys) == 10 and all(k.share == pytest.approx(1 / 41) for k in table.keys)
+    with pytest.raises(grpc.RpcError) as err:
+        d.stub.GetHotKeys(pb.vs.GetHotKeysRequest(view="Nope"), timeout=10)
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+    assert err.value.details() == 'view "Nope" does not exist (views: ByDay)'
+
+    # The readiness ticker publishes the top key's share once a second.
+    wait_for("cdcview_view_hot_key_share_ratio",
+             lambda: metric(d.metrics(), "cdcview_view_hot_key_share_ratio",
+                            view="ByDay") == pytest.approx(30 / 41))
+
+    code, out, err_text = run_cli("advise", "--view", "ByDay", "--target-writes-per-shard",
+                                  "0.01", addr=d.addr)
+    assert code == 0, err_text
+    lines = out.splitlines()
+    assert re.fullmatch(r"view ByDay: \d+\.\d entry writes/s over the last \d+\.\d s", lines[0])
+    assert re.fullmatch(
+        r'  shard "HOT": \d+\.\d writes/s, 73\.2% of the view\'s writes, sketch error <= 0 '
+        r'writes in \d+\.\d s; over 0\.01 writes/s per partition: shards: \{ count: \d+, '
+        r'suffix: "#\{shard\}" \}', lines[1]), lines[1]
+    d.stop()
+
+
+def test_min_kafka_offsets_with_a_real_broker(daemon_factory, pb, kafka):  # noqa: F811
+    """A producer's delivery report names (topic, partition, offset): reading with it as
+    min_kafka_offsets returns the write, however far behind the consumer was."""
+    from confluent_kafka import Producer
+
+    topic = kafka.topic("consistency", partitions=2)
+    cfg = config("unused")
+    cfg["sources"] = [{"name": "orders", "table": "App", "kafka": {
+        "brokers": kafka.bootstrap, "topics": [topic], "group": f"g-{topic}",
+        "format": "dynamodb-json",
+        "properties": {"heartbeat.interval.ms": "300", "session.timeout.ms": "6000"}}}]
+    d = daemon_factory(cfg).start()
+    producer = Producer({"bootstrap.servers": kafka.bootstrap, "acks": "all"})
+    reports = []
+    for n in range(20):
+        producer.produce(topic, key=f"I{n}".encode(), value=record(n, f"I{n}", "K").encode(),
+                         partition=n % 2,
+                         on_delivery=lambda err, msg: reports.append((err, msg.partition(),
+                                                                      msg.offset())))
+    assert producer.flush(30) == 0
+    assert [e for e, _, _ in reports] == [None] * 20
+    last = {p: max(o for _, q, o in reports if q == p) for p in (0, 1)}
+    offsets = [pb.vs.KafkaOffset(topic=topic, partition=p, offset=o) for p, o in last.items()]
+    r = query(d, pb, "K", timeout=60, min_kafka_offsets=offsets)
+    assert pks(r) == sorted(f"I{n}" for n in range(20))
+    applied = {e.partition: int(e.position) for e in r.applied.entries}
+    assert applied == {f"{topic}/0": last[0] + 1, f"{topic}/1": last[1] + 1}
+
+    with pytest.raises(grpc.RpcError) as err:
+        query(d, pb, "K", min_kafka_offsets=[pb.vs.KafkaOffset(topic="nope", partition=0,
+                                                               offset=1)])
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.value.details() == (
+        f'consistency.min_kafka_offsets: no source reads topic "nope" (topics read: {topic})')
+    with pytest.raises(grpc.RpcError) as err:
+        query(d, pb, "K", timeout=1.0, min_kafka_offsets=[
+            pb.vs.KafkaOffset(topic=topic, partition=0, offset=last[0] + 5)])
+    assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    del producer  # before the session's broker stops: no client left reconnecting
+    d.stop()
