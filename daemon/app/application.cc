@@ -54,6 +54,9 @@ absl::Status Application::Init() {
   for (const std::string& v : store_->dropped_views()) {
     LogInfo(absl::StrCat("view ", v, " is no longer configured: dropped its database"));
   }
+  for (const std::string& a : store_->dropped_aggregates()) {
+    LogInfo(absl::StrCat("aggregate ", a, " is no longer configured: dropped its databases"));
+  }
 
   auto metrics = MetricsRegistry::Start(config_.server.metrics);
   if (!metrics.ok()) return InPhase("starting metrics", metrics.status());
