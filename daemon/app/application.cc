@@ -64,7 +64,7 @@ absl::Status Application::Init() {
   apply_probe_ = std::make_unique<ApplyProbe>(*metrics_, config_);
   query_probe_ = std::make_unique<QueryProbe>(
       *metrics_, std::vector<std::string>{"Query", "Scan", "GetItem", "ListViews", "DescribeView",
-                                          "GetStatus"});
+                                          "GetStatus", "GetAggregate", "ListAggregates"});
 
   catalog_ = std::make_unique<Catalog>(config_, store_->max_key_size());
   std::vector<DeadLetterSink*> dead_letters;

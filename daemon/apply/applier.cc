@@ -70,6 +70,7 @@ Applier::Applier(const Catalog& catalog, Store* store, ApplyProbe* probe,
     aggregate_progress_.push_back(std::make_unique<std::atomic<double>>(1.0));
   }
   aggregate_build_cursors_.resize(catalog.aggregates().size());
+  stats_.aggregates.resize(catalog.aggregates().size());
 }
 
 void Applier::SetViewState(size_t global_view, ViewState state, double progress) {
@@ -136,6 +137,9 @@ void Applier::PublishSizes() {
     stats_.views[view.global].items = (*txn)->Entries(dbi);
     stats_.views[view.global].bytes = (*txn)->Bytes(dbi);
   }
+  for (const AggregateRef& aggregate : catalog_.aggregates()) {
+    stats_.aggregates[aggregate.global].groups = (*txn)->Entries(aggregate_dbs_[aggregate.global].groups);
+  }
   txn->reset();
   stats_.map_used_bytes = store_->map_used_bytes();
   stats_.map_size_bytes = store_->map_size();
@@ -152,6 +156,7 @@ absl::Status Applier::RebuildViews(const std::atomic<bool>* stop) {
   for (const AggregateRef& aggregate : catalog_.aggregates()) {
     if (GetAggregateState(aggregate.global) == ViewState::kReady) continue;
     if (absl::Status s = RebuildAggregate(aggregate, stop); !s.ok()) return s;
+    rebuilt = true;
   }
   if (rebuilt) PublishSizes();
   return absl::OkStatus();
@@ -432,6 +437,7 @@ absl::Status Applier::ApplyAggregateDeltas(WriteTxn* txn, size_t table, std::str
         !s.ok()) {
       return s;
     }
+    ++stats_.aggregates[global].updates;
   }
   return absl::OkStatus();
 }
@@ -532,6 +538,9 @@ absl::Status Applier::TryBatch(std::vector<SourceRecord>* batch, WriteTxn* txn,
     MDB_dbi dbi = store_->view(view.spec->name);
     stats_.views[view.global].items = txn->Entries(dbi);
     stats_.views[view.global].bytes = txn->Bytes(dbi);
+  }
+  for (const AggregateRef& aggregate : catalog_.aggregates()) {
+    stats_.aggregates[aggregate.global].groups = txn->Entries(aggregate_dbs_[aggregate.global].groups);
   }
   return absl::OkStatus();
 }

@@ -45,6 +45,7 @@ std::string MetricsRegistry::Render() const {
 void BatchStats::Clear() {
   for (Source& s : sources) s = Source{};
   for (View& v : views) v = View{};
+  for (Aggregate& a : aggregates) a = Aggregate{};
   lag_seconds.clear();
   events = 0;
 }
@@ -97,6 +98,22 @@ ApplyProbe::ApplyProbe(MetricsRegistry& metrics, const Config& config)
                                    &items.Add({{"view", v.name}}), &bytes.Add({{"view", v.name}}),
                                    &progress.Add({{"view", v.name}})});
       views_.back().build_progress->Set(1);
+    }
+  }
+  auto& aggregate_updates = BuildCounter()
+                                .Name("cdcview_aggregate_updates_total")
+                                .Help("Aggregate group states written: a member added or retracted "
+                                      "(an update moving an item between groups counts two).")
+                                .Register(registry_);
+  auto& aggregate_groups = BuildGauge()
+                               .Name("cdcview_aggregate_groups")
+                               .Help("Groups of each aggregate (each shard of a write-sharded "
+                                     "group counts as one).")
+                               .Register(registry_);
+  for (const TableSpec& t : config.tables) {
+    for (const AggregateSpec& a : t.aggregates) {
+      aggregates_.push_back(AggregateMetrics{&aggregate_updates.Add({{"aggregate", a.name}}),
+                                             &aggregate_groups.Add({{"aggregate", a.name}})});
     }
   }
   replication_lag_ = &BuildHistogram()
@@ -164,6 +181,11 @@ void ApplyProbe::RecordBatch(const BatchStats& stats, int64_t now_ms) {
     if (v.deletes) views_[i].deletes->Increment(static_cast<double>(v.deletes));
     views_[i].items->Set(static_cast<double>(v.items));
     views_[i].bytes->Set(static_cast<double>(v.bytes));
+  }
+  for (size_t i = 0; i < stats.aggregates.size() && i < aggregates_.size(); ++i) {
+    const BatchStats::Aggregate& a = stats.aggregates[i];
+    if (a.updates) aggregates_[i].updates->Increment(static_cast<double>(a.updates));
+    aggregates_[i].groups->Set(static_cast<double>(a.groups));
   }
   if (!stats.lag_seconds.empty()) {
     std::vector<double> buckets(lag_bounds_.size() + 1, 0.0);

@@ -9,7 +9,7 @@ import pytest
 
 import reference as ref
 import streams
-from conftest import to_typed, wait_for
+from conftest import metric, to_typed, wait_for
 
 COUNTER_SHARDS = 8
 
@@ -106,6 +106,12 @@ def test_sharded_counters_and_random_stream_equal_reference(daemon_factory, pb, 
              "max(count)": str(max(v for _, v in shards))},
             [(f"{counter}#{shard}", 1, {"count": "1", "sum(count)": str(v), "max(count)": str(v)})
              for shard, v in shards])
+    m = d.metrics()
+    assert metric(m, "cdcview_aggregate_groups", aggregate="Counters") == 2 * COUNTER_SHARDS
+    # Each counter record: an INSERT adds (1 update), a MODIFY retracts and adds (2).
+    inserts = 2 * COUNTER_SHARDS
+    assert metric(m, "cdcview_aggregate_updates_total", aggregate="Counters") == \
+        inserts + 2 * (400 - inserts)
     d.stop()
 
 
