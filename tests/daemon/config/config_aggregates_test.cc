@@ -1,4 +1,5 @@
 // Aggregates in the config: parsing, and the exact FILE:LINE: FIELD: problem messages.
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,21 @@ TEST(ConfigAggregatesTest, ParsesEveryForm) {
   EXPECT_EQ(Describe(aggregates[1]),
             "votes on T group template {GSI1PK} strip \"#{shard}\" filter [] measures [count]");
   EXPECT_EQ(Describe(aggregates[2]), "by_size on T group size:N strip \"\" filter [] measures [sum(n)]");
+}
+
+TEST(ConfigAggregatesTest, TheExampleAggregatesExactly) {
+  std::string path = "examples/cdcview.yaml";
+  if (const char* dir = std::getenv("CDCVIEW_SOURCE_DIR")) path = std::string(dir) + "/" + path;
+  absl::StatusOr<Config> config = LoadConfig(path);
+  ASSERT_TRUE(config.ok()) << config.status();
+  std::vector<std::string> described;
+  for (const AggregateSpec& a : config->tables[0].aggregates) described.push_back(Describe(a));
+  EXPECT_EQ(described,
+            (std::vector<std::string>{
+                "VotesPerDay on App group template {GSI1PK} strip \"#{shard}\" filter [GSI1PK] "
+                "measures [count]",
+                "OrderTotals on App group status:S strip \"\" filter [type] measures "
+                "[count,sum(total),min(total),max(total),avg(total)]"}));
 }
 
 TEST(ConfigAggregatesTest, RoundTripsThroughYaml) {
