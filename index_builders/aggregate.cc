@@ -108,6 +108,10 @@ void ApplyContribution(const AggregateContribution& c, bool retract, AggregateSt
   }
 }
 
+bool KeepsValues(const MeasureSpec& m) {
+  return m.kind == MeasureSpec::Kind::kMin || m.kind == MeasureSpec::Kind::kMax;
+}
+
 std::string EncodeShardPart(std::optional<uint32_t> shard) {
   std::string out;
   if (!shard.has_value()) {

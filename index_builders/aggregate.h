@@ -62,6 +62,9 @@ absl::StatusOr<AggregateState> DecodeAggregateState(std::string_view value, size
 // (the store and the items disagree) and aborts with a message.
 void ApplyContribution(const AggregateContribution& c, bool retract, AggregateState* state);
 
+// min and max keep their values in the aggm multiset; the other measures need only the state.
+bool KeepsValues(const MeasureSpec& m);
+
 // Shard parts (see the header comment) and the aggm key of one value of measure `m`.
 std::string EncodeShardPart(std::optional<uint32_t> shard);
 // Splits a stored agg/aggm key's group into the logical group's encoding and the shard:

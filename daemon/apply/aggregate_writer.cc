@@ -8,10 +8,6 @@
 namespace cdcview {
 namespace {
 
-bool IsExtreme(const MeasureSpec& m) {
-  return m.kind == MeasureSpec::Kind::kMin || m.kind == MeasureSpec::Kind::kMax;
-}
-
 // +1 or -1 on the multiset count of one value; the key goes when its count reaches zero.
 absl::Status CountValue(WriteTxn* txn, MDB_dbi extremes, const std::string& key, bool retract) {
   auto stored = txn->Get(extremes, key);
@@ -56,7 +52,7 @@ absl::Status WriteAggregateDelta(WriteTxn* txn, const AggregateDbs& dbs, const A
                                       : txn->Put(dbs.groups, c.group, EncodeAggregateState(state));
   if (!s.ok()) return s;
   for (size_t m = 0; m < spec.measures.size(); ++m) {
-    if (!IsExtreme(spec.measures[m]) || !c.values[m].has_value()) continue;
+    if (!KeepsValues(spec.measures[m]) || !c.values[m].has_value()) continue;
     s = CountValue(txn, dbs.extremes, ExtremeKey(c.group, m, *c.values[m]), delta.retract);
     if (!s.ok()) return s;
   }

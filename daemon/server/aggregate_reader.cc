@@ -24,12 +24,27 @@ struct GroupTotals {
   std::vector<std::optional<Decimal>> lowest, highest;  // per min/max measure
 
   explicit GroupTotals(size_t n) : measures(n), lowest(n), highest(n) {}
+
+  void Add(const GroupTotals& shard) {
+    members += shard.members;
+    for (size_t m = 0; m < measures.size(); ++m) {
+      measures[m].count += shard.measures[m].count;
+      measures[m].sum = AddDecimal(measures[m].sum, shard.measures[m].sum);
+      if (shard.lowest[m] && (!lowest[m] || CompareDecimal(*shard.lowest[m], *lowest[m]) < 0)) {
+        lowest[m] = shard.lowest[m];
+      }
+      if (shard.highest[m] && (!highest[m] || CompareDecimal(*shard.highest[m], *highest[m]) > 0)) {
+        highest[m] = shard.highest[m];
+      }
+    }
+  }
 };
 
-Decimal ParseKeyNumber(std::string_view encoded) {
+absl::StatusOr<Decimal> ParseKeyNumber(std::string_view encoded) {
   absl::StatusOr<AttributeValue> n = DecodeKeyComponent(&encoded);
-  absl::StatusOr<Decimal> d = n.ok() ? ParseDecimal(n->scalar()) : n.status();
-  return d.ok() ? *d : Decimal{};
+  if (!n.ok()) return n.status();
+  if (n->type() != AttrType::kN) return absl::DataLossError("aggregate min/max key holds no number");
+  return ParseDecimal(n->scalar());
 }
 
 // The smallest and largest value of measure `m` in one physical group's multiset.
@@ -40,15 +55,17 @@ absl::Status Extremes(const Txn& txn, MDB_dbi extremes, std::string_view physica
   if (!cursor->Seek(prefix) || !cursor->key().starts_with(prefix)) {
     return absl::DataLossError("aggregate measure has values but no min/max entries");
   }
-  const Decimal first = ParseKeyNumber(cursor->key().substr(prefix.size()));
+  absl::StatusOr<Decimal> first = ParseKeyNumber(cursor->key().substr(prefix.size()));
+  if (!first.ok()) return first.status();
   const std::string after = PrefixSuccessor(prefix);
   bool at = after.empty() ? cursor->SeekLast() : (cursor->Seek(after) ? cursor->Prev() : cursor->SeekLast());
   if (!at || !cursor->key().starts_with(prefix)) {
     return absl::DataLossError("aggregate min/max entries vanished within a transaction");
   }
-  const Decimal last = ParseKeyNumber(cursor->key().substr(prefix.size()));
-  if (!*lowest || CompareDecimal(first, **lowest) < 0) *lowest = first;
-  if (!*highest || CompareDecimal(last, **highest) > 0) *highest = last;
+  absl::StatusOr<Decimal> last = ParseKeyNumber(cursor->key().substr(prefix.size()));
+  if (!last.ok()) return last.status();
+  *lowest = *std::move(first);
+  *highest = *std::move(last);
   return absl::OkStatus();
 }
 
@@ -82,27 +99,23 @@ void EmitMeasures(const AggregateSpec& spec, const GroupTotals& totals, Out* out
   }
 }
 
-bool IsExtreme(const MeasureSpec& m) {
-  return m.kind == MeasureSpec::Kind::kMin || m.kind == MeasureSpec::Kind::kMax;
-}
-
-// Adds one physical group (its key and stored state) to `totals`.
-absl::Status AddPhysical(const Txn& txn, MDB_dbi extremes, const AggregateSpec& spec,
-                         std::string_view key, std::string_view value, GroupTotals* totals) {
+// One physical group's totals, from its key and stored state.
+absl::StatusOr<GroupTotals> ReadPhysical(const Txn& txn, MDB_dbi extremes, const AggregateSpec& spec,
+                                         std::string_view key, std::string_view value) {
   auto state = DecodeAggregateState(value, spec.measures.size());
   if (!state.ok()) return state.status();
-  totals->members += state->members;
+  GroupTotals totals(spec.measures.size());
+  totals.members = state->members;
   for (size_t m = 0; m < spec.measures.size(); ++m) {
-    totals->measures[m].count += state->measures[m].count;
-    totals->measures[m].sum = AddDecimal(totals->measures[m].sum, state->measures[m].sum);
-    if (IsExtreme(spec.measures[m]) && state->measures[m].count > 0) {
-      if (absl::Status s = Extremes(txn, extremes, key, m, &totals->lowest[m], &totals->highest[m]);
+    totals.measures[m] = state->measures[m];
+    if (KeepsValues(spec.measures[m]) && state->measures[m].count > 0) {
+      if (absl::Status s = Extremes(txn, extremes, key, m, &totals.lowest[m], &totals.highest[m]);
           !s.ok()) {
         return s;
       }
     }
   }
-  return absl::OkStatus();
+  return totals;
 }
 
 // The physical group key as written: the logical key with the shard suffix put back.
@@ -130,21 +143,15 @@ absl::Status ReadGroup(const Txn& txn, MDB_dbi extremes, const AggregateSpec& sp
     auto parts = SplitGroupKey(cursor->key(), sharded);
     if (!parts.ok()) return parts.status();
     if (parts->logical != logical) break;
-    if (absl::Status s = AddPhysical(txn, extremes, spec, cursor->key(), cursor->value(), &totals);
-        !s.ok()) {
-      return s;
-    }
+    absl::StatusOr<GroupTotals> physical =
+        ReadPhysical(txn, extremes, spec, cursor->key(), cursor->value());
+    if (!physical.ok()) return physical.status();
+    totals.Add(*physical);
     if (!sharded) continue;
-    GroupTotals shard_totals(spec.measures.size());
-    if (absl::Status s =
-            AddPhysical(txn, extremes, spec, cursor->key(), cursor->value(), &shard_totals);
-        !s.ok()) {
-      return s;
-    }
     v1::AggregateGroup::Shard* shard = out->add_shards();
     shard->mutable_group()->set_s(PhysicalGroup(spec, group->scalar(), parts->shard));
-    shard->set_members(shard_totals.members);
-    EmitMeasures(spec, shard_totals, shard);
+    shard->set_members(physical->members);
+    EmitMeasures(spec, *physical, shard);
   }
   out->set_members(totals.members);
   EmitMeasures(spec, totals, out);
