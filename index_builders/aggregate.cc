@@ -215,6 +215,8 @@ absl::StatusOr<std::optional<AggregateContribution>> AggregateBuilder::Contribut
 
 absl::Status AggregateBuilder::Diff(const Item* old_item, const Item* new_item,
                                     std::vector<AggregateDelta>* out) const {
+  // Most tables have no aggregates: no image comparison for them.
+  if (table_.aggregates.empty()) return absl::OkStatus();
   if (old_item != nullptr && new_item != nullptr && *old_item == *new_item) return absl::OkStatus();
   const size_t first = out->size();
   for (size_t a = 0; a < table_.aggregates.size(); ++a) {
