@@ -130,7 +130,6 @@ absl::StatusOr<GroupKeyParts> SplitGroupKey(std::string_view key, bool sharded) 
     return group.status();
   }
   parts.logical = key.substr(0, key.size() - rest.size());
-  parts.has_shard_part = sharded;
   if (sharded) {
     if (rest.empty() || (rest[0] != kNoShard && rest[0] != kShard) ||
         (rest[0] == kShard && rest.size() < 5)) {

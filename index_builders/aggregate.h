@@ -67,13 +67,13 @@ bool KeepsValues(const MeasureSpec& m);
 
 // Shard parts (see the header comment) and the aggm key of one value of measure `m`.
 std::string EncodeShardPart(std::optional<uint32_t> shard);
-// Splits a stored agg/aggm key's group into the logical group's encoding and the shard:
-// nullopt shard for "no suffix". `sharded`: the aggregate strips a shard suffix.
+// Splits a stored agg/aggm key into the logical group's encoding and the shard: nullopt shard
+// for "no suffix" (and for unsharded aggregates). `sharded`: the aggregate strips a shard
+// suffix. The views point into `key`. DATA_LOSS / INVALID_ARGUMENT for a malformed key.
 struct GroupKeyParts {
-  std::string_view logical;      // enc(logical group key)
-  bool has_shard_part = false;   // false: unsharded aggregate
-  std::optional<uint32_t> shard; // nullopt: the physical key had no shard suffix
-  std::string_view rest;         // whatever follows the shard part
+  std::string_view logical;       // enc(logical group key)
+  std::optional<uint32_t> shard;  // nullopt: the physical key had no shard suffix
+  std::string_view rest;          // whatever follows the shard part
 };
 absl::StatusOr<GroupKeyParts> SplitGroupKey(std::string_view key, bool sharded);
 std::string ExtremeKey(std::string_view group, size_t measure, std::string_view canonical_number);

@@ -9,7 +9,8 @@
 // applies and the position advances past them.
 //
 // Threading: ApplyBatch, Recover and RebuildViews are called from one thread (the writer).
-// Positions(), Counters(), ViewState() and WriterError() may be called from any thread.
+// Positions(), Counters(), GetViewState(), GetAggregateState() and WriterError() may be called
+// from any thread.
 #pragma once
 
 #include <atomic>
