@@ -7,6 +7,7 @@
 // Pure functions; thread-safe.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -38,5 +39,19 @@ absl::StatusOr<std::string> CanonicalNumber(std::string_view text);
 
 // Numeric comparison: <0, 0, >0.
 int CompareDecimal(const Decimal& a, const Decimal& b);
+
+}  // namespace cdcview
+
+namespace cdcview {
+
+// Exact arithmetic for aggregates. Sums and differences are exact whatever their length:
+// the result may have more than 38 significant digits and lie outside DynamoDB's range (a
+// sum of many large numbers), which is why it is a Decimal and not re-parsed text.
+Decimal AddDecimal(const Decimal& a, const Decimal& b);
+Decimal SubtractDecimal(const Decimal& a, const Decimal& b);
+
+// a / divisor (divisor > 0) rounded to 38 significant digits, ties to even (IEEE 754's
+// roundTiesToEven, so repeated averaging has no upward drift): avg = sum / count.
+Decimal DivideDecimal(const Decimal& a, uint64_t divisor);
 
 }  // namespace cdcview

@@ -29,7 +29,13 @@ const AttributeValue* Find(const Item& item, std::string_view name) {
   return it == item.end() ? nullptr : &it->second;
 }
 
-bool Matches(const Condition& cond, const Item& item) {
+void SetReason(MissReason* reason, MissReason value) {
+  if (reason != nullptr) *reason = value;
+}
+
+}  // namespace
+
+bool ConditionHolds(const Condition& cond, const Item& item) {
   const AttributeValue* value = Find(item, cond.attribute);
   switch (cond.op) {
     case Condition::Op::kExists:
@@ -58,40 +64,19 @@ bool Matches(const Condition& cond, const Item& item) {
   return false;
 }
 
-// The first rule whose conditions all hold, or null.
-const ViewRule* MatchRule(const ViewSpec& view, const Item& item) {
-  for (const ViewRule& rule : view.rules) {
-    bool all = true;
-    for (const Condition& cond : rule.when) {
-      if (!Matches(cond, item)) {
-        all = false;
-        break;
-      }
-    }
-    if (all) return &rule;
-  }
-  return nullptr;
-}
-
-void SetReason(MissReason* reason, MissReason value) {
-  if (reason != nullptr) *reason = value;
-}
-
-// Appends the encoded key component `spec` gives `item`; false (and *reason) if the item
-// lacks an attribute the key uses or has it with another type.
-bool AppendKey(const KeySpec& spec, const Item& item, std::string* out, MissReason* reason) {
+const AttributeValue* ResolveKey(const KeySpec& spec, const Item& item, AttributeValue* scratch,
+                                 MissReason* reason) {
   if (spec.kind == KeySpec::Kind::kAttribute) {
     const AttributeValue* value = Find(item, spec.attribute);
     if (value == nullptr) {
       SetReason(reason, MissReason::kMissingAttribute);
-      return false;
+      return nullptr;
     }
     if (value->type() != spec.type) {
       SetReason(reason, MissReason::kTypeMismatch);
-      return false;
+      return nullptr;
     }
-    EncodeKeyComponent(*value, out);
-    return true;
+    return value;
   }
   std::string text;
   for (const KeySpec::Part& part : spec.parts) {
@@ -102,15 +87,50 @@ bool AppendKey(const KeySpec& spec, const Item& item, std::string* out, MissReas
     const AttributeValue* value = Find(item, part.text);
     if (value == nullptr) {
       SetReason(reason, MissReason::kMissingAttribute);
-      return false;
+      return nullptr;
     }
     if (value->type() != AttrType::kS && value->type() != AttrType::kN) {
       SetReason(reason, MissReason::kTypeMismatch);
-      return false;
+      return nullptr;
     }
     text.append(value->scalar());  // N: canonical decimal text, so 1.50 -> "1.5"
   }
-  EncodeKeyComponent(AttributeValue::String(std::move(text)), out);
+  *scratch = AttributeValue::String(std::move(text));
+  return scratch;
+}
+
+void PrepareConditions(std::vector<Condition>* conditions) {
+  for (Condition& cond : *conditions) {
+    if (cond.op != Condition::Op::kEquals) continue;
+    absl::StatusOr<std::string> number = CanonicalNumber(cond.operand);
+    cond.canonical_number = number.ok() ? *number : std::string();
+  }
+}
+
+namespace {
+
+// The first rule whose conditions all hold, or null.
+const ViewRule* MatchRule(const ViewSpec& view, const Item& item) {
+  for (const ViewRule& rule : view.rules) {
+    bool all = true;
+    for (const Condition& cond : rule.when) {
+      if (!ConditionHolds(cond, item)) {
+        all = false;
+        break;
+      }
+    }
+    if (all) return &rule;
+  }
+  return nullptr;
+}
+
+// Appends the encoded key component `spec` gives `item`; false (and *reason) if the item
+// lacks an attribute the key uses or has it with another type.
+bool AppendKey(const KeySpec& spec, const Item& item, std::string* out, MissReason* reason) {
+  AttributeValue scratch;
+  const AttributeValue* value = ResolveKey(spec, item, &scratch, reason);
+  if (value == nullptr) return false;
+  EncodeKeyComponent(*value, out);
   return true;
 }
 
@@ -237,13 +257,7 @@ absl::Status CheckTableKeyAttributes(const TableSpec& table, const Item& item) {
 ViewBuilder::ViewBuilder(TableSpec table, size_t max_key_bytes)
     : table_(std::move(table)), max_key_bytes_(max_key_bytes) {
   for (ViewSpec& view : table_.views) {
-    for (ViewRule& rule : view.rules) {
-      for (Condition& cond : rule.when) {
-        if (cond.op != Condition::Op::kEquals) continue;
-        absl::StatusOr<std::string> number = CanonicalNumber(cond.operand);
-        cond.canonical_number = number.ok() ? *number : std::string();
-      }
-    }
+    for (ViewRule& rule : view.rules) PrepareConditions(&rule.when);
   }
   for (const ViewSpec& view : table_.views) {
     if (view.rules.empty()) Crash(absl::StrCat("view ", view.name, " has no rules"));

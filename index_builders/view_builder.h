@@ -37,6 +37,19 @@ struct IndexMutation {
 // Why an item has no entry in a view although a rule matched (for metrics and DescribeView).
 enum class MissReason { kNone, kNoRule, kMissingAttribute, kTypeMismatch };
 
+// The condition semantics of view rules, view filters and aggregate filters (see Condition).
+// A kEquals condition must have been through PrepareConditions, which derives the operand's
+// canonical number once so that events are not parsed per condition.
+bool ConditionHolds(const Condition& cond, const Item& item);
+void PrepareConditions(std::vector<Condition>* conditions);
+
+// The value key `spec` gives `item`: for an attribute key the item's own value, for a
+// template the text it builds, held in *scratch. Null (and *reason, if given) when the item
+// lacks an attribute the key uses or has it with another type. The result points into `item`
+// or `scratch`: valid while both are.
+const AttributeValue* ResolveKey(const KeySpec& spec, const Item& item, AttributeValue* scratch,
+                                 MissReason* reason = nullptr);
+
 class ViewBuilder {
  public:
   // `max_key_bytes`: the store's key size limit (LMDB: 511 by default).

@@ -271,4 +271,49 @@ std::string ViewSpec::Fingerprint(const TableKeySpec& table_key) const {
   return absl::StrCat(absl::Hex(Fnv1a64(c.bytes()), absl::kZeroPad16));
 }
 
+namespace {
+
+// Its own version string: aggregate and view fingerprints live under different meta keys and
+// change independently.
+constexpr std::string_view kAggregateFingerprintVersion = "cdcview-agg-fp-1";
+
+char MeasureTag(MeasureSpec::Kind kind) {
+  switch (kind) {
+    case MeasureSpec::Kind::kCount: return 'c';
+    case MeasureSpec::Kind::kSum: return 's';
+    case MeasureSpec::Kind::kMin: return '<';
+    case MeasureSpec::Kind::kMax: return '>';
+    case MeasureSpec::Kind::kAvg: return 'a';
+  }
+  return '?';
+}
+
+}  // namespace
+
+std::string AggregateSpec::Fingerprint() const {
+  Canonical c;
+  c.Str(kAggregateFingerprintVersion);
+  c.Tag('T');
+  c.Str(table);
+  c.Tag('F');
+  c.Num(filter.size());
+  for (const Condition& cond : filter) {
+    c.Str(cond.attribute);
+    c.Tag(OpTag(cond.op));
+    c.Str(cond.operand);
+  }
+  c.Tag('G');
+  c.Key(group_by);
+  c.Str(strip_shard_suffix);
+  // Measures in order: their positions are the measure numbers in the stored state.
+  c.Tag('M');
+  c.Num(measures.size());
+  for (const MeasureSpec& m : measures) {
+    c.Tag(MeasureTag(m.kind));
+    c.Str(m.attribute);
+  }
+  // Not part of it: `name`.
+  return absl::StrCat(absl::Hex(Fnv1a64(c.bytes()), absl::kZeroPad16));
+}
+
 }  // namespace cdcview

@@ -36,6 +36,7 @@ echo
 echo "===== cdcview benchmark summary ====="
 grep -E '^(stores|apply |apply / raw|raw LMDB)' "$out/apply.txt" || true
 grep -E 'index writes' "$out/apply.txt" | sed 's/^ */           /' || true
+grep -E '^(aggregates|  without|  with)' "$out/apply.txt" || true
 grep -E '^(closed|open) loop|^  (point|range)' "$out/query.txt" || true
 grep -E '^(query|Plain|Sharded)' "$out/shard.txt" || true
 

@@ -54,6 +54,9 @@ absl::Status Application::Init() {
   for (const std::string& v : store_->dropped_views()) {
     LogInfo(absl::StrCat("view ", v, " is no longer configured: dropped its database"));
   }
+  for (const std::string& a : store_->dropped_aggregates()) {
+    LogInfo(absl::StrCat("aggregate ", a, " is no longer configured: dropped its databases"));
+  }
 
   auto metrics = MetricsRegistry::Start(config_.server.metrics);
   if (!metrics.ok()) return InPhase("starting metrics", metrics.status());
@@ -61,7 +64,8 @@ absl::Status Application::Init() {
   apply_probe_ = std::make_unique<ApplyProbe>(*metrics_, config_);
   query_probe_ = std::make_unique<QueryProbe>(
       *metrics_, std::vector<std::string>{"Query", "Scan", "GetItem", "ListViews", "DescribeView",
-                                          "GetStatus", "GetHotKeys"});
+                                          "GetStatus", "GetHotKeys", "GetAggregate",
+                                          "ListAggregates"});
 
   catalog_ = std::make_unique<Catalog>(config_, store_->max_key_size());
   std::vector<DeadLetterSink*> dead_letters;

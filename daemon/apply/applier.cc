@@ -64,6 +64,14 @@ Applier::Applier(const Catalog& catalog, Store* store, ApplyProbe* probe,
     view_states_.push_back(std::make_unique<std::atomic<int>>(static_cast<int>(ViewState::kReady)));
     view_progress_.push_back(std::make_unique<std::atomic<double>>(1.0));
   }
+  for (const AggregateRef& a : catalog.aggregates()) {
+    aggregate_dbs_.push_back(
+        AggregateDbs{store->aggregate(a.spec->name), store->aggregate_extremes(a.spec->name)});
+    aggregate_states_.push_back(std::make_unique<std::atomic<int>>(static_cast<int>(ViewState::kReady)));
+    aggregate_progress_.push_back(std::make_unique<std::atomic<double>>(1.0));
+  }
+  aggregate_build_cursors_.resize(catalog.aggregates().size());
+  stats_.aggregates.resize(catalog.aggregates().size());
 }
 
 void Applier::SetViewState(size_t global_view, ViewState state, double progress) {
@@ -108,6 +116,8 @@ absl::Status Applier::Recover() {
     SetViewState(view.global, ViewState::kBuilding, 0.0);
   }
 
+  if (absl::Status s = RecoverAggregates(&txn); !s.ok()) return s;
+
   std::lock_guard lock(mu_);
   positions_.clear();
   ForEachPosition(txn, store_->meta(),
@@ -128,6 +138,9 @@ void Applier::PublishSizes() {
     stats_.views[view.global].items = (*txn)->Entries(dbi);
     stats_.views[view.global].bytes = (*txn)->Bytes(dbi);
   }
+  for (const AggregateRef& aggregate : catalog_.aggregates()) {
+    stats_.aggregates[aggregate.global].groups = (*txn)->Entries(aggregate_dbs_[aggregate.global].groups);
+  }
   txn->reset();
   stats_.map_used_bytes = store_->map_used_bytes();
   stats_.map_size_bytes = store_->map_size();
@@ -141,16 +154,19 @@ absl::Status Applier::RebuildViews(const std::atomic<bool>* stop) {
     if (absl::Status s = RebuildView(view, stop); !s.ok()) return s;
     rebuilt = true;
   }
+  for (const AggregateRef& aggregate : catalog_.aggregates()) {
+    if (GetAggregateState(aggregate.global) == ViewState::kReady) continue;
+    if (absl::Status s = RebuildAggregate(aggregate, stop); !s.ok()) return s;
+    rebuilt = true;
+  }
   if (rebuilt) PublishSizes();
   return absl::OkStatus();
 }
 
-absl::Status Applier::RebuildView(const ViewRef& view, const std::atomic<bool>* stop) {
-  const std::string& name = view.spec->name;
-  const ViewBuilder& builder = catalog_.builder(view.table);
-  MDB_dbi items = store_->items(view.spec->table);
-  MDB_dbi dbi = store_->view(name);
-  const std::string cursor_key = ViewMetaKey(name, "build_cursor");
+absl::Status Applier::RebuildFromItems(const std::string& what, MDB_dbi items,
+                                       const std::string& cursor_key, const std::string& state_key,
+                                       const RebuildItemFn& add, const RebuildProgressFn& progressed,
+                                       const std::atomic<bool>* stop) {
   uint64_t total = 0, done = 0, skipped = 0;
   {
     auto rtxn = store_->BeginRead();
@@ -188,16 +204,10 @@ absl::Status Applier::RebuildView(const ViewRef& view, const std::atomic<bool>* 
       if (stored->tombstone) continue;
       auto item = DecodeItem(stored->image);
       if (!item.ok()) return item.status();
-      auto entry = builder.EntryFor(view.in_table, *item);
-      if (!entry.ok()) {
-        ++chunk_skipped;
-        LogWarning(absl::StrCat("view ", name, ": item left out of the rebuild: ",
-                                entry.status().message()));
-        continue;
-      }
-      if (!*entry) continue;
-      status = txn.Put(dbi, (*entry)->key, (*entry)->value);
+      bool left_out = false;
+      status = add(&txn, *item, &left_out);
       if (!status.ok()) break;
+      if (left_out) ++chunk_skipped;
     }
     cursor.reset();
     finished = status.ok() && !ok;
@@ -205,7 +215,7 @@ absl::Status Applier::RebuildView(const ViewRef& view, const std::atomic<bool>* 
       status = finished ? txn.Delete(store_->meta(), cursor_key)
                         : txn.Put(store_->meta(), cursor_key, last);
     }
-    if (status.ok() && finished) status = txn.Put(store_->meta(), ViewMetaKey(name, "state"), kReady);
+    if (status.ok() && finished) status = txn.Put(store_->meta(), state_key, kReady);
     if (status.ok()) status = txn.Commit();
     if (absl::IsResourceExhausted(status)) {
       txn.Abort();
@@ -217,15 +227,39 @@ absl::Status Applier::RebuildView(const ViewRef& view, const std::atomic<bool>* 
     done += chunk_done;
     skipped += chunk_skipped;
     double progress = finished ? 1.0 : total ? std::min(0.99, double(done) / double(total)) : 0.0;
-    SetViewState(view.global, finished ? ViewState::kReady : ViewState::kBuilding, progress);
+    progressed(finished, progress, last);
     if (finished || done % (kRebuildChunk * 25) == 0) {
       double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-      LogInfo(absl::StrFormat("view %s: rebuild %s, %d of %d items (%.0f%%) in %.1fs%s", name,
+      LogInfo(absl::StrFormat("%s: rebuild %s, %d of %d items (%.0f%%) in %.1fs%s", what,
                               finished ? "done" : "in progress", done, total, progress * 100, secs,
                               skipped ? absl::StrCat(", ", skipped, " left out (see warnings)") : ""));
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status Applier::RebuildView(const ViewRef& view, const std::atomic<bool>* stop) {
+  const std::string& name = view.spec->name;
+  const ViewBuilder& builder = catalog_.builder(view.table);
+  MDB_dbi dbi = store_->view(name);
+  return RebuildFromItems(
+      absl::StrCat("view ", name), store_->items(view.spec->table), ViewMetaKey(name, "build_cursor"),
+      ViewMetaKey(name, "state"),
+      [&](WriteTxn* txn, const Item& item, bool* left_out) {
+        auto entry = builder.EntryFor(view.in_table, item);
+        if (!entry.ok()) {
+          *left_out = true;
+          LogWarning(absl::StrCat("view ", name, ": item left out of the rebuild: ",
+                                  entry.status().message()));
+          return absl::OkStatus();
+        }
+        if (!*entry) return absl::OkStatus();
+        return txn->Put(dbi, (*entry)->key, (*entry)->value);
+      },
+      [&](bool finished, double progress, std::string_view) {
+        SetViewState(view.global, finished ? ViewState::kReady : ViewState::kBuilding, progress);
+      },
+      stop);
 }
 
 absl::StatusOr<Applier::Outcome> Applier::ApplyEvent(WriteTxn* txn, const SourceRecord& record,
@@ -296,6 +330,16 @@ absl::StatusOr<Applier::Outcome> Applier::ApplyEvent(WriteTxn* txn, const Source
   for (size_t i = first; i < mutations_.size(); ++i) {
     mutations_[i].view = catalog_.GlobalView(table, mutations_[i].view);
   }
+  aggregate_deltas_.clear();
+  if (absl::Status s = catalog_.aggregate_builder(table).Diff(
+          old_item ? &*old_item : nullptr, new_item, &aggregate_deltas_);
+      !s.ok()) {
+    mutations_.resize(first);  // the event is rejected as a whole
+    *rejection = s;
+    *reason = "key_too_large";
+    return Outcome::kRejected;
+  }
+  if (absl::Status s = ApplyAggregateDeltas(txn, table, pk); !s.ok()) return s;
   absl::Status s;
   if (new_item) {
     s = txn->Put(items, pk, EncodeStoredItem(false, event.sequence_number, EncodeItem(*new_item)));
@@ -306,6 +350,98 @@ absl::StatusOr<Applier::Outcome> Applier::ApplyEvent(WriteTxn* txn, const Source
   if (!s.ok()) return s;
   hot_table_keys_.emplace_back(table, pk.substr(0, FirstKeyComponentSize(pk)));
   return Outcome::kApplied;
+}
+
+// ---- aggregates
+
+void Applier::SetAggregateState(size_t global_aggregate, ViewState state, double progress) {
+  aggregate_states_[global_aggregate]->store(static_cast<int>(state));
+  aggregate_progress_[global_aggregate]->store(progress);
+}
+
+ViewState Applier::GetAggregateState(size_t global_aggregate, double* progress) const {
+  if (progress != nullptr) *progress = aggregate_progress_[global_aggregate]->load();
+  return static_cast<ViewState>(aggregate_states_[global_aggregate]->load());
+}
+
+absl::Status Applier::RecoverAggregates(WriteTxn* txn) {
+  for (const AggregateRef& aggregate : catalog_.aggregates()) {
+    const std::string& name = aggregate.spec->name;
+    auto stored_fp = txn->Get(store_->meta(), AggregateMetaKey(name, "fingerprint"));
+    auto stored_state = txn->Get(store_->meta(), AggregateMetaKey(name, "state"));
+    auto stored_cursor = txn->Get(store_->meta(), AggregateMetaKey(name, "build_cursor"));
+    for (const auto* got : {&stored_fp, &stored_state, &stored_cursor}) {
+      if (!got->ok()) return got->status();
+    }
+    if (*stored_fp && **stored_fp == aggregate.fingerprint && *stored_state &&
+        **stored_state == kReady) {
+      SetAggregateState(aggregate.global, ViewState::kReady, 1.0);
+      continue;
+    }
+    if (!*stored_fp || **stored_fp != aggregate.fingerprint) {
+      LogInfo(absl::StrCat("aggregate ", name, ": definition ", *stored_fp ? "changed" : "is new",
+                           " (fingerprint ", aggregate.fingerprint, "); rebuilding it from items/",
+                           aggregate.spec->table));
+      const AggregateDbs& dbs = aggregate_dbs_[aggregate.global];
+      for (absl::Status s :
+           {txn->Clear(dbs.groups), txn->Clear(dbs.extremes),
+            txn->Put(store_->meta(), AggregateMetaKey(name, "fingerprint"), aggregate.fingerprint),
+            txn->Put(store_->meta(), AggregateMetaKey(name, "state"), kBuilding),
+            txn->Delete(store_->meta(), AggregateMetaKey(name, "build_cursor"))}) {
+        if (!s.ok()) return s;
+      }
+      aggregate_build_cursors_[aggregate.global].clear();
+    } else {
+      LogInfo(absl::StrCat("aggregate ", name, ": resuming an interrupted rebuild"));
+      aggregate_build_cursors_[aggregate.global] = *stored_cursor ? std::string(**stored_cursor) : "";
+    }
+    SetAggregateState(aggregate.global, ViewState::kBuilding, 0.0);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Applier::RebuildAggregate(const AggregateRef& aggregate, const std::atomic<bool>* stop) {
+  const std::string& name = aggregate.spec->name;
+  const AggregateBuilder& builder = catalog_.aggregate_builder(aggregate.table);
+  const AggregateDbs& dbs = aggregate_dbs_[aggregate.global];
+  return RebuildFromItems(
+      absl::StrCat("aggregate ", name), store_->items(aggregate.spec->table),
+      AggregateMetaKey(name, "build_cursor"), AggregateMetaKey(name, "state"),
+      [&](WriteTxn* txn, const Item& item, bool* left_out) {
+        auto contribution = builder.ContributionOf(aggregate.in_table, item);
+        if (!contribution.ok()) {
+          *left_out = true;
+          LogWarning(absl::StrCat("aggregate ", name, ": item left out of the rebuild: ",
+                                  contribution.status().message()));
+          return absl::OkStatus();
+        }
+        if (!*contribution) return absl::OkStatus();
+        return WriteAggregateDelta(txn, dbs, *aggregate.spec,
+                                   AggregateDelta{aggregate.in_table, false, **std::move(contribution)});
+      },
+      [&](bool finished, double progress, std::string_view last) {
+        aggregate_build_cursors_[aggregate.global].assign(last);
+        SetAggregateState(aggregate.global, finished ? ViewState::kReady : ViewState::kBuilding,
+                          progress);
+      },
+      stop);
+}
+
+absl::Status Applier::ApplyAggregateDeltas(WriteTxn* txn, size_t table, std::string_view pk) {
+  for (const AggregateDelta& delta : aggregate_deltas_) {
+    const size_t global = catalog_.GlobalAggregate(table, delta.aggregate);
+    // While rebuilding, only items the rebuild already counted are maintained here.
+    if (GetAggregateState(global) != ViewState::kReady && pk > aggregate_build_cursors_[global]) {
+      continue;
+    }
+    if (absl::Status s = WriteAggregateDelta(txn, aggregate_dbs_[global],
+                                             *catalog_.aggregates()[global].spec, delta);
+        !s.ok()) {
+      return s;
+    }
+    ++stats_.aggregates[global].updates;
+  }
+  return absl::OkStatus();
 }
 
 bool Applier::IsStale(const SourceRecord& record,
@@ -405,6 +541,9 @@ absl::Status Applier::TryBatch(std::vector<SourceRecord>* batch, WriteTxn* txn,
     MDB_dbi dbi = store_->view(view.spec->name);
     stats_.views[view.global].items = txn->Entries(dbi);
     stats_.views[view.global].bytes = txn->Bytes(dbi);
+  }
+  for (const AggregateRef& aggregate : catalog_.aggregates()) {
+    stats_.aggregates[aggregate.global].groups = txn->Entries(aggregate_dbs_[aggregate.global].groups);
   }
   return absl::OkStatus();
 }

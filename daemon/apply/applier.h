@@ -9,7 +9,8 @@
 // applies and the position advances past them.
 //
 // Threading: ApplyBatch, Recover and RebuildViews are called from one thread (the writer).
-// Positions(), Counters(), ViewState() and WriterError() may be called from any thread.
+// Positions(), Counters(), GetViewState(), GetAggregateState() and WriterError() may be called
+// from any thread.
 #pragma once
 
 #include <atomic>
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "daemon/apply/aggregate_writer.h"
 #include "daemon/apply/catalog.h"
 #include "daemon/apply/hot_keys.h"
 #include "daemon/metrics/metrics.h"
@@ -56,11 +58,13 @@ class Applier {
           std::vector<DeadLetterSink*> dead_letters,
           std::function<int64_t()> now_ms = nullptr);
 
-  // Loads the stored positions and view states; a view whose fingerprint differs from the
-  // stored one (or that is new) is marked BUILDING and emptied, to be rebuilt.
+  // Loads the stored positions and view and aggregate states; a view or aggregate whose
+  // fingerprint differs from the stored one (or that is new) is marked BUILDING and emptied,
+  // to be rebuilt.
   absl::Status Recover();
-  // Rebuilds every BUILDING view from items/<table>, in chunks (each chunk one transaction,
-  // resumable after a crash), logging progress. Returns when all views are READY.
+  // Rebuilds every BUILDING view, then every BUILDING aggregate, from items/<table>, in chunks
+  // (each chunk one transaction, resumable after a crash), logging progress. Returns when all
+  // are READY.
   absl::Status RebuildViews(const std::atomic<bool>* stop = nullptr);
 
   // Applies one batch in one write transaction (growing the map and retrying on
@@ -78,6 +82,8 @@ class Applier {
   std::vector<AppliedPositionEntry> Positions() const;
   SourceCounters Counters(size_t source) const;
   ViewState GetViewState(size_t global_view, double* progress = nullptr) const;
+  // The same for aggregates (Catalog::aggregates() index).
+  ViewState GetAggregateState(size_t global_aggregate, double* progress = nullptr) const;
   // Events applied to each table since start, and index writes per view: write amplification.
   double IndexWritesPerEvent(size_t global_view) const;
   // Why the writer is not applying (empty while it is): a batch or a rebuild that keeps
@@ -111,7 +117,22 @@ class Applier {
   // positions first, then the committed ones): it was applied already and is skipped.
   bool IsStale(const SourceRecord& record,
                const std::map<std::string, std::string>& batch_positions) const;
+  // Walks items/<table> from the stored cursor (meta `cursor_key`) in chunks, one transaction
+  // each: `add` puts each live item into what is rebuilt (or sets *left_out, having logged
+  // why); the cursor commits with the chunk, and at the end `state_key` becomes READY.
+  // `progressed` is told after each commit, with the last items key done.
+  using RebuildItemFn = std::function<absl::Status(WriteTxn*, const Item&, bool* left_out)>;
+  using RebuildProgressFn = std::function<void(bool finished, double progress, std::string_view last)>;
+  absl::Status RebuildFromItems(const std::string& what, MDB_dbi items,
+                                const std::string& cursor_key, const std::string& state_key,
+                                const RebuildItemFn& add, const RebuildProgressFn& progressed,
+                                const std::atomic<bool>* stop);
   absl::Status RebuildView(const ViewRef& view, const std::atomic<bool>* stop);
+  absl::Status RecoverAggregates(WriteTxn* txn);
+  absl::Status RebuildAggregate(const AggregateRef& aggregate, const std::atomic<bool>* stop);
+  // Writes the aggregate deltas of the event on item `pk` of `table` (aggregate_deltas_).
+  absl::Status ApplyAggregateDeltas(WriteTxn* txn, size_t table, std::string_view pk);
+  void SetAggregateState(size_t global_aggregate, ViewState state, double progress);
   // Writes the batch's view mutations, sorted by view and key.
   absl::Status ApplyViewMutations(WriteTxn* txn);
   // Sets the size gauges (view items and bytes, map use) from the store as it is: at start-up
@@ -126,6 +147,7 @@ class Applier {
   std::vector<DeadLetterSink*> dead_letters_;
   std::function<int64_t()> now_ms_;
   std::vector<MDB_dbi> view_dbis_;  // by global view index
+  std::vector<AggregateDbs> aggregate_dbs_;  // by global aggregate index
 
   // Writer-thread scratch, reused across batches.
   BatchStats stats_;
@@ -135,6 +157,11 @@ class Applier {
   std::vector<bool> stale_;  // per batch record: a Kafka offset below the stored next offset
   // Per applied event of the batch: (table, encoded table partition key), for hot_keys_.
   std::vector<std::pair<size_t, std::string>> hot_table_keys_;
+  std::vector<AggregateDelta> aggregate_deltas_;  // one event's
+  // Writer thread: per aggregate being rebuilt, the last items key the rebuild counted. Events
+  // on items up to it are maintained incrementally; later items are counted by the rebuild
+  // from their image at that time, so nothing is counted twice or missed.
+  std::vector<std::string> aggregate_build_cursors_;
 
   mutable std::mutex mu_;
   std::map<std::pair<std::string, std::string>, std::string> positions_;  // guarded by mu_
@@ -149,6 +176,8 @@ class Applier {
   std::vector<bool> dead_lettered_;
   std::vector<std::unique_ptr<std::atomic<int>>> view_states_;
   std::vector<std::unique_ptr<std::atomic<double>>> view_progress_;
+  std::vector<std::unique_ptr<std::atomic<int>>> aggregate_states_;
+  std::vector<std::unique_ptr<std::atomic<double>>> aggregate_progress_;
   std::atomic<uint64_t> commits_{0};
   mutable std::mutex commit_mu_;
   mutable std::condition_variable committed_;

@@ -12,6 +12,15 @@ Catalog::Catalog(const Config& config, size_t max_key_bytes) : config_(config) {
       views_.push_back(ViewRef{t, v, views_.size(), spec, spec->Fingerprint(table.key)});
     }
   }
+  for (size_t t = 0; t < config.tables.size(); ++t) {
+    aggregate_builders_.push_back(std::make_unique<AggregateBuilder>(config.tables[t], max_key_bytes));
+    first_aggregate_.push_back(aggregates_.size());
+    const TableSpec& table = aggregate_builders_.back()->table();
+    for (size_t a = 0; a < table.aggregates.size(); ++a) {
+      const AggregateSpec* spec = &table.aggregates[a];
+      aggregates_.push_back(AggregateRef{t, a, aggregates_.size(), spec, spec->Fingerprint()});
+    }
+  }
   for (const SourceConfig& s : config.sources) {
     source_table_.push_back(static_cast<size_t>(FindTable(s.table)));
   }
@@ -20,6 +29,13 @@ Catalog::Catalog(const Config& config, size_t max_key_bytes) : config_(config) {
 const ViewRef* Catalog::FindView(std::string_view name) const {
   for (const ViewRef& v : views_) {
     if (v.spec->name == name) return &v;
+  }
+  return nullptr;
+}
+
+const AggregateRef* Catalog::FindAggregate(std::string_view name) const {
+  for (const AggregateRef& a : aggregates_) {
+    if (a.spec->name == name) return &a;
   }
   return nullptr;
 }

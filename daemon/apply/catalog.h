@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "daemon/config/config.h"
+#include "index_builders/aggregate.h"
 #include "index_builders/view_builder.h"
 
 namespace cdcview {
@@ -21,6 +22,14 @@ struct ViewRef {
   size_t global = 0;
   const ViewSpec* spec = nullptr;
   std::string fingerprint;  // ViewSpec::Fingerprint, computed once
+};
+
+struct AggregateRef {
+  size_t table = 0;     // index into Config::tables
+  size_t in_table = 0;  // index into TableSpec::aggregates (and AggregateDelta::aggregate)
+  size_t global = 0;    // tables in config order, aggregates in order
+  const AggregateSpec* spec = nullptr;
+  std::string fingerprint;  // AggregateSpec::Fingerprint, computed once
 };
 
 class Catalog {
@@ -37,12 +46,22 @@ class Catalog {
   size_t GlobalView(size_t table, size_t in_table) const { return first_view_[table] + in_table; }
   size_t TableOfSource(size_t source) const { return source_table_[source]; }
 
+  const std::vector<AggregateRef>& aggregates() const { return aggregates_; }
+  const AggregateRef* FindAggregate(std::string_view name) const;
+  const AggregateBuilder& aggregate_builder(size_t table) const { return *aggregate_builders_[table]; }
+  size_t GlobalAggregate(size_t table, size_t in_table) const {
+    return first_aggregate_[table] + in_table;
+  }
+
  private:
   const Config& config_;
   std::vector<std::unique_ptr<ViewBuilder>> builders_;
   std::vector<ViewRef> views_;
   std::vector<size_t> first_view_;
   std::vector<size_t> source_table_;
+  std::vector<std::unique_ptr<AggregateBuilder>> aggregate_builders_;
+  std::vector<AggregateRef> aggregates_;
+  std::vector<size_t> first_aggregate_;
 };
 
 }  // namespace cdcview

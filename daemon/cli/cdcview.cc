@@ -61,6 +61,8 @@ struct Options {
   uint32_t limit = 0;
   bool reverse = false, all_pages = false, ddb_json = false;
   AdviseOptions advise;
+  std::string aggregate, group_type = "S";
+  std::optional<std::string> group, prefix;
 };
 
 void PrintEntries(const google::protobuf::RepeatedPtrField<v1::ViewEntry>& entries, bool ddb) {
@@ -225,6 +227,63 @@ int RunAdvise(v1::ViewService::Stub& stub, const Options& o) {
   return 0;
 }
 
+// {"count":3,"sum(total)":12.5,"min(total)":null}: unset measures (no numeric values) are null.
+template <typename Measures>
+std::string MeasuresJson(const Measures& measures, bool ddb) {
+  std::string out = "{";
+  for (int i = 0; i < measures.size(); ++i) {
+    const v1::MeasureValue& m = measures.Get(i);
+    out += (i ? "," : "") + JsonString(m.name()) + ":" +
+           (m.has_value() ? ValueToJson(m.value(), ddb) : std::string("null"));
+  }
+  return out + "}";
+}
+
+std::string GroupJson(const v1::AggregateGroup& g, bool ddb) {
+  std::string out = "{\"aggregate\":" + JsonString(g.aggregate()) + ",\"group\":" +
+                    ValueToJson(g.group(), ddb) + ",\"members\":" + std::to_string(g.members()) +
+                    ",\"measures\":" + MeasuresJson(g.measures(), ddb);
+  if (g.shards_size() > 0) {
+    out += ",\"shards\":[";
+    for (int i = 0; i < g.shards_size(); ++i) {
+      const v1::AggregateGroup::Shard& shard = g.shards(i);
+      out += std::string(i ? "," : "") + "{\"group\":" + ValueToJson(shard.group(), ddb) +
+             ",\"members\":" + std::to_string(shard.members()) +
+             ",\"measures\":" + MeasuresJson(shard.measures(), ddb) + "}";
+    }
+    out += "]";
+  }
+  return out + "}";
+}
+
+// One group (GROUP given) or every group, one JSON object per line.
+int RunAggregate(v1::ViewService::Stub& stub, const Options& o) {
+  if (o.group) {
+    v1::GetAggregateRequest req;
+    req.set_aggregate(o.aggregate);
+    *req.mutable_group() = Typed(*o.group, o.group_type);
+    v1::AggregateGroup resp;
+    if (grpc::Status s = stub.GetAggregate(Context().get(), req, &resp); !s.ok()) return Fail(s, o.addr);
+    std::cout << GroupJson(resp, o.ddb_json) << "\n";
+    return 0;
+  }
+  v1::ListAggregatesRequest req;
+  req.set_aggregate(o.aggregate);
+  if (o.prefix) *req.mutable_prefix() = Typed(*o.prefix, "S");
+  req.set_limit(o.limit);
+  for (;;) {
+    v1::ListAggregatesResponse resp;
+    if (grpc::Status s = stub.ListAggregates(Context().get(), req, &resp); !s.ok()) return Fail(s, o.addr);
+    for (const v1::AggregateGroup& g : resp.groups()) std::cout << GroupJson(g, o.ddb_json) << "\n";
+    if (resp.next_page_token().empty()) return 0;
+    if (!o.all_pages) {
+      std::cerr << "cdcview: more groups follow; pass --all-pages to read them all\n";
+      return 0;
+    }
+    req.set_page_token(resp.next_page_token());
+  }
+}
+
 }  // namespace
 }  // namespace cdcview
 
@@ -274,6 +333,15 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   advise->add_option("--limit", o.limit, "hot keys considered per view (default 10)");
 
+  CLI::App* aggregate = cli.add_subcommand("aggregate", "one group of an aggregate, or all its groups in key order");
+  aggregate->add_option("name", o.aggregate, "aggregate name")->required();
+  aggregate->add_option("group", o.group, "the logical group key (shard suffix stripped); omit to list groups");
+  aggregate->add_option("--group-type", o.group_type, "type of GROUP: S or N")
+      ->check(CLI::IsMember({"S", "N"}))->capture_default_str();
+  aggregate->add_option("--prefix", o.prefix, "list only groups starting with this (S groups)");
+  aggregate->add_option("--limit", o.limit, "groups per page (0: the server's page size)");
+  aggregate->add_flag("--all-pages", o.all_pages, "follow page tokens to the end");
+
   try {
     cli.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -292,5 +360,6 @@ int main(int argc, char** argv) {
   if (views->parsed()) return RunViews(*stub, o);
   if (status->parsed()) return RunStatus(*stub, o);
   if (advise->parsed()) return RunAdvise(*stub, o);
+  if (aggregate->parsed()) return RunAggregate(*stub, o);
   return 2;
 }

@@ -199,6 +199,11 @@ class Loader {
       const Fields::Entry& entry, const std::string& path) const;
   absl::StatusOr<ViewSpec> ParseView(const YAML::Node& node, const std::string& path,
                                      const TableSpec& table);
+  absl::Status ParseAggregates(const Fields::Entry& entry, const std::string& path,
+                               TableSpec* table);
+  absl::StatusOr<AggregateSpec> ParseAggregate(const YAML::Node& node, const std::string& path,
+                                               const TableSpec& table);
+  absl::StatusOr<MeasureSpec> ParseMeasure(const YAML::Node& node, const std::string& path) const;
   absl::Status ParseKeyedView(const Fields& fields, ViewSpec* view) const;
   absl::Status ParseShards(const Fields::Entry& entry, const std::string& path,
                            ViewSpec* view) const;
@@ -235,6 +240,8 @@ class Loader {
   std::map<std::string, int, std::less<>> table_lines_;
   std::map<std::string, int, std::less<>> view_lines_;
   std::map<std::string, int, std::less<>> source_lines_;
+  // Aggregate names are global too: they name LMDB databases (agg/<name>, aggm/<name>).
+  std::map<std::string, int, std::less<>> aggregate_lines_;
 };
 
 int Loader::LineOf(const YAML::Node& node) {
@@ -486,7 +493,7 @@ absl::StatusOr<std::string> Loader::ReadUniqueName(const Fields& fields, const c
 }
 
 absl::StatusOr<TableSpec> Loader::ParseTable(const YAML::Node& node, const std::string& path) {
-  absl::StatusOr<Fields> fields = ReadFields(node, path, {"name", "key", "views"});
+  absl::StatusOr<Fields> fields = ReadFields(node, path, {"name", "key", "views", "aggregates"});
   if (!fields.ok()) return fields.status();
   TableSpec table;
   absl::StatusOr<std::string> name = ReadUniqueName(*fields, "table", &table_lines_);
@@ -497,6 +504,12 @@ absl::StatusOr<TableSpec> Loader::ParseTable(const YAML::Node& node, const std::
   absl::StatusOr<TableKeySpec> key_spec = ParseTableKey(**key, fields->PathOf("key"));
   if (!key_spec.ok()) return key_spec.status();
   table.key = *std::move(key_spec);
+
+  if (const Fields::Entry* aggregates = fields->Find("aggregates")) {
+    if (absl::Status s = ParseAggregates(*aggregates, fields->PathOf("aggregates"), &table); !s.ok()) {
+      return s;
+    }
+  }
 
   // A table without views is legal: its items are still kept and served by key.
   const Fields::Entry* views = fields->Find("views");
@@ -512,6 +525,114 @@ absl::StatusOr<TableSpec> Loader::ParseTable(const YAML::Node& node, const std::
     table.views.push_back(*std::move(view));
   }
   return table;
+}
+
+// ---- aggregates ----
+
+absl::Status Loader::ParseAggregates(const Fields::Entry& entry, const std::string& path,
+                                     TableSpec* table) {
+  if (!entry.value.IsSequence()) {
+    return Error(ValueNode(entry), path,
+                 Cat("expected a list of aggregates, got ", Describe(entry.value)));
+  }
+  for (size_t i = 0; i < entry.value.size(); ++i) {
+    absl::StatusOr<AggregateSpec> aggregate = ParseAggregate(entry.value[i], Index(path, i), *table);
+    if (!aggregate.ok()) return aggregate.status();
+    table->aggregates.push_back(*std::move(aggregate));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<AggregateSpec> Loader::ParseAggregate(const YAML::Node& node,
+                                                     const std::string& path,
+                                                     const TableSpec& table) {
+  absl::StatusOr<Fields> fields = ReadFields(
+      node, path, {"name", "filter", "group_by", "strip_shard_suffix", "measures"});
+  if (!fields.ok()) return fields.status();
+  AggregateSpec aggregate;
+  aggregate.table = table.name;
+  absl::StatusOr<std::string> name = ReadUniqueName(*fields, "aggregate", &aggregate_lines_);
+  if (!name.ok()) return name.status();
+  aggregate.name = *name;
+
+  if (const Fields::Entry* filter = fields->Find("filter")) {
+    absl::StatusOr<std::vector<Condition>> when = ParseConditions(*filter, fields->PathOf("filter"));
+    if (!when.ok()) return when.status();
+    aggregate.filter = *std::move(when);
+  }
+  absl::StatusOr<const Fields::Entry*> group_by = Require(*fields, "group_by");
+  if (!group_by.ok()) return group_by.status();
+  absl::StatusOr<KeySpec> group = ParseKeySpec(**group_by, fields->PathOf("group_by"));
+  if (!group.ok()) return group.status();
+  aggregate.group_by = *std::move(group);
+
+  if (const Fields::Entry* strip = fields->Find("strip_shard_suffix")) {
+    const std::string strip_path = fields->PathOf("strip_shard_suffix");
+    absl::StatusOr<std::string> suffix = ReadNonEmpty(*strip, strip_path);
+    if (!suffix.ok()) return suffix.status();
+    if (absl::Status valid = ValidateShardSuffix(*suffix); !valid.ok()) {
+      return Error(strip->value, strip_path, Std(valid.message()));
+    }
+    if (aggregate.group_by.value_type() != AttrType::kS) {
+      return Error(strip->key_node, strip_path,
+                   Cat("needs an S group key; group_by is ",
+                       AttrTypeName(aggregate.group_by.value_type()),
+                       " (use type: S or a template)"));
+    }
+    aggregate.strip_shard_suffix = *suffix;
+  }
+
+  absl::StatusOr<const Fields::Entry*> measures = Require(*fields, "measures");
+  if (!measures.ok()) return measures.status();
+  const std::string measures_path = fields->PathOf("measures");
+  const YAML::Node& list = (*measures)->value;
+  if (!list.IsSequence() || list.size() == 0) {
+    return Error(ValueNode(**measures), measures_path,
+                 Cat("expected a list of measures (count, {sum: ATTR}, {min: ATTR}, {max: ATTR}, "
+                     "{avg: ATTR}), got ",
+                     list.IsSequence() ? std::string("an empty list") : Describe(list)));
+  }
+  // Measure numbers are one byte in the store's keys; far more than anyone lists.
+  constexpr size_t kMaxMeasures = 64;
+  if (list.size() > kMaxMeasures) {
+    return Error(ValueNode(**measures), measures_path,
+                 Cat("at most 64 measures per aggregate, got ", list.size()));
+  }
+  std::map<std::string, size_t> seen;
+  for (size_t i = 0; i < list.size(); ++i) {
+    absl::StatusOr<MeasureSpec> measure = ParseMeasure(list[i], Index(measures_path, i));
+    if (!measure.ok()) return measure.status();
+    const std::string measure_name = measure->Name();
+    if (auto [it, fresh] = seen.emplace(measure_name, i); !fresh) {
+      return Error(list[i], Index(measures_path, i),
+                   Cat(measure_name, " is listed twice (also at ", Index(measures_path, it->second), ")"));
+    }
+    aggregate.measures.push_back(*std::move(measure));
+  }
+  return aggregate;
+}
+
+// `count`, or a one-entry mapping { sum | min | max | avg: ATTRIBUTE }.
+absl::StatusOr<MeasureSpec> Loader::ParseMeasure(const YAML::Node& node, const std::string& path) const {
+  constexpr std::string_view kExpected =
+      "expected count or one of {sum: ATTR}, {min: ATTR}, {max: ATTR}, {avg: ATTR}, got ";
+  if (node.IsScalar()) {
+    if (node.Scalar() == "count") return MeasureSpec{MeasureSpec::Kind::kCount, ""};
+    return Error(node, path, Cat(kExpected, Describe(node)));
+  }
+  if (!node.IsMap() || node.size() != 1) return Error(node, path, Cat(kExpected, Describe(node)));
+  absl::StatusOr<Fields> fields = ReadFields(node, path, {"sum", "min", "max", "avg"});
+  if (!fields.ok()) return fields.status();
+  const Fields::Entry& entry = fields->entries.front();
+  MeasureSpec measure;
+  if (entry.key == "sum") measure.kind = MeasureSpec::Kind::kSum;
+  if (entry.key == "min") measure.kind = MeasureSpec::Kind::kMin;
+  if (entry.key == "max") measure.kind = MeasureSpec::Kind::kMax;
+  if (entry.key == "avg") measure.kind = MeasureSpec::Kind::kAvg;
+  absl::StatusOr<std::string> attribute = ReadNonEmpty(entry, fields->PathOf(entry.key));
+  if (!attribute.ok()) return attribute.status();
+  measure.attribute = *attribute;
+  return measure;
 }
 
 absl::StatusOr<TableKeySpec> Loader::ParseTableKey(const Fields::Entry& entry,

@@ -205,6 +205,26 @@ void EmitView(YAML::Emitter& out, const ViewSpec& v) {
   out << YAML::EndMap;
 }
 
+void EmitAggregate(YAML::Emitter& out, const AggregateSpec& a) {
+  out << YAML::BeginMap;
+  Field(out, "name", a.name);
+  if (!a.filter.empty()) EmitConditions(out, "filter", a.filter);
+  EmitKeySpec(out, "group_by", a.group_by);
+  if (!a.strip_shard_suffix.empty()) Field(out, "strip_shard_suffix", a.strip_shard_suffix);
+  out << YAML::Key << "measures" << YAML::Value << YAML::Flow << YAML::BeginSeq;
+  for (const MeasureSpec& m : a.measures) {
+    switch (m.kind) {
+      case MeasureSpec::Kind::kCount: out << "count"; continue;
+      case MeasureSpec::Kind::kSum: out << YAML::BeginMap; Field(out, "sum", m.attribute); break;
+      case MeasureSpec::Kind::kMin: out << YAML::BeginMap; Field(out, "min", m.attribute); break;
+      case MeasureSpec::Kind::kMax: out << YAML::BeginMap; Field(out, "max", m.attribute); break;
+      case MeasureSpec::Kind::kAvg: out << YAML::BeginMap; Field(out, "avg", m.attribute); break;
+    }
+    out << YAML::EndMap;
+  }
+  out << YAML::EndSeq << YAML::EndMap;
+}
+
 void EmitTable(YAML::Emitter& out, const TableSpec& t) {
   out << YAML::BeginMap;
   Field(out, "name", t.name);
@@ -215,6 +235,11 @@ void EmitTable(YAML::Emitter& out, const TableSpec& t) {
   if (!t.views.empty()) {
     out << YAML::Key << "views" << YAML::Value << YAML::BeginSeq;
     for (const ViewSpec& v : t.views) EmitView(out, v);
+    out << YAML::EndSeq;
+  }
+  if (!t.aggregates.empty()) {
+    out << YAML::Key << "aggregates" << YAML::Value << YAML::BeginSeq;
+    for (const AggregateSpec& a : t.aggregates) EmitAggregate(out, a);
     out << YAML::EndSeq;
   }
   out << YAML::EndMap;

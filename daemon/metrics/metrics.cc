@@ -45,6 +45,7 @@ std::string MetricsRegistry::Render() const {
 void BatchStats::Clear() {
   for (Source& s : sources) s = Source{};
   for (View& v : views) v = View{};
+  for (Aggregate& a : aggregates) a = Aggregate{};
   lag_seconds.clear();
   events = 0;
 }
@@ -115,6 +116,22 @@ ApplyProbe::ApplyProbe(MetricsRegistry& metrics, const Config& config)
       hot_key_rate_.push_back(&hot_rate.Add({{"view", v.name}}));
     }
   }
+  auto& aggregate_updates = BuildCounter()
+                                .Name("cdcview_aggregate_updates_total")
+                                .Help("Aggregate group states written: a member added or retracted "
+                                      "(an update moving an item between groups counts two).")
+                                .Register(registry_);
+  auto& aggregate_groups = BuildGauge()
+                               .Name("cdcview_aggregate_groups")
+                               .Help("Groups of each aggregate (each shard of a write-sharded "
+                                     "group counts as one).")
+                               .Register(registry_);
+  for (const TableSpec& t : config.tables) {
+    for (const AggregateSpec& a : t.aggregates) {
+      aggregates_.push_back(AggregateMetrics{&aggregate_updates.Add({{"aggregate", a.name}}),
+                                             &aggregate_groups.Add({{"aggregate", a.name}})});
+    }
+  }
   replication_lag_ = &BuildHistogram()
                           .Name("cdcview_replication_lag_seconds")
                           .Help("Apply (commit) time minus the event's creation time "
@@ -180,6 +197,11 @@ void ApplyProbe::RecordBatch(const BatchStats& stats, int64_t now_ms) {
     if (v.deletes) views_[i].deletes->Increment(static_cast<double>(v.deletes));
     views_[i].items->Set(static_cast<double>(v.items));
     views_[i].bytes->Set(static_cast<double>(v.bytes));
+  }
+  for (size_t i = 0; i < stats.aggregates.size() && i < aggregates_.size(); ++i) {
+    const BatchStats::Aggregate& a = stats.aggregates[i];
+    if (a.updates) aggregates_[i].updates->Increment(static_cast<double>(a.updates));
+    aggregates_[i].groups->Set(static_cast<double>(a.groups));
   }
   if (!stats.lag_seconds.empty()) {
     std::vector<double> buckets(lag_bounds_.size() + 1, 0.0);

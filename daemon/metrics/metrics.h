@@ -61,11 +61,17 @@ struct BatchStats {
     uint64_t items = 0;  // entries after the batch
     uint64_t bytes = 0;
   };
-  explicit BatchStats(size_t sources = 0, size_t views = 0) : sources(sources), views(views) {}
+  struct Aggregate {
+    uint64_t updates = 0;  // group states written (a contribution added or retracted)
+    uint64_t groups = 0;   // physical groups after the batch
+  };
+  explicit BatchStats(size_t sources = 0, size_t views = 0, size_t aggregates = 0)
+      : sources(sources), views(views), aggregates(aggregates) {}
   void Clear();
 
   std::vector<Source> sources;       // by source index
   std::vector<View> views;           // by global view index (tables in order, views in order)
+  std::vector<Aggregate> aggregates;  // by global aggregate index (tables in order, then in order)
   std::vector<double> lag_seconds;   // commit time - creation time, per applied event with a time
   uint64_t events = 0;               // records in the batch
   uint64_t map_used_bytes = 0;
@@ -94,6 +100,10 @@ class ApplyProbe {
     prometheus::Gauge* lag;
     std::map<std::string, prometheus::Counter*> rejected_by_reason;  // created on first use
   };
+  struct AggregateMetrics {
+    prometheus::Counter* updates;
+    prometheus::Gauge* groups;
+  };
   struct ViewMetrics {
     prometheus::Counter* puts;
     prometheus::Counter* deletes;
@@ -105,6 +115,7 @@ class ApplyProbe {
   std::vector<std::string> source_names_;
   std::vector<SourceMetrics> sources_;
   std::vector<ViewMetrics> views_;
+  std::vector<AggregateMetrics> aggregates_;
   prometheus::Histogram* replication_lag_;
   prometheus::Histogram* batch_size_;
   prometheus::Gauge* map_used_;

@@ -59,18 +59,6 @@ std::string AfterComponents(std::string_view encoded) {
   return key;
 }
 
-// Reads the stored positions inside `txn`, so a response's position matches what it read.
-void AppliedIn(const Txn& txn, MDB_dbi meta, v1::AppliedPosition* out) {
-  ForEachPosition(txn, meta,
-                  [&](std::string_view source, std::string_view partition, std::string_view at) {
-                    auto* e = out->add_entries();
-                    e->set_source(std::string(source));
-                    e->set_partition(std::string(partition));
-                    e->set_position(std::string(at));
-                  });
-  out->set_token(EncodePositionToken(*out));
-}
-
 // Decodes a view entry into the response: the projected item and its view keys.
 absl::Status EmitEntry(const ViewSpec& view, std::string_view key, std::string_view value,
                        v1::ViewEntry* out) {
@@ -429,6 +417,17 @@ absl::Status CheckToken(const ParsedToken& t, std::string_view fingerprint, bool
 }
 
 }  // namespace
+
+void AppliedIn(const Txn& txn, MDB_dbi meta, v1::AppliedPosition* out) {
+  ForEachPosition(txn, meta,
+                  [&](std::string_view source, std::string_view partition, std::string_view at) {
+                    auto* e = out->add_entries();
+                    e->set_source(std::string(source));
+                    e->set_partition(std::string(partition));
+                    e->set_position(std::string(at));
+                  });
+  out->set_token(EncodePositionToken(*out));
+}
 
 std::string EncodePageToken(std::string_view fingerprint, bool backward, std::string_view last_key) {
   std::string t;

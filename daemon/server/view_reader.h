@@ -74,8 +74,18 @@ class ViewReader {
   absl::StatusOr<v1::ListViewsResponse> ListViews() const;
   v1::StatusResponse GetStatus() const;
 
+  // Aggregates (implemented in aggregate_reader.cc). NOT_FOUND: unknown aggregate (the message
+  // lists them). INVALID_ARGUMENT: a group or prefix of the wrong type, a malformed or foreign
+  // page token. UNAVAILABLE: the aggregate is being rebuilt. A group without members answers
+  // members 0, count 0 and the other measures unset. `consistency` as for Query.
+  absl::StatusOr<v1::AggregateGroup> GetAggregate(const v1::GetAggregateRequest& request,
+                                                  Deadline deadline = Deadline::max()) const;
+  absl::StatusOr<v1::ListAggregatesResponse> ListAggregates(
+      const v1::ListAggregatesRequest& request, Deadline deadline = Deadline::max()) const;
+
  private:
   absl::StatusOr<const ViewRef*> ReadyView(const std::string& name) const;
+  absl::StatusOr<const AggregateRef*> ReadyAggregate(const std::string& name) const;
   v1::ViewDescription Describe(const ViewRef& view, const Txn& txn) const;
   // Why source `source` cannot advance (the writer's or the source's error), "" if it can.
   std::string SourceError(size_t source) const;
@@ -88,6 +98,9 @@ class ViewReader {
   std::vector<const ChangeSource*> sources_;
   uint32_t max_page_size_;
 };
+
+// The stored source positions as seen by `txn`, so a response's position matches what it read.
+void AppliedIn(const Txn& txn, MDB_dbi meta, v1::AppliedPosition* out);
 
 // Page tokens (exposed for tests): opaque bytes binding a resume key to a view definition.
 std::string EncodePageToken(std::string_view fingerprint, bool backward, std::string_view last_key);

@@ -55,6 +55,16 @@ class ViewServer::Service final : public v1::ViewService::Service {
                             v1::ViewDescription* resp) override {
     return Timed("DescribeView", [&] { return Assign(reader_.DescribeView(req->view()), resp); });
   }
+  grpc::Status GetAggregate(grpc::ServerContext* ctx, const v1::GetAggregateRequest* req,
+                            v1::AggregateGroup* resp) override {
+    return Timed("GetAggregate",
+                 [&] { return Assign(reader_.GetAggregate(*req, DeadlineOf(ctx)), resp); });
+  }
+  grpc::Status ListAggregates(grpc::ServerContext* ctx, const v1::ListAggregatesRequest* req,
+                              v1::ListAggregatesResponse* resp) override {
+    return Timed("ListAggregates",
+                 [&] { return Assign(reader_.ListAggregates(*req, DeadlineOf(ctx)), resp); });
+  }
   grpc::Status GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*, v1::StatusResponse* resp) override {
     return Timed("GetStatus", [&] {
       *resp = reader_.GetStatus();

@@ -18,6 +18,10 @@ constexpr char kSchemaVersion[] = "1";
 constexpr char kViewDbPrefix[] = "view/";
 constexpr size_t kViewDbPrefixLen = sizeof(kViewDbPrefix) - 1;
 constexpr char kItemsDbPrefix[] = "items/";
+constexpr char kAggregateDbPrefix[] = "agg/";
+constexpr char kAggregateExtremesDbPrefix[] = "aggm/";
+// meta, one per table, one per view, two per aggregate: config validation does not bound
+// these counts, LMDB's cost per slot is small, and hitting the limit is a clear MDB_DBS_FULL.
 constexpr MDB_dbi kMaxDbs = 1024;
 
 MDB_val Val(std::string_view s) {
@@ -176,6 +180,12 @@ std::string ViewMetaKey(std::string_view view, std::string_view field) {
   return key;
 }
 
+std::string AggregateMetaKey(std::string_view aggregate, std::string_view field) {
+  std::string key(kAggregateDbPrefix);
+  key.append(aggregate).append("/").append(field);
+  return key;
+}
+
 void ForEachPosition(
     const Txn& txn, MDB_dbi meta,
     const std::function<void(std::string_view, std::string_view, std::string_view)>& fn) {
@@ -260,6 +270,15 @@ absl::Status Store::OpenDatabases(const std::vector<TableSpec>& tables) {
       views_.emplace(view.name, dbi);
       configured[view.name] = true;
     }
+    for (const AggregateSpec& aggregate : table.aggregates) {
+      MDB_dbi groups, extremes;
+      if (absl::Status s = open(absl::StrCat(kAggregateDbPrefix, aggregate.name), &groups); !s.ok()) return s;
+      if (absl::Status s = open(absl::StrCat(kAggregateExtremesDbPrefix, aggregate.name), &extremes);
+          !s.ok()) {
+        return s;
+      }
+      aggregates_.emplace(aggregate.name, std::make_pair(groups, extremes));
+    }
   }
 
   // The unnamed database lists the named ones: drop views that are no longer configured.
@@ -288,7 +307,38 @@ absl::Status Store::OpenDatabases(const std::vector<TableSpec>& tables) {
     }
     dropped_views_.push_back(view);
   }
+  if (absl::Status s = DropStaleAggregates(&txn, main); !s.ok()) return s;
   return txn.Commit();
+}
+
+absl::Status Store::DropStaleAggregates(WriteTxn* txn, MDB_dbi main) {
+  std::vector<std::string> stale;
+  {
+    Cursor c(txn->raw(), main);
+    for (bool ok = c.SeekFirst(); ok; ok = c.Next()) {
+      std::string_view name = c.key();
+      for (std::string_view prefix : {kAggregateDbPrefix, kAggregateExtremesDbPrefix}) {
+        if (name.starts_with(prefix) && !aggregates_.count(name.substr(prefix.size()))) {
+          stale.emplace_back(name);
+        }
+      }
+    }
+  }
+  for (const std::string& name : stale) {
+    MDB_dbi dbi;
+    if (absl::Status s = LmdbStatus(mdb_dbi_open(txn->raw(), name.c_str(), 0, &dbi), "opening " + name);
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = LmdbStatus(mdb_drop(txn->raw(), dbi, 1), "dropping " + name); !s.ok()) return s;
+    if (!name.starts_with(kAggregateDbPrefix)) continue;  // aggm/<name> goes with agg/<name>
+    std::string aggregate = name.substr(sizeof(kAggregateDbPrefix) - 1);
+    for (std::string_view field : {"fingerprint", "state", "build_cursor"}) {
+      if (absl::Status s = txn->Delete(meta_, AggregateMetaKey(aggregate, field)); !s.ok()) return s;
+    }
+    dropped_aggregates_.push_back(aggregate);
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<WriteTxn>> Store::BeginWrite() {
@@ -328,6 +378,10 @@ absl::Status Store::GrowMap() {
 MDB_dbi Store::items(std::string_view table) const { return items_.find(table)->second; }
 MDB_dbi Store::view(std::string_view name) const { return views_.find(name)->second; }
 bool Store::has_view(std::string_view name) const { return views_.count(name) > 0; }
+MDB_dbi Store::aggregate(std::string_view name) const { return aggregates_.find(name)->second.first; }
+MDB_dbi Store::aggregate_extremes(std::string_view name) const {
+  return aggregates_.find(name)->second.second;
+}
 
 uint64_t Store::map_size() const {
   MDB_envinfo info;

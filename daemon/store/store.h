@@ -3,6 +3,8 @@
 //   meta          schema version, source positions, view fingerprints and states
 //   items/<table> primary key -> StoredItem (last image, its sequence number, tombstone flag)
 //   view/<name>   entry key -> projected item (see index_builders/view_builder.h)
+//   agg/<name>    group key -> aggregate group state; aggm/<name> its min/max multisets
+//                 (see index_builders/aggregate.h)
 //
 // Threading: one writer thread at a time uses WriteTxn (LMDB allows one write transaction);
 // any number of threads use ReadTxn concurrently and never block the writer. Growing the map
@@ -131,6 +133,8 @@ absl::StatusOr<StoredItem> DecodeStoredItem(std::string_view value);
 std::string PositionKey(std::string_view source, std::string_view partition);
 inline constexpr std::string_view kPositionPrefix = "pos/";
 std::string ViewMetaKey(std::string_view view, std::string_view field);
+// agg/<name>/<field>: an aggregate's fingerprint, state and build cursor, as for views.
+std::string AggregateMetaKey(std::string_view aggregate, std::string_view field);
 
 // Calls fn(source, partition, position) for every stored source position, in key order.
 // The views point into LMDB's map: valid only during the call.
@@ -141,7 +145,7 @@ void ForEachPosition(
 class Store {
  public:
   // Opens (creating if needed) the environment at config.path and every database the tables
-  // and views need. Views stored before but no longer configured are dropped. Errors name the
+  // and views need. Views (and aggregates) stored before but no longer configured are dropped. Errors name the
   // path and say what to do (permissions, disk, a newer schema).
   static absl::StatusOr<std::unique_ptr<Store>> Open(const StorageConfig& config,
                                                      const std::vector<TableSpec>& tables);
@@ -159,15 +163,21 @@ class Store {
   MDB_dbi items(std::string_view table) const;
   MDB_dbi view(std::string_view name) const;
   bool has_view(std::string_view name) const;
+  // An aggregate's groups (agg/<name>) and min/max multisets (aggm/<name>).
+  MDB_dbi aggregate(std::string_view name) const;
+  MDB_dbi aggregate_extremes(std::string_view name) const;
 
   size_t max_key_size() const { return max_key_size_; }
   uint64_t map_size() const;
   uint64_t map_used_bytes() const;  // (last page + 1) * page size
   const std::vector<std::string>& dropped_views() const { return dropped_views_; }
+  const std::vector<std::string>& dropped_aggregates() const { return dropped_aggregates_; }
 
  private:
   Store() = default;
   absl::Status OpenDatabases(const std::vector<TableSpec>& tables);
+  // Drops agg/ and aggm/ databases (and their meta keys) of aggregates no longer configured.
+  absl::Status DropStaleAggregates(WriteTxn* txn, MDB_dbi main);
 
   MDB_env* env_ = nullptr;
   StorageConfig config_;
@@ -176,6 +186,8 @@ class Store {
   std::map<std::string, MDB_dbi, std::less<>> items_;
   std::map<std::string, MDB_dbi, std::less<>> views_;
   std::vector<std::string> dropped_views_;
+  std::map<std::string, std::pair<MDB_dbi, MDB_dbi>, std::less<>> aggregates_;
+  std::vector<std::string> dropped_aggregates_;
   mutable std::shared_mutex resize_mu_;  // shared: live read txns; exclusive: GrowMap
 };
 

@@ -9,6 +9,9 @@
 // 4. Replays the same writes through a fresh HotKeyTracker, batch by batch as the writer does:
 //    the hot-key tracking's share of the apply time, and the events/s the applier would reach
 //    without it.
+// 5. Applies the same workload again into a fresh store that also maintains the config's
+//    aggregates (examples/cdcview.yaml: VotesPerDay, OrderTotals): the cost of aggregate
+//    maintenance per event, as events/s, µs per event and the ratio to step 2.
 // Prints figures beside their targets; asserts nothing. Progress goes to stderr.
 #include <lmdb.h>
 #include <linux/magic.h>
@@ -23,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "daemon/apply/hot_keys.h"
+#include "absl/strings/str_join.h"
 #include "tests/bench/workload.h"
 
 namespace cdcview::bench {
@@ -42,6 +46,7 @@ struct Flags {
   std::string tmp = std::filesystem::temp_directory_path().string();
   uint64_t map_mib = 16384;
   bool skip_raw = false;
+  bool skip_aggregates = false;
 };
 
 struct ApplyResult {
@@ -206,6 +211,48 @@ std::string DescribeFilesystem(const std::string& dir) {
 std::string Mib(uint64_t bytes) { return absl::StrFormat("%.1f MiB", double(bytes) / (1 << 20)); }
 const char* Verdict(bool met) { return met ? "[met]" : "[below target]"; }
 
+// Step 4: the same workload (same seed) with the config's aggregates maintained as well.
+int RunWithAggregates(const Flags& flags, const std::string& dir, const ApplyResult& without) {
+  auto bench = BenchStore::Open(flags.config, dir + "/store-aggregates", flags.map_mib << 20,
+                                /*aggregates=*/true);
+  if (!bench.ok()) {
+    fprintf(stderr, "apply_bench: %s\n", std::string(bench.status().message()).c_str());
+    return 1;
+  }
+  const TableSpec& table = (*bench)->config().tables.at(0);
+  if (table.aggregates.empty()) {
+    printf("aggregates: the config has none; skipped\n");
+    return 0;
+  }
+  Workload workload = GenerateWorkload({flags.events, flags.seed, 0}, &(*bench)->catalog().builder(0),
+                                       nullptr, [](double f) { ReportProgress("apply_bench", "generate", f); });
+  auto batches = SplitIntoBatches(&workload.records, flags.batch);
+  auto applied = RunApply(**bench, &batches);
+  if (!applied.ok()) {
+    fprintf(stderr, "apply_bench: apply with aggregates failed: %s\n",
+            std::string(applied.status().message()).c_str());
+    return 1;
+  }
+  std::vector<std::string> names;
+  for (const AggregateSpec& a : table.aggregates) names.push_back(a.name);
+  auto txn = (*bench)->store().BeginRead();
+  uint64_t groups = 0;
+  if (txn.ok()) {
+    for (const AggregateSpec& a : table.aggregates) groups += (*txn)->Entries((*bench)->store().aggregate(a.name));
+  }
+  const double us_without = without.seconds * 1e6 / double(flags.events);
+  const double us_with = applied->seconds * 1e6 / double(flags.events);
+  printf("aggregates: %s (%zu aggregates, %llu physical groups at the end)\n",
+         absl::StrJoin(names, ", ").c_str(), names.size(), (unsigned long long)groups);
+  printf("  without : %.0f events/s = %.2f us per event\n", double(flags.events) / without.seconds,
+         us_without);
+  printf("  with    : %.0f events/s = %.2f us per event\n", double(flags.events) / applied->seconds,
+         us_with);
+  printf("  with / without = %.3f x the time per event (+%.2f us per event for the aggregates)\n",
+         us_with / us_without, us_with - us_without);
+  return 0;
+}
+
 int Run(const Flags& flags) {
   auto dir = MakeTempDir(flags.tmp, "cdcview-apply-bench");
   if (!dir.ok()) {
@@ -289,6 +336,7 @@ int Run(const Flags& flags) {
              (a.seconds - hot) / a.seconds);
 
     }
+    if (rc == 0 && !flags.skip_aggregates) rc = RunWithAggregates(flags, *dir, a);
   }
   RemoveTree(*dir);
   return rc;
@@ -308,6 +356,8 @@ int main(int argc, char** argv) {
   app.add_option("--tmp", flags.tmp, "where to create the temporary stores");
   app.add_option("--map-mib", flags.map_mib, "initial LMDB map size in MiB")->check(CLI::PositiveNumber);
   app.add_flag("--skip-raw", flags.skip_raw, "skip the raw LMDB replay (for profiling the applier)");
+  app.add_flag("--skip-aggregates", flags.skip_aggregates,
+               "skip the second run that also maintains the config's aggregates");
   CLI11_PARSE(app, argc, argv);
   return cdcview::bench::Run(flags);
 }

@@ -86,10 +86,12 @@ Workload GenerateWorkload(const WorkloadOptions& options, const ViewBuilder* bui
 class BenchStore {
  public:
   // Loads `config_path`, points storage at `dir` (which must not hold a store) with an initial
-  // map of `map_size` bytes. Errors name the step that failed.
+  // map of `map_size` bytes; without `aggregates`, the config's aggregates are left out (the
+  // views-only baseline). Errors name the step that failed.
   static absl::StatusOr<std::unique_ptr<BenchStore>> Open(const std::string& config_path,
                                                           const std::string& dir,
-                                                          uint64_t map_size);
+                                                          uint64_t map_size,
+                                                          bool aggregates = false);
   ~BenchStore();
 
   const Config& config() const { return *config_; }

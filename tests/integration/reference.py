@@ -326,6 +326,7 @@ class Model:
         self.table_sk = Key.parse(key["sort"]) if "sort" in key else None
         self.views = [parse_view(v, self.table_pk, self.table_sk)
                       for v in table_spec.get("views", [])]
+        self.aggregates = [Aggregate.parse(a) for a in table_spec.get("aggregates", [])]
         self.items = {}  # primary key tuple -> (sequence number or "", image or None)
         self.entries = {}  # primary key tuple -> {view name: Entry} of its current image
         self.writes = {v.name: {"put": 0, "delete": 0} for v in self.views}
@@ -416,6 +417,8 @@ class Model:
                 e = self.entry(view, new)
                 if e is not None:
                     new_entries[view.name] = e
+            for aggregate in self.aggregates:
+                aggregate.check_key_size(new)
         for view in self.views:
             self._count(view, old_entries.get(view.name), new_entries.get(view.name))
         if new is not None or pk in self.items or seq:
@@ -480,6 +483,154 @@ class Model:
     def get_item(self, keys):
         pk = self._primary_key(canonical_item(keys))
         return self.items.get(pk, ("", None))[1]
+
+
+    def aggregate(self, name):
+        """Every group of aggregate `name`, recomputed from the current items, in group order:
+        [(group typed value, Group)]."""
+        for a in self.aggregates:
+            if a.name == name:
+                return a.groups(image for _, image in self.items.values() if image is not None)
+        raise KeyError(name)
+
+
+# ---------------------------------------------------------------- aggregates
+
+# Sums are exact (enough digits for any sum of DynamoDB numbers); averages are rounded to 38
+# significant digits, ties to even.
+_SUM = decimal.Context(prec=1000)
+_AVG = decimal.Context(prec=38, rounding=decimal.ROUND_HALF_EVEN)
+_UINT32_MAX = 2**32 - 1
+
+
+def split_shard_suffix(suffix, physical):
+    """(logical, shard) if `physical` ends with `suffix` ("#{shard}") for some shard number
+    (decimal, no leading zeros, at most 10 digits, <= 2^32-1); else None."""
+    before, after = suffix.split("{shard}")
+    if not physical.endswith(after):
+        return None
+    rest = physical[:len(physical) - len(after)]
+    digits = 0
+    while digits < len(rest) and digits < 10 and rest[len(rest) - 1 - digits].isdigit():
+        digits += 1
+    if digits == 0:
+        return None
+    number = rest[len(rest) - digits:]
+    if len(number) > 1 and number[0] == "0":
+        return None
+    if int(number) > _UINT32_MAX:
+        return None
+    rest = rest[:len(rest) - digits]
+    if not rest.endswith(before):
+        return None
+    return rest[:len(rest) - len(before)], int(number)
+
+
+@dataclass
+class Measure:
+    kind: str        # count, sum, min, max, avg
+    attribute: str = ""
+
+    @property
+    def name(self):
+        return "count" if self.kind == "count" else f"{self.kind}({self.attribute})"
+
+
+@dataclass
+class Group:
+    """One group (or one shard of it): members and the measures' texts (None: unset)."""
+    members: int = 0
+    measures: dict = field(default_factory=dict)
+    shards: list = field(default_factory=list)  # [(physical group text, Group)]
+
+
+@dataclass
+class Aggregate:
+    name: str
+    filter: list
+    group_by: Key
+    strip: str
+    measures: list
+
+    @staticmethod
+    def parse(spec):
+        measures = []
+        for m in spec["measures"]:
+            if m == "count":
+                measures.append(Measure("count"))
+            else:
+                (kind, attribute), = m.items()
+                measures.append(Measure(kind, attribute))
+        return Aggregate(spec["name"], _conditions(spec.get("filter")),
+                         Key.parse(spec["group_by"]), spec.get("strip_shard_suffix", ""),
+                         measures)
+
+    def placement(self, item):
+        """(logical group typed value, shard or None) of a member, or None for a non-member."""
+        if not all(c.holds(item) for c in self.filter):
+            return None
+        value = self.group_by.value(item)
+        if value is None:
+            return None
+        if self.strip:
+            split = split_shard_suffix(self.strip, value["S"])
+            if split is not None:
+                return {"S": split[0]}, split[1]
+        return value, None
+
+    def check_key_size(self, item):
+        place = self.placement(item)
+        if place is None:
+            return
+        size = encoded_key_size(place[0]) + (0 if not self.strip else 1 if place[1] is None else 5)
+        room = MAX_KEY_BYTES - 1 - 22  # measure number, largest N key component
+        if size > room:
+            raise Rejected("key_too_large", f"aggregate {self.name}: group key is {size} bytes, "
+                                            f"over the {room} bytes the store's key limit leaves for it")
+
+    def _measures(self, members):
+        out = {}
+        for m in self.measures:
+            if m.kind == "count":
+                out[m.name] = str(len(members))
+                continue
+            values = [decimal.Decimal(item[m.attribute]["N"]) for item in members
+                      if scalar_type(item.get(m.attribute, {"NULL": True})) == "N"]
+            if not values:
+                out[m.name] = None
+                continue
+            total = decimal.Decimal(0)
+            for v in values:
+                total = _SUM.add(total, v)
+            if m.kind == "sum":
+                out[m.name] = canonical_number(total)
+            elif m.kind == "min":
+                out[m.name] = canonical_number(min(values))
+            elif m.kind == "max":
+                out[m.name] = canonical_number(max(values))
+            else:
+                out[m.name] = canonical_number(_AVG.divide(total, len(values)))
+        return out
+
+    def groups(self, items):
+        by_group = {}
+        for item in items:
+            place = self.placement(item)
+            if place is None:
+                continue
+            group, shard = place
+            by_group.setdefault(_hashable(group), (group, {}))[1].setdefault(shard, []).append(item)
+        out = []
+        for _, (group, shards) in sorted(by_group.items(), key=lambda kv: sort_key_of(kv[1][0])):
+            members = [item for per_shard in shards.values() for item in per_shard]
+            g = Group(len(members), self._measures(members))
+            if self.strip:
+                for shard in sorted(shards, key=lambda s: -1 if s is None else s):
+                    physical = group["S"] if shard is None else \
+                        group["S"] + self.strip.replace("{shard}", str(shard))
+                    g.shards.append((physical, Group(len(shards[shard]), self._measures(shards[shard]))))
+            out.append((group, g))
+        return out
 
 
 def _sort_holds(sk, op, value, value2):
@@ -550,6 +701,16 @@ EXAMPLE_TABLE = {
          "sort_key": {"attribute": "GSI1SK", "type": "S"}, "projection": "KEYS_ONLY",
          "shards": {"count": 4, "suffix": "#{shard}"}},
     ],
+    "aggregates": [
+        {"name": "VotesPerDay", "filter": {"attribute": "GSI1PK", "begins_with": "DAY#"},
+         "group_by": {"template": "{GSI1PK}"}, "strip_shard_suffix": "#{shard}",
+         "measures": ["count"]},
+        {"name": "OrderTotals", "filter": {"attribute": "type", "equals": "order"},
+         "group_by": {"attribute": "status"},
+         "measures": ["count", {"sum": "total"}, {"min": "total"}, {"max": "total"},
+                      {"avg": "total"}]},
+    ],
 }
 
 EXAMPLE_VIEWS = [v["name"] for v in EXAMPLE_TABLE["views"]]
+EXAMPLE_AGGREGATES = [a["name"] for a in EXAMPLE_TABLE["aggregates"]]

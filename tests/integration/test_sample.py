@@ -14,7 +14,7 @@ import pytest
 
 import reference as ref
 from conftest import (REPO, SAMPLE, Daemon, entry_to_tuple, item_to_typed, metric, ref_tuple,
-                      run_cli)
+                      run_cli, to_typed)
 
 VIEWS = ref.EXAMPLE_VIEWS
 
@@ -522,3 +522,119 @@ def test_get_status(sample):
     assert [(p.source, p.partition, p.position) for p in s.positions] == [
         ("sample", "", f"{size}:3135")]
     assert s.lag_seconds > 0
+
+
+# ---------------------------------------------------------------- aggregates
+
+AGGREGATES = ref.EXAMPLE_AGGREGATES
+
+
+def _measures(measures):
+    return {m.name: (m.value.n if m.HasField("value") else None) for m in measures}
+
+
+def group_to_tuple(g):
+    """An AggregateGroup as (group typed value, members, measures, [(shard, members, measures)])."""
+    return (to_typed(g.group), g.members, _measures(g.measures),
+            [(s.group.s, s.members, _measures(s.measures)) for s in g.shards])
+
+
+def ref_group(group, g):
+    return (group, g.members, g.measures,
+            [(physical, s.members, s.measures) for physical, s in g.shards])
+
+
+def list_aggregates(d, name, limit=0, prefix=None):
+    vs = d.stubs.vs
+    req = vs.ListAggregatesRequest(aggregate=name, limit=limit)
+    if prefix is not None:
+        req.prefix.CopyFrom(av(d.stubs, prefix))
+    groups, sizes = [], []
+    for _ in range(1000):
+        r = d.stub.ListAggregates(req, timeout=30)
+        groups.extend(group_to_tuple(g) for g in r.groups)
+        sizes.append(len(r.groups))
+        assert r.applied.entries, "ListAggregates carries the applied position"
+        if not r.next_page_token:
+            return groups, sizes
+        req.page_token = r.next_page_token
+    raise AssertionError("ListAggregates never ended")
+
+
+def test_aggregates_are_not_empty(model):
+    # Guards the comparisons below against comparing empty to empty.
+    assert [len(model.aggregate(a)) for a in AGGREGATES] == [5, 4]
+
+
+@pytest.mark.parametrize("limit", [0, 2])
+@pytest.mark.parametrize("name", AGGREGATES)
+def test_list_aggregates_equals_reference(sample, model, name, limit):
+    got, sizes = list_aggregates(sample, name, limit=limit)
+    want = [ref_group(group, g) for group, g in model.aggregate(name)]
+    assert got == want
+    assert sizes == expected_sizes(len(want), limit)
+
+
+@pytest.mark.parametrize("name", AGGREGATES)
+def test_get_aggregate_equals_reference_for_every_group(sample, model, name):
+    for group, g in model.aggregate(name):
+        r = sample.stub.GetAggregate(
+            sample.stubs.vs.GetAggregateRequest(aggregate=name, group=av(sample.stubs, group)),
+            timeout=30)
+        assert group_to_tuple(r) == ref_group(group, g)
+        assert r.aggregate == name
+        assert [(e.source, e.partition) for e in r.applied.entries] == [("sample", "")]
+
+
+def test_votes_per_day_merges_the_write_shards(sample):
+    r = sample.stub.GetAggregate(sample.stubs.vs.GetAggregateRequest(
+        aggregate="VotesPerDay", group=av(sample.stubs, S("DAY#2025-03-01"))), timeout=30)
+    # ann, bob and cy, as test_gsi1_sharded_day_has_exactly_ann_bob_cy finds in GSI1.
+    assert group_to_tuple(r) == ({"S": "DAY#2025-03-01"}, 3, {"count": "3"},
+                                 [("DAY#2025-03-01#0", 1, {"count": "1"}),
+                                  ("DAY#2025-03-01#3", 2, {"count": "2"})])
+    got, _ = list_aggregates(sample, "VotesPerDay", prefix=S("DAY#2025-03-0"))
+    assert [g[0]["S"] for g in got] == [f"DAY#2025-03-0{d}" for d in range(1, 6)]
+
+
+def test_aggregate_errors(sample):
+    vs = sample.stubs.vs
+    with pytest.raises(grpc.RpcError) as e:
+        sample.stub.GetAggregate(vs.GetAggregateRequest(aggregate="Nope", group=av(sample.stubs, S("x"))),
+                                 timeout=10)
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND
+    assert e.value.details() == 'aggregate "Nope" does not exist (aggregates: VotesPerDay, OrderTotals)'
+    with pytest.raises(grpc.RpcError) as e:
+        sample.stub.GetAggregate(vs.GetAggregateRequest(aggregate="OrderTotals", group=av(sample.stubs, N("1"))),
+                                 timeout=10)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert e.value.details() == "group: aggregate OrderTotals groups by S, got N"
+    # A group without members.
+    r = sample.stub.GetAggregate(vs.GetAggregateRequest(aggregate="OrderTotals",
+                                                        group=av(sample.stubs, S("LOST"))), timeout=10)
+    assert group_to_tuple(r) == ({"S": "LOST"}, 0, {"count": "0", "sum(total)": None, "min(total)": None,
+                                                    "max(total)": None, "avg(total)": None}, [])
+
+
+def test_cli_aggregate_one_group_and_the_list(sample, model):
+    code, out, err = run_cli("aggregate", "VotesPerDay", "DAY#2025-03-01", addr=sample.addr)
+    assert (code, err) == (0, "")
+    assert out == ('{"aggregate":"VotesPerDay","group":"DAY#2025-03-01","members":3,'
+                   '"measures":{"count":3},"shards":['
+                   '{"group":"DAY#2025-03-01#0","members":1,"measures":{"count":1}},'
+                   '{"group":"DAY#2025-03-01#3","members":2,"measures":{"count":2}}]}\n')
+    code, out, err = run_cli("aggregate", "OrderTotals", addr=sample.addr)
+    assert (code, err) == (0, "")
+    lines = [json.loads(line, parse_float=Decimal, parse_int=Decimal) for line in out.splitlines()]
+    want = model.aggregate("OrderTotals")
+    assert [line["group"] for line in lines] == [group["S"] for group, _ in want]
+    for line, (_, g) in zip(lines, want):
+        assert line["members"] == g.members
+        assert line["measures"] == {k: (None if v is None else Decimal(v)) for k, v in g.measures.items()}
+    code, out, err = run_cli("aggregate", "OrderTotals", "--limit", "1", addr=sample.addr)
+    assert (code, len(out.splitlines())) == (0, 1)
+    assert err == "cdcview: more groups follow; pass --all-pages to read them all\n"
+    code, out, err = run_cli("aggregate", "Nope", addr=sample.addr)
+    assert code == 1
+    assert err == ('cdcview: NOT_FOUND: aggregate "Nope" does not exist '
+                   '(aggregates: VotesPerDay, OrderTotals)\n')

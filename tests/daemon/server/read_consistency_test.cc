@@ -74,6 +74,10 @@ tables:
       - name: ByDayShards
         partition_key: { attribute: day, type: S }
         shards: { count: 4, suffix: "#{shard}" }
+    aggregates:
+      - name: PerDay
+        group_by: { attribute: day, type: S }
+        measures: [count]
   - name: Other
     key: { partition: PK }
 )";
@@ -352,6 +356,21 @@ TEST_F(ReadConsistencyTest, MaxStalenessBothWays) {
   *scan.mutable_consistency() = Stale(2.5);
   EXPECT_EQ(Text(reader_->Scan(scan).status()),
             "view ByDay is 12.3 s behind (source orders); max_staleness_seconds is 2.5");
+  // So do aggregate reads, against the aggregate's table.
+  v1::GetAggregateRequest per_day;
+  per_day.set_aggregate("PerDay");
+  per_day.mutable_group()->set_s("D");
+  *per_day.mutable_consistency() = Stale(5);
+  EXPECT_EQ(Text(reader_->GetAggregate(per_day).status()),
+            "aggregate PerDay is 12.3 s behind (source orders); max_staleness_seconds is 5");
+  v1::ListAggregatesRequest list;
+  list.set_aggregate("PerDay");
+  *list.mutable_consistency() = Stale(5);
+  EXPECT_EQ(Text(reader_->ListAggregates(list).status()),
+            "aggregate PerDay is 12.3 s behind (source orders); max_staleness_seconds is 5");
+  *per_day.mutable_consistency() = Stale(13);
+  ASSERT_TRUE(reader_->GetAggregate(per_day).ok());
+  EXPECT_EQ(reader_->GetAggregate(per_day)->members(), 1u);
   // A sharded view's merged read checks it too.
   v1::QueryRequest merged = Query(Stale(5));
   merged.set_view("ByDayShards");

@@ -1,0 +1,288 @@
+// ViewReader's aggregate reads: GetAggregate and ListAggregates over agg/<name> and
+// aggm/<name> (layout in index_builders/aggregate.h).
+//
+// A logical group is one key range in agg/<name>: its physical groups (shards) are adjacent,
+// so one cursor walk reads the group and its per-shard breakdown. Min and max come from the
+// first and last aggm key of each physical group's measure range.
+#include <algorithm>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "daemon/server/proto_convert.h"
+#include "daemon/server/view_reader.h"
+#include "index_builders/key_codec.h"
+#include "index_builders/number.h"
+
+namespace cdcview {
+namespace {
+
+// One logical group being assembled from its physical groups.
+struct GroupTotals {
+  uint64_t members = 0;
+  std::vector<AggregateState::Measure> measures;
+  std::vector<std::optional<Decimal>> lowest, highest;  // per min/max measure
+
+  explicit GroupTotals(size_t n) : measures(n), lowest(n), highest(n) {}
+
+  void Add(const GroupTotals& shard) {
+    members += shard.members;
+    for (size_t m = 0; m < measures.size(); ++m) {
+      measures[m].count += shard.measures[m].count;
+      measures[m].sum = AddDecimal(measures[m].sum, shard.measures[m].sum);
+      if (shard.lowest[m] && (!lowest[m] || CompareDecimal(*shard.lowest[m], *lowest[m]) < 0)) {
+        lowest[m] = shard.lowest[m];
+      }
+      if (shard.highest[m] && (!highest[m] || CompareDecimal(*shard.highest[m], *highest[m]) > 0)) {
+        highest[m] = shard.highest[m];
+      }
+    }
+  }
+};
+
+absl::StatusOr<Decimal> ParseKeyNumber(std::string_view encoded) {
+  absl::StatusOr<AttributeValue> n = DecodeKeyComponent(&encoded);
+  if (!n.ok()) return n.status();
+  if (n->type() != AttrType::kN) return absl::DataLossError("aggregate min/max key holds no number");
+  return ParseDecimal(n->scalar());
+}
+
+// The smallest and largest value of measure `m` in one physical group's multiset.
+absl::Status Extremes(const Txn& txn, MDB_dbi extremes, std::string_view physical, size_t m,
+                      std::optional<Decimal>* lowest, std::optional<Decimal>* highest) {
+  const std::string prefix = ExtremePrefix(physical, m);
+  auto cursor = txn.OpenCursor(extremes);
+  if (!cursor->Seek(prefix) || !cursor->key().starts_with(prefix)) {
+    return absl::DataLossError("aggregate measure has values but no min/max entries");
+  }
+  absl::StatusOr<Decimal> first = ParseKeyNumber(cursor->key().substr(prefix.size()));
+  if (!first.ok()) return first.status();
+  const std::string after = PrefixSuccessor(prefix);
+  bool at = after.empty() ? cursor->SeekLast() : (cursor->Seek(after) ? cursor->Prev() : cursor->SeekLast());
+  if (!at || !cursor->key().starts_with(prefix)) {
+    return absl::DataLossError("aggregate min/max entries vanished within a transaction");
+  }
+  absl::StatusOr<Decimal> last = ParseKeyNumber(cursor->key().substr(prefix.size()));
+  if (!last.ok()) return last.status();
+  *lowest = *std::move(first);
+  *highest = *std::move(last);
+  return absl::OkStatus();
+}
+
+void SetNumber(const Decimal& d, v1::AttributeValue* out) { out->set_n(CanonicalText(d)); }
+
+// Measures as configured: count is the member count; the others are unset without values.
+template <typename Out>
+void EmitMeasures(const AggregateSpec& spec, const GroupTotals& totals, Out* out) {
+  for (size_t m = 0; m < spec.measures.size(); ++m) {
+    const MeasureSpec& measure = spec.measures[m];
+    v1::MeasureValue* value = out->add_measures();
+    value->set_name(measure.Name());
+    const AggregateState::Measure& state = totals.measures[m];
+    switch (measure.kind) {
+      case MeasureSpec::Kind::kCount:
+        value->mutable_value()->set_n(absl::StrCat(totals.members));
+        break;
+      case MeasureSpec::Kind::kSum:
+        if (state.count > 0) SetNumber(state.sum, value->mutable_value());
+        break;
+      case MeasureSpec::Kind::kAvg:
+        if (state.count > 0) SetNumber(DivideDecimal(state.sum, state.count), value->mutable_value());
+        break;
+      case MeasureSpec::Kind::kMin:
+        if (totals.lowest[m]) SetNumber(*totals.lowest[m], value->mutable_value());
+        break;
+      case MeasureSpec::Kind::kMax:
+        if (totals.highest[m]) SetNumber(*totals.highest[m], value->mutable_value());
+        break;
+    }
+  }
+}
+
+// One physical group's totals, from its key and stored state.
+absl::StatusOr<GroupTotals> ReadPhysical(const Txn& txn, MDB_dbi extremes, const AggregateSpec& spec,
+                                         std::string_view key, std::string_view value) {
+  auto state = DecodeAggregateState(value, spec.measures.size());
+  if (!state.ok()) return state.status();
+  GroupTotals totals(spec.measures.size());
+  totals.members = state->members;
+  for (size_t m = 0; m < spec.measures.size(); ++m) {
+    totals.measures[m] = state->measures[m];
+    if (KeepsValues(spec.measures[m]) && state->measures[m].count > 0) {
+      if (absl::Status s = Extremes(txn, extremes, key, m, &totals.lowest[m], &totals.highest[m]);
+          !s.ok()) {
+        return s;
+      }
+    }
+  }
+  return totals;
+}
+
+// The physical group key as written: the logical key with the shard suffix put back.
+std::string PhysicalGroup(const AggregateSpec& spec, const std::string& logical,
+                          std::optional<uint32_t> shard) {
+  if (!shard) return logical;
+  ShardSpec suffix;
+  suffix.suffix = spec.strip_shard_suffix;
+  return suffix.PhysicalKey(logical, *shard);
+}
+
+// Reads the logical group starting at the cursor (which stands on its first key) into `out`,
+// leaving the cursor on the first key of the next group (or invalid). `logical` is the
+// group's encoding.
+absl::Status ReadGroup(const Txn& txn, MDB_dbi extremes, const AggregateSpec& spec,
+                       Cursor* cursor, std::string_view logical, v1::AggregateGroup* out) {
+  const bool sharded = !spec.strip_shard_suffix.empty();
+  std::string_view encoded = logical;
+  auto group = DecodeKeyComponent(&encoded);
+  if (!group.ok()) return group.status();
+  ToProto(*group, out->mutable_group());
+  out->set_aggregate(spec.name);
+  GroupTotals totals(spec.measures.size());
+  for (bool ok = cursor->valid(); ok; ok = cursor->Next()) {
+    auto parts = SplitGroupKey(cursor->key(), sharded);
+    if (!parts.ok()) return parts.status();
+    if (parts->logical != logical) break;
+    absl::StatusOr<GroupTotals> physical =
+        ReadPhysical(txn, extremes, spec, cursor->key(), cursor->value());
+    if (!physical.ok()) return physical.status();
+    totals.Add(*physical);
+    if (!sharded) continue;
+    v1::AggregateGroup::Shard* shard = out->add_shards();
+    shard->mutable_group()->set_s(PhysicalGroup(spec, group->scalar(), parts->shard));
+    shard->set_members(physical->members);
+    EmitMeasures(spec, *physical, shard);
+  }
+  out->set_members(totals.members);
+  EmitMeasures(spec, totals, out);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<const AggregateRef*> ViewReader::ReadyAggregate(const std::string& name) const {
+  const AggregateRef* aggregate = catalog_.FindAggregate(name);
+  if (aggregate == nullptr) {
+    std::vector<std::string> names;
+    for (const AggregateRef& a : catalog_.aggregates()) names.push_back(a.spec->name);
+    return absl::NotFoundError(absl::StrCat("aggregate \"", name, "\" does not exist (aggregates: ",
+                                            names.empty() ? "none configured" : absl::StrJoin(names, ", "),
+                                            ")"));
+  }
+  double progress = 0;
+  if (applier_.GetAggregateState(aggregate->global, &progress) != ViewState::kReady) {
+    return absl::UnavailableError(absl::StrCat("aggregate ", name, " is being rebuilt (",
+                                               static_cast<int>(progress * 100),
+                                               "% done); retry in a moment"));
+  }
+  return aggregate;
+}
+
+absl::StatusOr<v1::AggregateGroup> ViewReader::GetAggregate(const v1::GetAggregateRequest& request,
+                                                             Deadline deadline) const {
+  auto aggregate_or = ReadyAggregate(request.aggregate());
+  if (!aggregate_or.ok()) return aggregate_or.status();
+  const AggregateSpec& spec = *(*aggregate_or)->spec;
+  if (request.group().value_case() == v1::AttributeValue::VALUE_NOT_SET) {
+    return absl::InvalidArgumentError("group is required");
+  }
+  auto group = FromProto(request.group(), "group");
+  if (!group.ok()) return group.status();
+  const AttrType want = spec.group_by.value_type();
+  if (group->type() != want) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "group: aggregate ", spec.name, " groups by ", std::string(AttrTypeName(want)), ", got ",
+        std::string(AttrTypeName(group->type()))));
+  }
+  std::string logical;
+  EncodeKeyComponent(*group, &logical);
+
+  if (request.has_consistency()) {
+    if (absl::Status s = AwaitConsistency(request.consistency(), (*aggregate_or)->table,
+                                          absl::StrCat("aggregate ", spec.name), deadline);
+        !s.ok()) {
+      return s;
+    }
+  }
+  auto txn = store_.BeginRead();
+  if (!txn.ok()) return txn.status();
+  v1::AggregateGroup response;
+  auto cursor = (*txn)->OpenCursor(store_.aggregate(spec.name));
+  cursor->Seek(logical);
+  if (absl::Status s = ReadGroup(**txn, store_.aggregate_extremes(spec.name), spec, cursor.get(),
+                                 logical, &response);
+      !s.ok()) {
+    return s;
+  }
+  AppliedIn(**txn, store_.meta(), response.mutable_applied());
+  return response;
+}
+
+absl::StatusOr<v1::ListAggregatesResponse> ViewReader::ListAggregates(
+    const v1::ListAggregatesRequest& request, Deadline deadline) const {
+  auto aggregate_or = ReadyAggregate(request.aggregate());
+  if (!aggregate_or.ok()) return aggregate_or.status();
+  const AggregateRef& aggregate = **aggregate_or;
+  const AggregateSpec& spec = *aggregate.spec;
+  const bool sharded = !spec.strip_shard_suffix.empty();
+
+  std::string lower, upper;  // upper "": no bound
+  if (request.prefix().value_case() != v1::AttributeValue::VALUE_NOT_SET) {
+    auto prefix = FromProto(request.prefix(), "prefix");
+    if (!prefix.ok()) return prefix.status();
+    const AttrType want = spec.group_by.value_type();
+    if (want == AttrType::kN || prefix->type() != want) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "prefix: aggregate ", spec.name, " groups by ", std::string(AttrTypeName(want)),
+          want == AttrType::kN ? "; a prefix needs S or B groups, drop it"
+                               : absl::StrCat(", got ", std::string(AttrTypeName(prefix->type())))));
+    }
+    EncodeKeyPrefix(*prefix, &lower);
+    upper = PrefixSuccessor(lower);
+  }
+  if (!request.page_token().empty()) {
+    auto last = DecodePageToken(request.page_token(), aggregate.fingerprint, false);
+    if (!last.ok()) return last.status();
+    // Past every key of the last group: after a complete component comes a shard part byte
+    // (00, 01) or the next group's escaped bytes, never FF (see view_reader.cc AfterComponents).
+    std::string after = *std::move(last);
+    after.push_back('\xFF');
+    lower = std::max(lower, after);
+  }
+  const uint32_t limit =
+      request.limit() == 0 ? max_page_size_ : std::min(request.limit(), max_page_size_);
+
+  if (request.has_consistency()) {
+    if (absl::Status s = AwaitConsistency(request.consistency(), aggregate.table,
+                                          absl::StrCat("aggregate ", spec.name), deadline);
+        !s.ok()) {
+      return s;
+    }
+  }
+  auto txn = store_.BeginRead();
+  if (!txn.ok()) return txn.status();
+  v1::ListAggregatesResponse response;
+  const MDB_dbi extremes = store_.aggregate_extremes(spec.name);
+  auto cursor = (*txn)->OpenCursor(store_.aggregate(spec.name));
+  bool ok = cursor->Seek(lower);
+  std::string last;
+  for (uint32_t n = 0; ok && (upper.empty() || cursor->key() < upper); ++n) {
+    auto parts = SplitGroupKey(cursor->key(), sharded);
+    if (!parts.ok()) return parts.status();
+    std::string logical(parts->logical);
+    if (n == limit) {
+      response.set_next_page_token(EncodePageToken(aggregate.fingerprint, false, last));
+      break;
+    }
+    if (absl::Status s = ReadGroup(**txn, extremes, spec, cursor.get(), logical, response.add_groups());
+        !s.ok()) {
+      return s;
+    }
+    last = std::move(logical);
+    ok = cursor->valid();
+  }
+  AppliedIn(**txn, store_.meta(), response.mutable_applied());
+  return response;
+}
+
+}  // namespace cdcview
