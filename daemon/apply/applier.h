@@ -27,6 +27,7 @@
 #include "daemon/apply/catalog.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/sources/change_source.h"
+#include "daemon/store/change_log.h"
 #include "daemon/store/store.h"
 
 namespace cdcview {
@@ -102,8 +103,9 @@ class Applier {
   bool IsStale(const SourceRecord& record,
                const std::map<std::string, std::string>& batch_positions) const;
   absl::Status RebuildView(const ViewRef& view, const std::atomic<bool>* stop);
-  // Writes the batch's view mutations, sorted by view and key.
-  absl::Status ApplyViewMutations(WriteTxn* txn);
+  // Writes the batch's view mutations, sorted by view and key, and logs each one that changed
+  // a view in the change log with the record that caused it.
+  absl::Status ApplyViewMutations(WriteTxn* txn, const std::vector<SourceRecord>& batch);
   // Sets the size gauges (view items and bytes, map use) from the store as it is: at start-up
   // and after rebuilds, when no batch has reported them yet.
   void PublishSizes();
@@ -121,6 +123,9 @@ class Applier {
   BatchStats stats_;
   // The batch's view mutations (IndexMutation::view holds the global view index here).
   std::vector<IndexMutation> mutations_;
+  std::vector<uint32_t> mutation_records_;  // per mutation: its record's index in the batch
+  std::vector<uint32_t> mutation_order_;    // mutations_ indices sorted by view and key
+  ChangeLogWriter change_log_;
   std::vector<std::pair<size_t, absl::Status>> pending_dead_letters_;
   std::vector<bool> stale_;  // per batch record: a Kafka offset below the stored next offset
 
