@@ -40,9 +40,11 @@ class ViewReader {
   // INTERNAL if the store cannot be read.
   absl::StatusOr<v1::ListViewsResponse> ListViews() const;
   v1::StatusResponse GetStatus() const;
+  // The view, READY: NOT_FOUND naming the views for an unknown name, UNAVAILABLE with the
+  // progress while it is rebuilt. Every RPC on a view (Query, Scan, Watch) starts here.
+  absl::StatusOr<const ViewRef*> ReadyView(const std::string& name) const;
 
  private:
-  absl::StatusOr<const ViewRef*> ReadyView(const std::string& name) const;
   v1::ViewDescription Describe(const ViewRef& view, const Txn& txn) const;
 
   const Catalog& catalog_;
