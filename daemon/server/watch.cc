@@ -1,5 +1,6 @@
 #include "daemon/server/watch.h"
 
+#include <algorithm>
 #include <chrono>
 #include <vector>
 
@@ -192,7 +193,7 @@ void WatchHub::WatchdogMain() {
     for (auto& [w, unused] : watchers_) {
       int64_t started = w->write_started_ms.load();
       if (started == 0 || now - started < kStuckWriteMs) continue;
-      if (bounds->newest - w->cursor.load() <= config_.max_lag_changes) continue;
+      if (bounds->newest - w->cursor.load() <= w->allowed_lag.load()) continue;
       if (!w->cut_off.exchange(true)) {
         if (probe_ != nullptr) probe_->CutOff(w->view);
         w->stream->cancel();
@@ -267,6 +268,7 @@ absl::Status WatchHub::Run(const v1::WatchRequest& request, const WatchStream& s
   watcher.stream = &stream;
   watcher.view = view.global;
   watcher.cursor = cursor;
+  watcher.allowed_lag = config_.max_lag_changes;
   {
     std::lock_guard lock(mu_);
     if (stopping_) return absl::UnavailableError("the server is shutting down; watch again later");
@@ -313,6 +315,7 @@ absl::Status WatchHub::Run(const v1::WatchRequest& request, const WatchStream& s
   snapshot.shrink_to_fit();
 
   std::vector<v1::WatchEvent> batch;
+  uint64_t closest = UINT64_MAX;  // the smallest lag seen so far
   for (;;) {
     if (stopped_ || stream.cancelled() || watcher.cut_off) return gone();
     // Read the commit count before the log: a commit after this read wakes the wait below.
@@ -325,7 +328,12 @@ absl::Status WatchHub::Run(const v1::WatchRequest& request, const WatchStream& s
       std::optional<ChangeLogBounds> bounds = ReadChangeLogBounds(**txn, store_.changes());
       const uint64_t head = bounds ? bounds->newest : 0;
       lag = head > cursor ? head - cursor : 0;
-      if (lag > config_.max_lag_changes) {
+      // A stream resumed from an old position starts far behind; it is cut off only when it
+      // loses ground: beyond max_lag_changes and beyond the closest it has been to the head.
+      closest = std::min(closest, lag);
+      const uint64_t allowed = std::max<uint64_t>(config_.max_lag_changes, closest);
+      watcher.allowed_lag = allowed;
+      if (lag > allowed) {
         // Everything up to `cursor` was written to the client, and max_lag_changes <
         // retain_changes keeps the changes after it in the log.
         v1::WatchEvent behind;
@@ -336,8 +344,8 @@ absl::Status WatchHub::Run(const v1::WatchRequest& request, const WatchStream& s
         write(behind);
         return finish(absl::AbortedError(absl::StrCat(
             "watcher fell behind: ", lag, " changes behind the change log's head (limit ",
-            config_.max_lag_changes, ", watch.max_lag_changes); resume with from_position set "
-            "to the fell_behind event's position")));
+            allowed, ", watch.max_lag_changes or the lag it started with); resume with "
+            "from_position set to the fell_behind event's position")));
       }
       if (lag > 0) {
         auto log = (*txn)->OpenCursor(store_.changes());

@@ -7,7 +7,9 @@
 //
 // Bounds:
 //  * a stream more than watch.max_lag_changes behind the log's head gets a fell_behind event
-//    with the position of the last change it was sent, and ends with ABORTED;
+//    with the position of the last change it was sent, and ends with ABORTED. A stream resumed
+//    from an older position starts further behind than that; it may stay that far behind (the
+//    bound is the smallest lag it has had), so it is cut off only when it loses ground;
 //  * a stream whose client stopped reading blocks in its gRPC Write (flow control). The hub's
 //    watchdog cancels such a stream once it is blocked for a second while behind by more than
 //    max_lag_changes, freeing its handler thread;
@@ -70,6 +72,7 @@ class WatchHub {
     const WatchStream* stream;
     size_t view;
     std::atomic<uint64_t> cursor{0};            // the last change log sequence read
+    std::atomic<uint64_t> allowed_lag{0};       // cut off beyond this lag (see Run)
     std::atomic<int64_t> write_started_ms{0};   // 0: not inside a Write
     std::atomic<bool> cut_off{false};
   };
