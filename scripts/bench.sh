@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# Builds the benchmark drivers and runs both with their defaults, then prints a summary.
+# Builds the benchmark drivers and runs them with their defaults, then prints a summary.
 # Figures only, nothing is asserted. About 2-3 minutes on 2 cores after the build.
 #   BENCH_TMP           where apply_bench puts its stores (default /dev/shm, see below)
 #   CDCVIEW_BUILD_DIR   build directory (default: build)
 #   APPLY_BENCH_ARGS    extra flags for apply_bench (e.g. "--events 200000")
 #   QUERY_BENCH_ARGS    extra flags for query_bench
+#   WATCH_BENCH_ARGS    extra flags for watch_bench (e.g. "--events 20000 --watchers 100")
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 build="${CDCVIEW_BUILD_DIR:-$here/build}"
 export CDCVIEW_BUILD_DIR="$build"
-"$here/scripts/build.sh" apply_bench query_bench
+"$here/scripts/build.sh" apply_bench query_bench watch_bench
 
 out="$(mktemp -d "${TMPDIR:-/tmp}/cdcview-bench.XXXXXX")"
 trap 'rm -rf "$out"' EXIT
@@ -27,12 +28,16 @@ echo "[bench] apply_bench --tmp $bench_tmp ${APPLY_BENCH_ARGS:-}"
 echo "[bench] query_bench ${QUERY_BENCH_ARGS:-}"
 # shellcheck disable=SC2086
 "$build/tests/bench/query_bench" ${QUERY_BENCH_ARGS:-} | tee "$out/query.txt"
+echo "[bench] watch_bench --tmp $bench_tmp ${WATCH_BENCH_ARGS:-}"
+# shellcheck disable=SC2086
+"$build/tests/bench/watch_bench" --tmp "$bench_tmp" ${WATCH_BENCH_ARGS:-} | tee "$out/watch.txt"
 
 echo
 echo "===== cdcview benchmark summary ====="
 grep -E '^(stores|apply |apply / raw|raw LMDB)' "$out/apply.txt" || true
 grep -E 'index writes' "$out/apply.txt" | sed 's/^ */           /' || true
 grep -E '^(closed|open) loop|^  (point|range)' "$out/query.txt" || true
+grep -E '^(ingest|changes delivered|delivery latency|watchers cut off)' "$out/watch.txt" || true
 
 # ---------------------------------------------------------------------------------------------
 # Kafka source (tests/bench/kafka_bench.py): a real broker (scripts/kafka.sh), a pre-filled

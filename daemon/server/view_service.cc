@@ -54,6 +54,8 @@ class ViewServer::Service final : public v1::ViewService::Service {
   grpc::Status Watch(grpc::ServerContext* ctx, const v1::WatchRequest* req,
                      grpc::ServerWriter<v1::WatchEvent>* writer) override {
     if (watch_ == nullptr) return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "Watch is not served here");
+    // Plain Writes: a sync Write with buffer_hint does not complete until a later write
+    // flushes it, so it would stall the handler on its last buffered event.
     WatchStream stream{[writer](const v1::WatchEvent& e) { return writer->Write(e); },
                        [ctx] { return ctx->IsCancelled(); }, [ctx] { ctx->TryCancel(); }};
     return ToGrpc(watch_->Run(*req, stream));

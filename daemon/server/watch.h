@@ -29,6 +29,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "cdcview/v1/view_service.pb.h"
@@ -76,6 +77,14 @@ class WatchHub {
     std::atomic<int64_t> write_started_ms{0};   // 0: not inside a Write
     std::atomic<bool> cut_off{false};
   };
+  // The change events recently built for a view, by sequence: N watchers of a view decode a
+  // change and build its event once, not N times (the fan-out's main cost). Thread-safe.
+  struct EventCache {
+    std::shared_ptr<const v1::WatchEvent> Find(uint64_t sequence);
+    void Insert(uint64_t sequence, std::shared_ptr<const v1::WatchEvent> event);
+    std::mutex mu;
+    std::map<uint64_t, std::shared_ptr<const v1::WatchEvent>> events;  // guarded by mu
+  };
   void WatchdogMain();
 
   const Catalog& catalog_;
@@ -89,6 +98,7 @@ class WatchHub {
   std::condition_variable wake_;
   bool stopping_ = false;                 // guarded by mu_
   std::map<Watcher*, bool> watchers_;     // guarded by mu_
+  std::vector<std::unique_ptr<EventCache>> caches_;  // by global view index
   std::atomic<bool> stopped_{false};
   std::thread watchdog_;
 };

@@ -175,15 +175,24 @@ def test_cli_prints_one_json_line_per_event(daemon_factory, stream_file, binarie
     cli = subprocess.Popen([binaries[1], "--addr", d.addr, "watch", "OpenOrders", "--snapshot",
                             "--key", "OPEN"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True)
+    lines = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in cli.stdout], daemon=True).start()
+
+    def line():
+        try:
+            return json.loads(lines.get(timeout=30))
+        except queue.Empty:
+            pytest.fail("cdcview watch printed nothing within 30s")
+
     try:
-        snap = json.loads(cli.stdout.readline())
+        snap = line()
         assert snap == {"snapshot": {"PK": "USER#U1", "SK": "ORDER#o1",
                                      "open_since": "2025-03-01T10:00:00Z", "status": "PENDING",
                                      "total": 10.5}}
-        done = json.loads(cli.stdout.readline())
+        done = line()
         assert list(done) == ["snapshot_done", "position"] and re.fullmatch(r"[0-9a-f]+", done["position"])
         append(stream_file, [order(200, "MODIFY", "DELIVERED")])
-        gone = json.loads(cli.stdout.readline())
+        gone = line()
         assert {k: gone[k] for k in ("op", "item", "cause")} == {
             "op": "DELETE", "item": snap["snapshot"],
             "cause": {"source": "src", "partition": "", "position": expected_position(stream_file)}}
