@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# Builds the benchmark drivers and runs both with their defaults, then prints a summary.
+# Builds the benchmark drivers and runs them with their defaults, then prints a summary.
 # Figures only, nothing is asserted. About 2-3 minutes on 2 cores after the build.
 #   BENCH_TMP           where apply_bench puts its stores (default /dev/shm, see below)
 #   CDCVIEW_BUILD_DIR   build directory (default: build)
 #   APPLY_BENCH_ARGS    extra flags for apply_bench (e.g. "--events 200000")
 #   QUERY_BENCH_ARGS    extra flags for query_bench
 #   SHARD_BENCH_ARGS    extra flags for shard_bench (merged reads of write-sharded views)
+#   WATCH_BENCH_ARGS    extra flags for watch_bench (e.g. "--events 20000 --watchers 100")
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 build="${CDCVIEW_BUILD_DIR:-$here/build}"
 export CDCVIEW_BUILD_DIR="$build"
-"$here/scripts/build.sh" apply_bench query_bench shard_bench
+"$here/scripts/build.sh" apply_bench query_bench shard_bench watch_bench
 
 out="$(mktemp -d "${TMPDIR:-/tmp}/cdcview-bench.XXXXXX")"
 trap 'rm -rf "$out"' EXIT
@@ -31,6 +32,9 @@ echo "[bench] query_bench ${QUERY_BENCH_ARGS:-}"
 echo "[bench] shard_bench --tmp $bench_tmp ${SHARD_BENCH_ARGS:-}"
 # shellcheck disable=SC2086
 "$build/tests/bench/shard_bench" --tmp "$bench_tmp" ${SHARD_BENCH_ARGS:-} | tee "$out/shard.txt"
+echo "[bench] watch_bench --tmp $bench_tmp ${WATCH_BENCH_ARGS:-}"
+# shellcheck disable=SC2086
+"$build/tests/bench/watch_bench" --tmp "$bench_tmp" ${WATCH_BENCH_ARGS:-} | tee "$out/watch.txt"
 
 echo
 echo "===== cdcview benchmark summary ====="
@@ -39,6 +43,7 @@ grep -E 'index writes' "$out/apply.txt" | sed 's/^ */           /' || true
 grep -E '^(aggregates|  without|  with)' "$out/apply.txt" || true
 grep -E '^(closed|open) loop|^  (point|range)' "$out/query.txt" || true
 grep -E '^(query|Plain|Sharded)' "$out/shard.txt" || true
+grep -E '^(ingest|changes delivered|delivery latency|watchers cut off)' "$out/watch.txt" || true
 
 # ---------------------------------------------------------------------------------------------
 # Kafka source (tests/bench/kafka_bench.py): a real broker (scripts/kafka.sh), a pre-filled

@@ -81,7 +81,13 @@ absl::Status Application::Init() {
   if (absl::Status s = applier_->Recover(); !s.ok()) return InPhase("loading view states", s);
 
   reader_ = std::make_unique<ViewReader>(*catalog_, *store_, *applier_, readonly_sources);
-  auto server = ViewServer::Start(config_.server.grpc, *reader_, query_probe_.get());
+  std::vector<std::string> view_names;
+  for (const ViewRef& view : catalog_->views()) view_names.push_back(view.spec->name);
+  watch_probe_ = std::make_unique<WatchProbe>(*metrics_, view_names);
+  watch_hub_ = std::make_unique<WatchHub>(*catalog_, *store_, *applier_, *reader_, config_.watch,
+                                          watch_probe_.get());
+  auto server = ViewServer::Start(config_.server.grpc, *reader_, query_probe_.get(),
+                                  watch_hub_.get());
   if (!server.ok()) return InPhase("starting the gRPC server", server.status());
   server_ = std::move(*server);
   // Views start NOT_SERVING (not unknown) so a probe on a view name waits instead of failing.
@@ -156,6 +162,9 @@ void Application::Shutdown() {
   }
   stop_writer_ = true;
   if (writer_.joinable()) writer_.join();
+  // Watch streams never end by themselves, and one whose client stopped reading blocks in a
+  // Write: cancel them all, or the server would wait its whole grace period for them.
+  if (watch_hub_) watch_hub_->Shutdown();
   if (server_) {
     server_->SetServing(false);
     server_->Shutdown(5000);

@@ -5,7 +5,8 @@
 //             -> sources start at the stored positions -> writer thread (rebuilds changed
 //             views, then applies batches)
 //   Shutdown: stop the sources -> close the queue -> the writer drains what was read and
-//             commits -> stop the gRPC server (grace period) -> close the store
+//             commits -> cancel Watch streams -> stop the gRPC server (grace period) -> close
+//             the store
 //
 // Integration tests and benchmarks drive this same class. Start/Shutdown are called from one
 // thread; the accessors are thread-safe.
@@ -23,6 +24,7 @@
 #include "daemon/apply/catalog.h"
 #include "daemon/config/config.h"
 #include "daemon/metrics/metrics.h"
+#include "daemon/metrics/watch_probe.h"
 #include "daemon/server/view_reader.h"
 #include "daemon/server/view_service.h"
 #include "daemon/sources/change_source.h"
@@ -64,6 +66,8 @@ class Application {
   std::unique_ptr<RecordQueue> queue_;
   std::unique_ptr<Applier> applier_;
   std::unique_ptr<ViewReader> reader_;
+  std::unique_ptr<WatchProbe> watch_probe_;
+  std::unique_ptr<WatchHub> watch_hub_;  // outlives server_, whose Watch handlers use it
   std::unique_ptr<ViewServer> server_;
   std::thread writer_;
   std::atomic<bool> stop_writer_{false};

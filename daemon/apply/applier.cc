@@ -55,6 +55,7 @@ Applier::Applier(const Catalog& catalog, Store* store, ApplyProbe* probe,
       dead_letters_(std::move(dead_letters)),
       now_ms_(now_ms ? std::move(now_ms) : SystemNowMs),
       stats_(catalog.config().sources.size(), catalog.views().size()),
+      change_log_(store->changes(), catalog.config().watch.retain_changes),
       counters_(catalog.config().sources.size()),
       table_events_(catalog.config().tables.size()),
       view_writes_(catalog.views().size()),
@@ -118,6 +119,7 @@ absl::Status Applier::Recover() {
 
   if (absl::Status s = RecoverAggregates(&txn); !s.ok()) return s;
 
+  change_log_.Load(txn);
   std::lock_guard lock(mu_);
   positions_.clear();
   ForEachPosition(txn, store_->meta(),
@@ -142,6 +144,7 @@ void Applier::PublishSizes() {
     stats_.aggregates[aggregate.global].groups = (*txn)->Entries(aggregate_dbs_[aggregate.global].groups);
   }
   txn->reset();
+  stats_.change_log_entries = change_log_.entries();
   stats_.map_used_bytes = store_->map_used_bytes();
   stats_.map_size_bytes = store_->map_size();
   probe_->RecordBatch(stats_, now_ms_());
@@ -463,26 +466,49 @@ bool Applier::IsStale(const SourceRecord& record,
   return error == std::errc() && end == stored.data() + stored.size() && record.offset < next;
 }
 
-absl::Status Applier::ApplyViewMutations(WriteTxn* txn) {
+absl::Status Applier::ApplyViewMutations(WriteTxn* txn, const std::vector<SourceRecord>& batch) {
   // In key order per view: neighbouring writes land on the same B-tree pages, so a batch
   // copies (copy-on-write) far fewer pages than in event order. The sort is stable, so
-  // several changes of one entry still apply in event order.
-  std::stable_sort(mutations_.begin(), mutations_.end(),
-                   [](const IndexMutation& a, const IndexMutation& b) {
-                     return a.view != b.view ? a.view < b.view : a.key < b.key;
-                   });
-  for (const IndexMutation& m : mutations_) {
+  // several changes of one entry still apply (and are logged) in event order. Sorting indices
+  // keeps each mutation next to its record without moving the key and value strings.
+  mutation_order_.resize(mutations_.size());
+  for (uint32_t i = 0; i < mutation_order_.size(); ++i) mutation_order_[i] = i;
+  std::stable_sort(mutation_order_.begin(), mutation_order_.end(), [&](uint32_t a, uint32_t b) {
+    const IndexMutation& x = mutations_[a];
+    const IndexMutation& y = mutations_[b];
+    return x.view != y.view ? x.view < y.view : x.key < y.key;
+  });
+  for (uint32_t index : mutation_order_) {
+    const IndexMutation& m = mutations_[index];
     BatchStats::View& vs = stats_.views[m.view];
+    const SourceRecord& record = batch[mutation_records_[index]];
+    const std::string& source = catalog_.config().sources[record.source].name;
+    const std::string& view = catalog_.views()[m.view].spec->name;
     absl::Status s;
     if (m.op == IndexMutation::Op::kPut) {
       s = txn->Put(view_dbis_[m.view], m.key, m.value);
       ++vs.puts;
+      if (s.ok()) {
+        s = change_log_.Append(txn, EncodeChange(view, ChangeOp::kPut, m.key, m.value, source,
+                                                 record.partition, record.next_position));
+      }
     } else {
-      s = txn->Delete(view_dbis_[m.view], m.key);
+      // The entry's last value goes into the log (a watcher of a work queue needs to know
+      // what left); reading it first costs no page copy, and the delete then finds the
+      // same page in the cache.
+      auto old = txn->Get(view_dbis_[m.view], m.key);
+      if (!old.ok()) return old.status();
       ++vs.deletes;
+      if (!*old) continue;  // nothing to delete, nothing changed
+      std::string change = EncodeChange(view, ChangeOp::kDelete, m.key, **old, source,
+                                        record.partition, record.next_position);
+      s = txn->Delete(view_dbis_[m.view], m.key);
+      if (s.ok()) s = change_log_.Append(txn, change);
     }
     if (!s.ok()) return s;
   }
+  if (absl::Status s = change_log_.Trim(txn); !s.ok()) return s;
+  stats_.change_log_entries = change_log_.pending_entries();
   return absl::OkStatus();
 }
 
@@ -491,6 +517,8 @@ absl::Status Applier::TryBatch(std::vector<SourceRecord>* batch, WriteTxn* txn,
   stats_.Clear();
   mutations_.clear();
   hot_table_keys_.clear();
+  mutation_records_.clear();
+  change_log_.Rollback();  // a retried batch reuses the sequence numbers of the failed try
   pending_dead_letters_.clear();
   stale_.assign(batch->size(), false);
   for (size_t i = 0; i < batch->size(); ++i) {
@@ -506,6 +534,7 @@ absl::Status Applier::TryBatch(std::vector<SourceRecord>* batch, WriteTxn* txn,
     if (record.event) {
       auto outcome = ApplyEvent(txn, record, &rejection, &reason);
       if (!outcome.ok()) return outcome.status();
+      mutation_records_.resize(mutations_.size(), static_cast<uint32_t>(i));
       if (*outcome == Outcome::kApplied) {
         ++src.applied;
         if (record.event->ttl_delete) ++src.ttl_deletes;
@@ -533,7 +562,7 @@ absl::Status Applier::TryBatch(std::vector<SourceRecord>* batch, WriteTxn* txn,
     (*positions)[PositionKey(catalog_.config().sources[record.source].name, record.partition)] =
         record.next_position;
   }
-  if (absl::Status s = ApplyViewMutations(txn); !s.ok()) return s;
+  if (absl::Status s = ApplyViewMutations(txn, *batch); !s.ok()) return s;
   for (const auto& [key, position] : *positions) {
     if (absl::Status s = txn->Put(store_->meta(), key, position); !s.ok()) return s;
   }
@@ -588,6 +617,7 @@ absl::Status Applier::ApplyBatch(std::vector<SourceRecord>* batch) {
     if (!s.ok()) return s;
     break;
   }
+  change_log_.Committed();
   dead_lettered_.clear();
 
   const int64_t now = now_ms_();

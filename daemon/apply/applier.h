@@ -30,6 +30,7 @@
 #include "daemon/apply/hot_keys.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/sources/change_source.h"
+#include "daemon/store/change_log.h"
 #include "daemon/store/store.h"
 
 namespace cdcview {
@@ -133,8 +134,9 @@ class Applier {
   // Writes the aggregate deltas of the event on item `pk` of `table` (aggregate_deltas_).
   absl::Status ApplyAggregateDeltas(WriteTxn* txn, size_t table, std::string_view pk);
   void SetAggregateState(size_t global_aggregate, ViewState state, double progress);
-  // Writes the batch's view mutations, sorted by view and key.
-  absl::Status ApplyViewMutations(WriteTxn* txn);
+  // Writes the batch's view mutations, sorted by view and key, and logs each one that changed
+  // a view in the change log with the record that caused it.
+  absl::Status ApplyViewMutations(WriteTxn* txn, const std::vector<SourceRecord>& batch);
   // Sets the size gauges (view items and bytes, map use) from the store as it is: at start-up
   // and after rebuilds, when no batch has reported them yet.
   void PublishSizes();
@@ -153,6 +155,9 @@ class Applier {
   BatchStats stats_;
   // The batch's view mutations (IndexMutation::view holds the global view index here).
   std::vector<IndexMutation> mutations_;
+  std::vector<uint32_t> mutation_records_;  // per mutation: its record's index in the batch
+  std::vector<uint32_t> mutation_order_;    // mutations_ indices sorted by view and key
+  ChangeLogWriter change_log_;
   std::vector<std::pair<size_t, absl::Status>> pending_dead_letters_;
   std::vector<bool> stale_;  // per batch record: a Kafka offset below the stored next offset
   // Per applied event of the batch: (table, encoded table partition key), for hot_keys_.

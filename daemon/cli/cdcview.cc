@@ -22,6 +22,8 @@ const char* CodeName(grpc::StatusCode code) {
     case grpc::NOT_FOUND: return "NOT_FOUND";
     case grpc::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
     case grpc::UNAVAILABLE: return "UNAVAILABLE";
+    case grpc::ABORTED: return "ABORTED";
+    case grpc::OUT_OF_RANGE: return "OUT_OF_RANGE";
     case grpc::INTERNAL: return "INTERNAL";
     default: return "ERROR";
   }
@@ -63,6 +65,8 @@ struct Options {
   AdviseOptions advise;
   std::string aggregate, group_type = "S";
   std::optional<std::string> group, prefix;
+  std::optional<std::string> watch_key, watch_from;
+  bool snapshot = false;
 };
 
 void PrintEntries(const google::protobuf::RepeatedPtrField<v1::ViewEntry>& entries, bool ddb) {
@@ -284,6 +288,87 @@ int RunAggregate(v1::ViewService::Stub& stub, const Options& o) {
   }
 }
 
+// Watch positions are bytes; the CLI shows them as hex so they can be passed back to --from.
+std::string Hex(const std::string& bytes) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : bytes) {
+    out.push_back(kDigits[c >> 4]);
+    out.push_back(kDigits[c & 15]);
+  }
+  return out;
+}
+
+std::optional<std::string> Unhex(const std::string& text) {
+  auto digit = [](char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                          : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+  };
+  if (text.size() % 2 != 0) return std::nullopt;
+  std::string out;
+  for (size_t i = 0; i < text.size(); i += 2) {
+    int hi = digit(text[i]), lo = digit(text[i + 1]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    out.push_back(static_cast<char>(hi * 16 + lo));
+  }
+  return out;
+}
+
+// One JSON line per event, flushed at once so a pipe sees each change when it happens.
+int RunWatch(v1::ViewService::Stub& stub, const Options& o) {
+  v1::WatchRequest req;
+  req.set_view(o.view);
+  req.set_snapshot(o.snapshot);
+  if (o.watch_key) {
+    v1::ViewDescription desc;
+    v1::DescribeViewRequest dreq;
+    dreq.set_view(o.view);
+    if (grpc::Status s = stub.DescribeView(Context().get(), dreq, &desc); !s.ok()) return Fail(s, o.addr);
+    *req.mutable_partition_key() = Typed(*o.watch_key, desc.partition_key().type());
+  }
+  if (o.watch_from) {
+    std::optional<std::string> from = Unhex(*o.watch_from);
+    if (!from) {
+      std::cerr << "cdcview: --from " << *o.watch_from
+                << ": expected the hex \"position\" of an event printed by cdcview watch\n";
+      return 2;
+    }
+    req.set_from_position(*from);
+  }
+  grpc::ClientContext ctx;  // no deadline: a watch runs until it is stopped
+  std::unique_ptr<grpc::ClientReader<v1::WatchEvent>> reader = stub.Watch(&ctx, req);
+  v1::WatchEvent e;
+  while (reader->Read(&e)) {
+    std::string position = JsonString(Hex(e.position()));
+    switch (e.event_case()) {
+      case v1::WatchEvent::kSnapshotEntry:
+        std::cout << "{\"snapshot\":" << ItemToJson(e.snapshot_entry().item(), o.ddb_json) << "}";
+        break;
+      case v1::WatchEvent::kSnapshotDone:
+        std::cout << "{\"snapshot_done\":true,\"position\":" << position << "}";
+        break;
+      case v1::WatchEvent::kFellBehind:
+        std::cout << "{\"fell_behind\":true,\"position\":" << position << "}";
+        break;
+      case v1::WatchEvent::kChange: {
+        const v1::EntryChange& c = e.change();
+        std::cout << "{\"op\":" << JsonString(v1::EntryChange::Op_Name(c.op()))
+                  << ",\"item\":" << ItemToJson(c.entry().item(), o.ddb_json)
+                  << ",\"cause\":{\"source\":" << JsonString(c.cause().source())
+                  << ",\"partition\":" << JsonString(c.cause().partition())
+                  << ",\"position\":" << JsonString(c.cause().position())
+                  << "},\"position\":" << position << "}";
+        break;
+      }
+      default:
+        continue;
+    }
+    std::cout << std::endl;
+  }
+  grpc::Status s = reader->Finish();
+  return s.ok() ? 0 : Fail(s, o.addr);
+}
+
 }  // namespace
 }  // namespace cdcview
 
@@ -342,6 +427,12 @@ int main(int argc, char** argv) {
   aggregate->add_option("--limit", o.limit, "groups per page (0: the server's page size)");
   aggregate->add_flag("--all-pages", o.all_pages, "follow page tokens to the end");
 
+  CLI::App* watch = cli.add_subcommand("watch", "a view's entry changes as they are applied");
+  watch->add_option("view", o.view, "view name")->required();
+  watch->add_option("--key", o.watch_key, "only this partition key");
+  watch->add_flag("--snapshot", o.snapshot, "first print the current entries");
+  watch->add_option("--from", o.watch_from, "resume after this event position (hex)");
+
   try {
     cli.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -361,5 +452,6 @@ int main(int argc, char** argv) {
   if (status->parsed()) return RunStatus(*stub, o);
   if (advise->parsed()) return RunAdvise(*stub, o);
   if (aggregate->parsed()) return RunAggregate(*stub, o);
+  if (watch->parsed()) return RunWatch(*stub, o);
   return 2;
 }

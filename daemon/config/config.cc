@@ -191,6 +191,7 @@ class Loader {
   absl::Status ParseStorage(const Fields::Entry& entry, StorageConfig* storage) const;
   absl::Status ParseServer(const Fields::Entry& entry, ServerConfig* server) const;
   absl::Status ParseApply(const Fields::Entry& entry, ApplyConfig* apply) const;
+  absl::Status ParseWatch(const Fields::Entry& entry, WatchConfig* watch) const;
   absl::Status ParseTables(const Fields::Entry& entry, std::vector<TableSpec>* tables);
   absl::StatusOr<TableSpec> ParseTable(const YAML::Node& node, const std::string& path);
   absl::StatusOr<TableKeySpec> ParseTableKey(const Fields::Entry& entry,
@@ -458,6 +459,45 @@ absl::Status Loader::ParseApply(const Fields::Entry& entry, ApplyConfig* apply) 
     if (field.key == "batch_size") apply->batch_size = *value;
     if (is_delay) apply->max_delay_ms = *value;
     if (field.key == "queue_capacity") apply->queue_capacity = *value;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Loader::ParseWatch(const Fields::Entry& entry, WatchConfig* watch) const {
+  absl::StatusOr<Fields> fields = ReadFields(entry, "watch", {"retain_changes", "max_lag_changes"});
+  if (!fields.ok()) return fields.status();
+  // Both at least 1: an empty change log would leave Watch nothing to read, and a watcher
+  // allowed no lag at all would be cut off by every commit it has not read yet.
+  const Fields::Entry* retain = fields->Find("retain_changes");
+  const Fields::Entry* lag = fields->Find("max_lag_changes");
+  if (retain != nullptr) {
+    absl::StatusOr<uint32_t> n = ReadUint32(*retain, fields->PathOf("retain_changes"), 0);
+    if (!n.ok()) return n.status();
+    if (*n == 0) {
+      return Error(retain->value, fields->PathOf("retain_changes"),
+                   "0 would keep no change log, and Watch streams read every change from it; "
+                   "set how many changes a watcher may resume across (default 1000000)");
+    }
+    watch->retain_changes = *n;
+    watch->max_lag_changes = std::max<uint32_t>(1, *n / 2);
+  }
+  if (lag != nullptr) {
+    absl::StatusOr<uint32_t> n = ReadUint32(*lag, fields->PathOf("max_lag_changes"), 0);
+    if (!n.ok()) return n.status();
+    if (*n == 0) {
+      return Error(lag->value, fields->PathOf("max_lag_changes"),
+                   "0 would cut off every watcher at the first change it has not read yet; "
+                   "set it above 0 and below retain_changes");
+    }
+    watch->max_lag_changes = *n;
+  }
+  // A watcher cut off at max_lag_changes must find its resume position still in the log.
+  if (watch->max_lag_changes >= watch->retain_changes) {
+    const Fields::Entry* culprit = lag != nullptr ? lag : retain;
+    return Error(culprit->value, fields->PathOf(culprit->key),
+                 Cat("max_lag_changes (", watch->max_lag_changes,
+                     ") must be below retain_changes (", watch->retain_changes,
+                     "), so a watcher cut off for lagging can still resume"));
   }
   return absl::OkStatus();
 }
@@ -1305,7 +1345,7 @@ absl::StatusOr<Config> Loader::Load(const YAML::Node& root) {
                      root.IsNull() ? "an empty document" : Describe(root)));
   }
   absl::StatusOr<Fields> fields =
-      ReadFields(root, "", {"storage", "server", "apply", "sources", "tables"});
+      ReadFields(root, "", {"storage", "server", "apply", "watch", "sources", "tables"});
   if (!fields.ok()) return fields.status();
   Config config;
   config.file = file_;
@@ -1319,6 +1359,9 @@ absl::StatusOr<Config> Loader::Load(const YAML::Node& root) {
   }
   if (const Fields::Entry* apply = fields->Find("apply")) {
     if (absl::Status s = ParseApply(*apply, &config.apply); !s.ok()) return s;
+  }
+  if (const Fields::Entry* watch = fields->Find("watch")) {
+    if (absl::Status s = ParseWatch(*watch, &config.watch); !s.ok()) return s;
   }
   absl::StatusOr<const Fields::Entry*> tables = Require(*fields, "tables");
   if (!tables.ok()) return tables.status();

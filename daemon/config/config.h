@@ -42,6 +42,20 @@ struct ApplyConfig {
   bool operator==(const ApplyConfig&) const = default;
 };
 
+// The change log Watch streams read (see docs/ARCHITECTURE.md, "Watch").
+struct WatchConfig {
+  // Entry changes kept in the `changes` database, all views together. A watcher can resume
+  // from a position only while the changes after it are retained. At least 1: the log is how
+  // Watch sees changes at all, so there is no "off" value.
+  uint32_t retain_changes = 1000000;
+  // A watcher further behind the head than this is told it fell behind and is cut off. Below
+  // retain_changes, so the position it is told to resume from is still retained. 0 in the
+  // file is rejected; unset, it is retain_changes / 2.
+  uint32_t max_lag_changes = 500000;
+
+  bool operator==(const WatchConfig&) const = default;
+};
+
 struct FileSourceConfig {
   std::string path;
   bool follow = false;              // keep reading as the file grows (tail -f)
@@ -106,6 +120,7 @@ struct Config {
   StorageConfig storage;
   ServerConfig server;
   ApplyConfig apply;
+  WatchConfig watch;
   std::vector<SourceConfig> sources;
   std::vector<TableSpec> tables;
 

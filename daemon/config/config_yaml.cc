@@ -57,6 +57,10 @@ void EmitStorageServerApply(YAML::Emitter& out, const Config& c) {
   Field(out, "max_delay_ms", c.apply.max_delay_ms);
   Field(out, "queue_capacity", c.apply.queue_capacity);
   out << YAML::EndMap;
+  out << YAML::Key << "watch" << YAML::Value << YAML::BeginMap;
+  Field(out, "retain_changes", c.watch.retain_changes);
+  Field(out, "max_lag_changes", c.watch.max_lag_changes);
+  out << YAML::EndMap;
 }
 
 void EmitKafka(YAML::Emitter& out, const KafkaSourceConfig& k) {

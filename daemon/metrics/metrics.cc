@@ -166,6 +166,12 @@ ApplyProbe::ApplyProbe(MetricsRegistry& metrics, const Config& config)
                          .Help("Batches that could not commit and were retried.")
                          .Register(registry_)
                          .Add({});
+  change_log_entries_ = &BuildGauge()
+                             .Name("cdcview_change_log_entries")
+                             .Help("Entry changes kept in the change log Watch streams read and "
+                                   "resume from (at most watch.retain_changes).")
+                             .Register(registry_)
+                             .Add({});
 }
 
 ApplyProbe::~ApplyProbe() = default;
@@ -216,6 +222,7 @@ void ApplyProbe::RecordBatch(const BatchStats& stats, int64_t now_ms) {
   if (stats.events) batch_size_->Observe(static_cast<double>(stats.events));
   map_used_->Set(static_cast<double>(stats.map_used_bytes));
   map_size_->Set(static_cast<double>(stats.map_size_bytes));
+  change_log_entries_->Set(static_cast<double>(stats.change_log_entries));
 }
 
 void ApplyProbe::RecordBatchFailure() { batch_failures_->Increment(); }

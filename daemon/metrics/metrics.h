@@ -76,6 +76,7 @@ struct BatchStats {
   uint64_t events = 0;               // records in the batch
   uint64_t map_used_bytes = 0;
   uint64_t map_size_bytes = 0;
+  uint64_t change_log_entries = 0;   // after the batch (Watch's change log)
 };
 
 class ApplyProbe {
@@ -121,6 +122,7 @@ class ApplyProbe {
   prometheus::Gauge* map_used_;
   prometheus::Gauge* map_size_;
   prometheus::Counter* batch_failures_;
+  prometheus::Gauge* change_log_entries_;
   std::vector<double> lag_bounds_;
   std::vector<prometheus::Gauge*> hot_key_share_;  // by global view index
   std::vector<prometheus::Gauge*> hot_key_rate_;

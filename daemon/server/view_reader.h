@@ -73,6 +73,9 @@ class ViewReader {
   // INTERNAL if the store cannot be read.
   absl::StatusOr<v1::ListViewsResponse> ListViews() const;
   v1::StatusResponse GetStatus() const;
+  // The view, READY: NOT_FOUND naming the views for an unknown name, UNAVAILABLE with the
+  // progress while it is rebuilt. Every RPC on a view (Query, Scan, Watch) starts here.
+  absl::StatusOr<const ViewRef*> ReadyView(const std::string& name) const;
 
   // Aggregates (implemented in aggregate_reader.cc). NOT_FOUND: unknown aggregate (the message
   // lists them). INVALID_ARGUMENT: a group or prefix of the wrong type, a malformed or foreign
@@ -84,7 +87,6 @@ class ViewReader {
       const v1::ListAggregatesRequest& request, Deadline deadline = Deadline::max()) const;
 
  private:
-  absl::StatusOr<const ViewRef*> ReadyView(const std::string& name) const;
   absl::StatusOr<const AggregateRef*> ReadyAggregate(const std::string& name) const;
   v1::ViewDescription Describe(const ViewRef& view, const Txn& txn) const;
   // Why source `source` cannot advance (the writer's or the source's error), "" if it can.

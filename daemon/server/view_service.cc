@@ -33,7 +33,8 @@ ViewReader::Deadline DeadlineOf(const grpc::ServerContext* context) {
 
 class ViewServer::Service final : public v1::ViewService::Service {
  public:
-  Service(const ViewReader& reader, QueryProbe* probe) : reader_(reader), probe_(probe) {}
+  Service(const ViewReader& reader, QueryProbe* probe, WatchHub* watch)
+      : reader_(reader), probe_(probe), watch_(watch) {}
 
   grpc::Status Query(grpc::ServerContext* ctx, const v1::QueryRequest* req, v1::QueryResponse* resp) override {
     return Timed("Query", [&] { return Assign(reader_.Query(*req, DeadlineOf(ctx)), resp); });
@@ -71,6 +72,17 @@ class ViewServer::Service final : public v1::ViewService::Service {
       return absl::OkStatus();
     });
   }
+  // A sync handler: the stream holds one gRPC thread while open. A client that stops reading
+  // blocks its Write; the hub's watchdog and Shutdown cancel the call to free it (watch.h).
+  grpc::Status Watch(grpc::ServerContext* ctx, const v1::WatchRequest* req,
+                     grpc::ServerWriter<v1::WatchEvent>* writer) override {
+    if (watch_ == nullptr) return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "Watch is not served here");
+    // Plain Writes: a sync Write with buffer_hint does not complete until a later write
+    // flushes it, so it would stall the handler on its last buffered event.
+    WatchStream stream{[writer](const v1::WatchEvent& e) { return writer->Write(e); },
+                       [ctx] { return ctx->IsCancelled(); }, [ctx] { ctx->TryCancel(); }};
+    return ToGrpc(watch_->Run(*req, stream));
+  }
 
  private:
   template <typename T, typename R>
@@ -93,13 +105,15 @@ class ViewServer::Service final : public v1::ViewService::Service {
 
   const ViewReader& reader_;
   QueryProbe* probe_;
+  WatchHub* watch_;
 };
 
 absl::StatusOr<std::unique_ptr<ViewServer>> ViewServer::Start(const std::string& address,
                                                               const ViewReader& reader,
-                                                              QueryProbe* probe) {
+                                                              QueryProbe* probe,
+                                                              WatchHub* watch) {
   std::unique_ptr<ViewServer> server(new ViewServer());
-  server->service_ = std::make_unique<Service>(reader, probe);
+  server->service_ = std::make_unique<Service>(reader, probe, watch);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;

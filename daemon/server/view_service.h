@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/server/view_reader.h"
+#include "daemon/server/watch.h"
 
 namespace grpc {
 class Server;
@@ -22,9 +23,11 @@ class ViewServer {
  public:
   // Listens on `address` (host:port; port 0 picks one). UNAVAILABLE naming the address when
   // it cannot listen. Health starts NOT_SERVING: call SetServing once views are loaded.
+  // `watch` serves Watch (UNIMPLEMENTED without one); it must outlive the server.
   static absl::StatusOr<std::unique_ptr<ViewServer>> Start(const std::string& address,
                                                            const ViewReader& reader,
-                                                           QueryProbe* probe);
+                                                           QueryProbe* probe,
+                                                           WatchHub* watch = nullptr);
   ~ViewServer();
 
   int port() const { return port_; }

@@ -249,6 +249,7 @@ absl::Status Store::OpenDatabases(const std::vector<TableSpec>& tables) {
                       absl::StrCat("opening database \"", name, "\""));
   };
   if (absl::Status s = open("meta", &meta_); !s.ok()) return s;
+  if (absl::Status s = open("changes", &changes_); !s.ok()) return s;
 
   auto schema = txn.Get(meta_, kSchemaKey);
   if (!schema.ok()) return schema.status();

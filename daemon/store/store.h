@@ -5,6 +5,7 @@
 //   view/<name>   entry key -> projected item (see index_builders/view_builder.h)
 //   agg/<name>    group key -> aggregate group state; aggm/<name> its min/max multisets
 //                 (see index_builders/aggregate.h)
+//   changes       sequence number -> view entry change, for Watch (see change_log.h)
 //
 // Threading: one writer thread at a time uses WriteTxn (LMDB allows one write transaction);
 // any number of threads use ReadTxn concurrently and never block the writer. Growing the map
@@ -159,6 +160,7 @@ class Store {
   absl::Status GrowMap();
 
   MDB_dbi meta() const { return meta_; }
+  MDB_dbi changes() const { return changes_; }
   // NOT_FOUND-free lookups: the names were validated by the config.
   MDB_dbi items(std::string_view table) const;
   MDB_dbi view(std::string_view name) const;
@@ -183,6 +185,7 @@ class Store {
   StorageConfig config_;
   size_t max_key_size_ = 0;
   MDB_dbi meta_ = 0;
+  MDB_dbi changes_ = 0;
   std::map<std::string, MDB_dbi, std::less<>> items_;
   std::map<std::string, MDB_dbi, std::less<>> views_;
   std::vector<std::string> dropped_views_;

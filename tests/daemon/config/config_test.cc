@@ -328,8 +328,8 @@ TEST(ConfigErrorTest, UnknownFieldsAreErrorsEverywhere) {
             "partition_key, sort_key, rules, inverted, projection, filter, shards)");
   EXPECT_EQ(ErrorOf("storage: { path: d }\n"
                     "table: []\n"),
-            "t.yaml:2: unknown field \"table\" (expected one of storage, server, apply, sources, "
-            "tables)");
+            "t.yaml:2: unknown field \"table\" (expected one of storage, server, apply, watch, "
+            "sources, tables)");
   EXPECT_EQ(ErrorOf("apply: { batch_sise: 3 }\n"
                     "tables: [ { name: T, key: { partition: PK } } ]\n"),
             "t.yaml:1: apply: unknown field \"batch_sise\" (expected one of batch_size, "

@@ -1,0 +1,457 @@
+#include "daemon/server/watch.h"
+
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/server/proto_convert.h"
+#include "daemon/store/change_log.h"
+#include "index_builders/item_codec.h"
+#include "index_builders/key_codec.h"
+
+namespace cdcview {
+namespace {
+
+constexpr char kPositionVersion = 1;
+// Changes read per read transaction: short transactions, and a lag check between batches.
+constexpr size_t kReadBatch = 256;
+// How long a caught-up stream waits for a commit before it looks at cancellation again.
+constexpr auto kPollInterval = std::chrono::milliseconds(100);
+// A stream blocked in one Write this long while too far behind is cancelled by the watchdog.
+constexpr int64_t kStuckWriteMs = 1000;
+// Built change events kept per view for the other watchers of the view (newest sequences).
+constexpr size_t kCachedEvents = 4096;
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+uint32_t Fnv1a32(std::string_view data) {
+  uint32_t h = 2166136261u;
+  for (unsigned char c : data) {
+    h ^= c;
+    h *= 16777619u;
+  }
+  return h;
+}
+
+// The entry's keys and projected item, as Query returns them.
+absl::Status ToEntry(const ViewSpec& view, std::string_view key, std::string_view value,
+                     v1::ViewEntry* out) {
+  auto pk = DecodeKeyComponent(&key);
+  if (!pk.ok()) return pk.status();
+  ToProto(*pk, out->mutable_partition_key());
+  if (view.has_sort_key()) {
+    auto sk = DecodeKeyComponent(&key);
+    if (!sk.ok()) return sk.status();
+    ToProto(*sk, out->mutable_sort_key());
+  }
+  auto item = DecodeItem(value);
+  if (!item.ok()) return item.status();
+  ToProto(*item, out->mutable_item());
+  return absl::OkStatus();
+}
+
+// Which entries a stream wants: all, or those of one partition key. For a write-sharded view a
+// logical key also matches every physical key of its shards.
+class PartitionFilter {
+ public:
+  static absl::StatusOr<PartitionFilter> Make(const ViewSpec& view,
+                                              const v1::WatchRequest& request) {
+    PartitionFilter f;
+    if (request.partition_key().value_case() == v1::AttributeValue::VALUE_NOT_SET) return f;
+    auto pk = FromProto(request.partition_key(), "partition_key");
+    if (!pk.ok()) return pk.status();
+    if (pk->type() != view.partition_type()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "partition_key: view ", view.name, " has a ",
+          std::string(AttrTypeName(view.partition_type())), " partition key, got ",
+          std::string(AttrTypeName(pk->type()))));
+    }
+    f.all_ = false;
+    std::string exact;
+    EncodeKeyComponent(*pk, &exact);
+    f.prefixes_.push_back(exact);
+    if (view.shards.enabled() && pk->type() == AttrType::kS) {
+      f.logical_ = pk->scalar();
+      for (uint32_t shard = 0; shard < view.shards.count; ++shard) {
+        std::string physical;
+        EncodeKeyComponent(AttributeValue::String(view.shards.PhysicalKey(*f.logical_, shard)), &physical);
+        f.prefixes_.push_back(std::move(physical));
+      }
+    }
+    return f;
+  }
+
+  bool all() const { return all_; }
+  // Encoded partition keys whose entries match (each a complete key component).
+  const std::vector<std::string>& prefixes() const { return prefixes_; }
+
+  bool Matches(std::string_view entry_key) const {
+    if (all_) return true;
+    for (const std::string& p : prefixes_) {
+      if (entry_key.starts_with(p)) return true;
+    }
+    return false;
+  }
+
+ private:
+  bool all_ = true;
+  std::optional<std::string> logical_;
+  std::vector<std::string> prefixes_;
+};
+
+// Watch streams run below the writer's CPU priority while they stream: on a small machine N
+// watchers are N busy threads against one writer, and ingestion must not pay for fan-out (a
+// watcher that then lags is cut off like any slow one). The priority is restored when the
+// stream ends, because the gRPC thread serves other calls next. Raising it back needs
+// CAP_SYS_NICE or RLIMIT_NICE; where the process has neither, a lowered thread would stay
+// slow for every later call, so streams are then not lowered at all (probed once, on a
+// throwaway thread).
+bool CanRestorePriority() {
+  static const bool can = [] {
+    bool ok = false;
+    std::thread probe([&ok] {
+      const id_t tid = static_cast<id_t>(syscall(SYS_gettid));
+      errno = 0;
+      const int old = getpriority(PRIO_PROCESS, tid);
+      if (errno != 0 || old >= 19) return;
+      ok = setpriority(PRIO_PROCESS, tid, old + 1) == 0 && setpriority(PRIO_PROCESS, tid, old) == 0;
+    });
+    probe.join();
+    return ok;
+  }();
+  return can;
+}
+
+class LowerPriority {
+ public:
+  LowerPriority() : tid_(static_cast<id_t>(syscall(SYS_gettid))) {
+    if (!CanRestorePriority()) return;
+    errno = 0;
+    old_ = getpriority(PRIO_PROCESS, tid_);
+    lowered_ = errno == 0 && setpriority(PRIO_PROCESS, tid_, std::min(old_ + kNice, 19)) == 0;
+  }
+  ~LowerPriority() {
+    if (lowered_) setpriority(PRIO_PROCESS, tid_, old_);
+  }
+
+ private:
+  static constexpr int kNice = 10;
+  id_t tid_;
+  int old_ = 0;
+  bool lowered_ = false;
+};
+
+}  // namespace
+
+std::string EncodeWatchPosition(std::string_view view, std::string_view fingerprint,
+                                uint64_t sequence) {
+  std::string t;
+  t.push_back(kPositionVersion);
+  PutVarint(view.size(), &t);
+  t.append(view);
+  PutVarint(fingerprint.size(), &t);
+  t.append(fingerprint);
+  t.append(ChangeKey(sequence));
+  uint32_t check = Fnv1a32(t);
+  for (int i = 0; i < 4; ++i) t.push_back(static_cast<char>(check >> (8 * i)));
+  return t;
+}
+
+absl::StatusOr<uint64_t> DecodeWatchPosition(std::string_view token, std::string_view view,
+                                             std::string_view fingerprint) {
+  auto malformed = [] {
+    return absl::InvalidArgumentError(
+        "from_position is malformed; pass a WatchEvent.position unchanged, or watch again "
+        "without from_position (with snapshot) to start over");
+  };
+  if (token.size() < 1 + 8 + 4) return malformed();
+  std::string_view body = token.substr(0, token.size() - 4);
+  uint32_t check = 0;
+  for (int i = 0; i < 4; ++i) {
+    check |= uint32_t(static_cast<unsigned char>(token[body.size() + i])) << (8 * i);
+  }
+  if (check != Fnv1a32(body) || body[0] != kPositionVersion) return malformed();
+  body.remove_prefix(1);
+  uint64_t n;
+  if (!GetVarint(&body, &n) || n > body.size()) return malformed();
+  std::string_view token_view = body.substr(0, n);
+  body.remove_prefix(n);
+  if (!GetVarint(&body, &n) || n > body.size()) return malformed();
+  std::string_view token_fp = body.substr(0, n);
+  body.remove_prefix(n);
+  if (body.size() != 8) return malformed();
+  if (token_view != view) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "from_position belongs to view ", std::string(token_view), ", not ", std::string(view),
+        "; pass a position from a Watch of this view"));
+  }
+  if (token_fp != fingerprint) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "from_position was issued for another definition of view ", std::string(view),
+        " (it was rebuilt since); watch again without from_position, with snapshot"));
+  }
+  uint64_t sequence = 0;
+  for (unsigned char c : body) sequence = (sequence << 8) | c;
+  return sequence;
+}
+
+std::shared_ptr<const v1::WatchEvent> WatchHub::EventCache::Find(uint64_t sequence) {
+  std::lock_guard lock(mu);
+  auto it = events.find(sequence);
+  return it == events.end() ? nullptr : it->second;
+}
+
+void WatchHub::EventCache::Insert(uint64_t sequence, std::shared_ptr<const v1::WatchEvent> e) {
+  std::lock_guard lock(mu);
+  events.emplace(sequence, std::move(e));
+  while (events.size() > kCachedEvents) events.erase(events.begin());
+}
+
+WatchHub::WatchHub(const Catalog& catalog, const Store& store, const Applier& applier,
+                   const ViewReader& reader, const WatchConfig& config, WatchProbe* probe)
+    : catalog_(catalog),
+      store_(store),
+      applier_(applier),
+      reader_(reader),
+      config_(config),
+      probe_(probe),
+      watchdog_([this] { WatchdogMain(); }) {
+  for (size_t i = 0; i < catalog.views().size(); ++i) {
+    caches_.push_back(std::make_unique<EventCache>());
+  }
+}
+
+WatchHub::~WatchHub() {
+  Shutdown();
+  if (watchdog_.joinable()) watchdog_.join();
+}
+
+void WatchHub::Shutdown() {
+  std::lock_guard lock(mu_);
+  stopping_ = true;
+  stopped_ = true;
+  for (auto& [watcher, unused] : watchers_) watcher->stream->cancel();
+  wake_.notify_all();
+}
+
+void WatchHub::WatchdogMain() {
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    wake_.wait_for(lock, std::chrono::milliseconds(250));
+    if (stopping_ || watchers_.empty()) continue;
+    lock.unlock();
+    std::optional<ChangeLogBounds> bounds;
+    if (auto txn = store_.BeginRead(); txn.ok()) bounds = ReadChangeLogBounds(**txn, store_.changes());
+    lock.lock();
+    if (!bounds) continue;
+    const int64_t now = NowMs();
+    for (auto& [w, unused] : watchers_) {
+      int64_t started = w->write_started_ms.load();
+      if (started == 0 || now - started < kStuckWriteMs) continue;
+      if (bounds->newest - w->cursor.load() <= w->allowed_lag.load()) continue;
+      if (!w->cut_off.exchange(true)) {
+        if (probe_ != nullptr) probe_->CutOff(w->view);
+        w->stream->cancel();
+      }
+    }
+  }
+}
+
+absl::Status WatchHub::Run(const v1::WatchRequest& request, const WatchStream& stream) {
+  auto view_or = reader_.ReadyView(request.view());
+  if (!view_or.ok()) return view_or.status();
+  const ViewRef& view = **view_or;
+  const ViewSpec& spec = *view.spec;
+  auto filter_or = PartitionFilter::Make(spec, request);
+  if (!filter_or.ok()) return filter_or.status();
+  const PartitionFilter& filter = *filter_or;
+  auto position = [&](uint64_t sequence) {
+    return EncodeWatchPosition(spec.name, view.fingerprint, sequence);
+  };
+
+  // Where the stream starts, and the snapshot (read in the same transaction as the log's
+  // head, so the changes that follow are exactly those after it).
+  uint64_t cursor = 0;
+  std::vector<v1::WatchEvent> snapshot;
+  {
+    auto txn = store_.BeginRead();
+    if (!txn.ok()) return txn.status();
+    std::optional<ChangeLogBounds> bounds = ReadChangeLogBounds(**txn, store_.changes());
+    const uint64_t head = bounds ? bounds->newest : 0;
+    if (!request.from_position().empty()) {
+      auto from = DecodeWatchPosition(request.from_position(), spec.name, view.fingerprint);
+      if (!from.ok()) return from.status();
+      if (*from > head) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "from_position is ahead of this server's change log (position ", *from, ", head ",
+            head, "); was the store replaced? Watch again with snapshot"));
+      }
+      // Changes (from, oldest) were trimmed: the stream could not replay them.
+      if (*from < head && (!bounds || *from + 1 < bounds->oldest)) {
+        return absl::OutOfRangeError(absl::StrCat(
+            "from_position is older than the retained change log (it keeps the last ",
+            config_.retain_changes,
+            " changes, watch.retain_changes); watch again with snapshot to start over"));
+      }
+      cursor = *from;
+    } else {
+      cursor = head;
+      if (request.snapshot()) {
+        MDB_dbi dbi = store_.view(spec.name);
+        auto cursor_db = (*txn)->OpenCursor(dbi);
+        std::vector<std::string> prefixes =
+            filter.all() ? std::vector<std::string>{""} : filter.prefixes();
+        for (const std::string& prefix : prefixes) {
+          for (bool ok = cursor_db->Seek(prefix); ok && cursor_db->key().starts_with(prefix);
+               ok = cursor_db->Next()) {
+            v1::WatchEvent& e = snapshot.emplace_back();
+            if (absl::Status s = ToEntry(spec, cursor_db->key(), cursor_db->value(),
+                                         e.mutable_snapshot_entry());
+                !s.ok()) {
+              return s;
+            }
+          }
+        }
+        v1::WatchEvent& done = snapshot.emplace_back();
+        done.set_snapshot_done(true);
+        done.set_position(position(head));
+      }
+    }
+  }
+
+  LowerPriority lower;
+  Watcher watcher;
+  watcher.stream = &stream;
+  watcher.view = view.global;
+  watcher.cursor = cursor;
+  watcher.allowed_lag = config_.max_lag_changes;
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return absl::UnavailableError("the server is shutting down; watch again later");
+    watchers_[&watcher] = true;
+  }
+  if (probe_ != nullptr) probe_->Opened(view.global);
+  uint64_t sent = 0;
+  // Every exit goes through here: unregister (under mu_, so the watchdog never sees a
+  // dangling watcher) and publish what was sent.
+  auto finish = [&](absl::Status s) {
+    {
+      std::lock_guard lock(mu_);
+      watchers_.erase(&watcher);
+    }
+    if (probe_ != nullptr) {
+      probe_->Sent(view.global, sent);
+      probe_->Closed(view.global);
+    }
+    return s;
+  };
+  auto write = [&](const v1::WatchEvent& e) {
+    watcher.write_started_ms = NowMs();
+    bool ok = stream.write(e);
+    watcher.write_started_ms = 0;
+    if (ok) ++sent;
+    return ok;
+  };
+  auto gone = [&] {
+    if (stopped_) return finish(absl::UnavailableError("the server is shutting down; resume "
+                                                       "with from_position on another server "
+                                                       "or after the restart"));
+    if (watcher.cut_off) {
+      return finish(absl::AbortedError(
+          "watcher stopped reading while more than watch.max_lag_changes changes behind; "
+          "resume with from_position set to the last position received"));
+    }
+    return finish(absl::CancelledError("the client cancelled the stream"));
+  };
+
+  for (const v1::WatchEvent& e : snapshot) {
+    if (!write(e)) return gone();
+  }
+  snapshot.clear();
+  snapshot.shrink_to_fit();
+
+  std::vector<std::shared_ptr<const v1::WatchEvent>> batch;
+  EventCache& cache = *caches_[view.global];
+  uint64_t closest = UINT64_MAX;  // the smallest lag seen so far
+  for (;;) {
+    if (stopped_ || stream.cancelled() || watcher.cut_off) return gone();
+    // Read the commit count before the log: a commit after this read wakes the wait below.
+    const uint64_t commits = applier_.commit_count();
+    batch.clear();
+    uint64_t lag = 0;
+    {
+      auto txn = store_.BeginRead();
+      if (!txn.ok()) return finish(txn.status());
+      std::optional<ChangeLogBounds> bounds = ReadChangeLogBounds(**txn, store_.changes());
+      const uint64_t head = bounds ? bounds->newest : 0;
+      lag = head > cursor ? head - cursor : 0;
+      // A stream resumed from an old position starts far behind; it is cut off only when it
+      // loses ground: beyond max_lag_changes and beyond the closest it has been to the head.
+      closest = std::min(closest, lag);
+      const uint64_t allowed = std::max<uint64_t>(config_.max_lag_changes, closest);
+      watcher.allowed_lag = allowed;
+      if (lag > allowed) {
+        // Everything up to `cursor` was written to the client, and max_lag_changes <
+        // retain_changes keeps the changes after it in the log.
+        v1::WatchEvent behind;
+        behind.set_fell_behind(true);
+        behind.set_position(position(cursor));
+        watcher.cut_off = true;
+        if (probe_ != nullptr) probe_->CutOff(view.global);
+        write(behind);
+        return finish(absl::AbortedError(absl::StrCat(
+            "watcher fell behind: ", lag, " changes behind the change log's head (limit ",
+            allowed, ", watch.max_lag_changes or the lag it started with); resume with "
+            "from_position set to the fell_behind event's position")));
+      }
+      if (lag > 0) {
+        auto log = (*txn)->OpenCursor(store_.changes());
+        size_t n = 0;
+        for (bool ok = log->Seek(ChangeKey(cursor + 1)); ok && n < kReadBatch; ok = log->Next(), ++n) {
+          auto change = DecodeChange(log->key(), log->value());
+          if (!change.ok()) return finish(change.status());
+          cursor = change->sequence;
+          if (change->view != spec.name || !filter.Matches(change->key)) continue;
+          std::shared_ptr<const v1::WatchEvent> event = cache.Find(change->sequence);
+          if (event == nullptr) {
+            auto e = std::make_shared<v1::WatchEvent>();
+            v1::EntryChange* c = e->mutable_change();
+            c->set_op(change->op == ChangeOp::kPut ? v1::EntryChange::PUT
+                                                   : v1::EntryChange::DELETE);
+            if (absl::Status s = ToEntry(spec, change->key, change->value, c->mutable_entry());
+                !s.ok()) {
+              return finish(s);
+            }
+            c->mutable_cause()->set_source(std::string(change->source));
+            c->mutable_cause()->set_partition(std::string(change->partition));
+            c->mutable_cause()->set_position(std::string(change->position));
+            e->set_position(position(change->sequence));
+            event = std::move(e);
+            cache.Insert(change->sequence, event);
+          }
+          batch.push_back(std::move(event));
+        }
+      }
+    }
+    for (const auto& e : batch) {
+      if (!write(*e)) return gone();
+    }
+    watcher.cursor = cursor;
+    if (lag == 0) {
+      applier_.WaitForCommitAfter(commits, std::chrono::steady_clock::now() + kPollInterval);
+    }
+  }
+}
+
+}  // namespace cdcview

@@ -1,0 +1,114 @@
+// WatchHub: serves Watch streams, a view's entry changes as the writer commits them.
+//
+// Pull model: each stream reads the change log (daemon/store/change_log.h) after its own
+// cursor in short read transactions and, once caught up, waits for the writer's next commit
+// (Applier::WaitForCommitAfter). The writer never waits for a watcher and keeps no per-watcher
+// state; a watcher costs the writer nothing but the log it writes anyway.
+//
+// Bounds:
+//  * a stream more than watch.max_lag_changes behind the log's head gets a fell_behind event
+//    with the position of the last change it was sent, and ends with ABORTED. A stream resumed
+//    from an older position starts further behind than that; it may stay that far behind (the
+//    bound is the smallest lag it has had), so it is cut off only when it loses ground;
+//  * a stream whose client stopped reading blocks in its gRPC Write (flow control). The hub's
+//    watchdog cancels such a stream once it is blocked for a second while behind by more than
+//    max_lag_changes, freeing its handler thread;
+//  * no read transaction is held while writing to a client (a snapshot is read into memory
+//    first), so a stalled client never pins old pages nor holds off a map resize;
+//  * Shutdown() cancels every stream at once, so the server drains without waiting for them.
+//
+// Thread-safe: Run is called concurrently from gRPC's handler threads; Shutdown from any.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "cdcview/v1/view_service.pb.h"
+#include "daemon/apply/applier.h"
+#include "daemon/apply/catalog.h"
+#include "daemon/config/config.h"
+#include "daemon/metrics/watch_probe.h"
+#include "daemon/server/view_reader.h"
+#include "daemon/store/store.h"
+
+namespace cdcview {
+
+// Where a Watch stream writes. Write blocks while the client does not read (gRPC flow
+// control) and returns false once the stream is gone; Cancel may be called from another
+// thread and makes a blocked Write return false.
+struct WatchStream {
+  std::function<bool(const v1::WatchEvent&)> write;
+  std::function<bool()> cancelled;
+  std::function<void()> cancel;
+};
+
+class WatchHub {
+ public:
+  // `probe` may be null (tests).
+  WatchHub(const Catalog& catalog, const Store& store, const Applier& applier,
+           const ViewReader& reader, const WatchConfig& config, WatchProbe* probe);
+  ~WatchHub();
+
+  // Serves one stream until the client leaves (CANCELLED), it falls behind (ABORTED, after a
+  // fell_behind event) or Shutdown (UNAVAILABLE). Before the first event: NOT_FOUND for an
+  // unknown view, UNAVAILABLE while it is rebuilt, INVALID_ARGUMENT for a partition key of
+  // the wrong type or a malformed or foreign from_position, OUT_OF_RANGE for a position whose
+  // following changes are no longer retained.
+  absl::Status Run(const v1::WatchRequest& request, const WatchStream& stream);
+
+  // Cancels every open stream and refuses new ones; Run returns promptly everywhere.
+  void Shutdown();
+
+ private:
+  struct Watcher {
+    const WatchStream* stream;
+    size_t view;
+    std::atomic<uint64_t> cursor{0};            // the last change log sequence read
+    std::atomic<uint64_t> allowed_lag{0};       // cut off beyond this lag (see Run)
+    std::atomic<int64_t> write_started_ms{0};   // 0: not inside a Write
+    std::atomic<bool> cut_off{false};
+  };
+  // The change events recently built for a view, by sequence: N watchers of a view decode a
+  // change and build its event once, not N times (the fan-out's main cost). Thread-safe.
+  struct EventCache {
+    std::shared_ptr<const v1::WatchEvent> Find(uint64_t sequence);
+    void Insert(uint64_t sequence, std::shared_ptr<const v1::WatchEvent> event);
+    std::mutex mu;
+    std::map<uint64_t, std::shared_ptr<const v1::WatchEvent>> events;  // guarded by mu
+  };
+  void WatchdogMain();
+
+  const Catalog& catalog_;
+  const Store& store_;
+  const Applier& applier_;
+  const ViewReader& reader_;
+  const WatchConfig config_;
+  WatchProbe* probe_;
+
+  std::mutex mu_;
+  std::condition_variable wake_;
+  bool stopping_ = false;                 // guarded by mu_
+  std::map<Watcher*, bool> watchers_;     // guarded by mu_
+  std::vector<std::unique_ptr<EventCache>> caches_;  // by global view index
+  std::atomic<bool> stopped_{false};
+  std::thread watchdog_;
+};
+
+// Watch positions (exposed for tests): a change log sequence number bound to one view and its
+// definition, with a checksum.
+std::string EncodeWatchPosition(std::string_view view, std::string_view fingerprint,
+                                uint64_t sequence);
+// INVALID_ARGUMENT saying what to do for a damaged token or one of another view or definition.
+absl::StatusOr<uint64_t> DecodeWatchPosition(std::string_view token, std::string_view view,
+                                             std::string_view fingerprint);
+
+}  // namespace cdcview
