@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "index_builders/item_codec.h"
 #include "index_builders/key_codec.h"
@@ -17,10 +18,6 @@ namespace {
   std::fprintf(stderr, "cdcview: aggregates: %s\n", message.c_str());
   std::abort();
 }
-
-// The longest key component an N value encodes to: class byte, exponent byte, 38 digits as
-// nibbles plus the end nibble.
-constexpr size_t kMaxNumberKeyBytes = 2 + 20;
 
 constexpr char kNoShard = 0;
 constexpr char kShard = 1;
@@ -53,13 +50,6 @@ bool GetDecimal(std::string_view* in, Decimal* d) {
   return true;
 }
 
-Decimal ParseStored(const std::string& canonical) {
-  absl::StatusOr<Decimal> d = ParseDecimal(canonical);
-  // Values come from accepted items, whose numbers were validated when decoded.
-  if (!d.ok()) Crash(absl::StrCat("stored number does not parse: ", d.status().message()));
-  return *std::move(d);
-}
-
 }  // namespace
 
 std::string EncodeAggregateState(const AggregateState& state) {
@@ -89,23 +79,30 @@ absl::StatusOr<AggregateState> DecodeAggregateState(std::string_view value, size
   return state;
 }
 
-void ApplyContribution(const AggregateContribution& c, bool retract, AggregateState* state) {
+absl::Status ApplyContribution(const AggregateSpec& spec, const AggregateContribution& c,
+                               bool retract, AggregateState* state) {
   if (state->measures.size() != c.values.size()) state->measures.resize(c.values.size());
-  if (retract && state->members == 0) Crash("retracting a member from an empty group");
+  const auto missing = [&](const std::string& what) {
+    return absl::DataLossError(absl::StrCat("aggregate ", spec.name, ", ",
+                                            DescribeGroupKey(spec, c.group), ": retracting ", what,
+                                            " that the stored state does not hold"));
+  };
+  if (retract && state->members == 0) return missing("a member");
   state->members = retract ? state->members - 1 : state->members + 1;
   for (size_t i = 0; i < c.values.size(); ++i) {
     if (!c.values[i].has_value()) continue;
     AggregateState::Measure& m = state->measures[i];
-    const Decimal value = ParseStored(*c.values[i]);
+    const bool keeps_sum = i >= spec.measures.size() || !KeepsValues(spec.measures[i]);
     if (retract) {
-      if (m.count == 0) Crash("retracting a value from a measure without values");
+      if (m.count == 0) return missing(absl::StrCat("a value of ", spec.measures[i].Name()));
       --m.count;
-      m.sum = SubtractDecimal(m.sum, value);
+      if (keeps_sum) m.sum = SubtractDecimal(m.sum, *c.values[i]);
     } else {
       ++m.count;
-      m.sum = AddDecimal(m.sum, value);
+      if (keeps_sum) m.sum = AddDecimal(m.sum, *c.values[i]);
     }
   }
+  return absl::OkStatus();
 }
 
 bool KeepsValues(const MeasureSpec& m) {
@@ -154,12 +151,28 @@ std::string ExtremePrefix(std::string_view group, size_t measure) {
   return key;
 }
 
-std::string ExtremeKey(std::string_view group, size_t measure, std::string_view canonical_number) {
+std::string ExtremeKey(std::string_view group, size_t measure, const Decimal& value) {
   std::string key = ExtremePrefix(group, measure);
-  absl::StatusOr<AttributeValue> n = AttributeValue::Number(canonical_number);
-  if (!n.ok()) Crash(absl::StrCat("ExtremeKey: ", n.status().message()));
-  EncodeKeyComponent(*n, &key);
+  EncodeNumberKeyComponent(value, &key);
   return key;
+}
+
+std::string DescribeGroupKey(const AggregateSpec& spec, std::string_view key) {
+  absl::StatusOr<GroupKeyParts> parts = SplitGroupKey(key, !spec.strip_shard_suffix.empty());
+  std::string_view logical = parts.ok() ? parts->logical : std::string_view();
+  absl::StatusOr<AttributeValue> group =
+      parts.ok() ? DecodeKeyComponent(&logical) : absl::StatusOr<AttributeValue>(parts.status());
+  if (!group.ok()) return absl::StrCat("group key 0x", absl::BytesToHexString(std::string(key)));
+  if (group->type() == AttrType::kB) {
+    return absl::StrCat("group 0x", absl::BytesToHexString(group->scalar()));
+  }
+  std::string text = group->scalar();
+  if (parts->shard.has_value()) {
+    ShardSpec suffix;
+    suffix.suffix = spec.strip_shard_suffix;
+    text = suffix.PhysicalKey(text, *parts->shard);
+  }
+  return absl::StrCat("group \"", text, "\"");
 }
 
 AggregateBuilder::AggregateBuilder(TableSpec table, size_t max_key_bytes)
@@ -195,17 +208,25 @@ absl::StatusOr<std::optional<AggregateContribution>> AggregateBuilder::Contribut
       c.group.append(EncodeShardPart(std::nullopt));
     }
   }
-  if (c.group.size() + 1 + kMaxNumberKeyBytes > max_key_bytes_) {
+  // The longest aggm key: group · measure byte · the longest number.
+  if (c.group.size() + 1 + kMaxNumberKeyComponentBytes > max_key_bytes_) {
     return absl::InvalidArgumentError(absl::StrCat(
         "aggregate ", spec.name, ": group key is ", c.group.size(), " bytes, over the ",
-        max_key_bytes_ - 1 - kMaxNumberKeyBytes, " bytes the store's key limit leaves for it"));
+        max_key_bytes_ - 1 - kMaxNumberKeyComponentBytes, " bytes the store's key limit leaves for it"));
   }
   c.values.reserve(spec.measures.size());
   for (const MeasureSpec& m : spec.measures) {
-    std::optional<std::string> value;
+    std::optional<Decimal> value;
     if (m.kind != MeasureSpec::Kind::kCount) {
       auto it = item.find(m.attribute);
-      if (it != item.end() && it->second.type() == AttrType::kN) value = it->second.scalar();
+      if (it != item.end() && it->second.type() == AttrType::kN) {
+        absl::StatusOr<Decimal> d = ParseDecimal(it->second.scalar());
+        if (!d.ok()) {
+          return absl::InvalidArgumentError(absl::StrCat("aggregate ", spec.name, ": ", m.Name(),
+                                                         ": ", d.status().message()));
+        }
+        value = *std::move(d);
+      }
     }
     c.values.push_back(std::move(value));
   }

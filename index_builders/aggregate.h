@@ -28,11 +28,12 @@
 
 namespace cdcview {
 
-// What one item contributes to one aggregate: a member of `group`, and per measure the
-// canonical text of its attribute's N value (nullopt: count, or no N value there).
+// What one item contributes to one aggregate: a member of `group`, and per measure its
+// attribute's N value (nullopt: count, or no N value there). Parsed once here, used for the
+// sum and the min/max key alike.
 struct AggregateContribution {
   std::string group;  // enc(logical group key) · shard part
-  std::vector<std::optional<std::string>> values;
+  std::vector<std::optional<Decimal>> values;
   friend bool operator==(const AggregateContribution&, const AggregateContribution&) = default;
 };
 
@@ -43,7 +44,8 @@ struct AggregateDelta {
 };
 
 // One physical group's state: its members and, per measure, how many members have a number
-// there and their exact sum (kept for every measure kind; used by sum and avg).
+// there and their exact sum. The sum is kept for sum and avg only; min and max read their
+// values from the aggm multiset, so their sum stays zero (no addition per event for them).
 struct AggregateState {
   struct Measure {
     uint64_t count = 0;
@@ -58,9 +60,11 @@ struct AggregateState {
 std::string EncodeAggregateState(const AggregateState& state);
 // DATA_LOSS if `value` is not an encoded state with `measures` measures.
 absl::StatusOr<AggregateState> DecodeAggregateState(std::string_view value, size_t measures);
-// Adds (or retracts) a contribution. Retracting what was never added is a broken invariant
-// (the store and the items disagree) and aborts with a message.
-void ApplyContribution(const AggregateContribution& c, bool retract, AggregateState* state);
+// Adds (or retracts) a contribution to a group of aggregate `spec`. Retracting what was never
+// added means the stored state and the items disagree: DATA_LOSS saying what is missing, and
+// `state` is then unspecified (the caller rebuilds the aggregate; see Applier).
+absl::Status ApplyContribution(const AggregateSpec& spec, const AggregateContribution& c,
+                               bool retract, AggregateState* state);
 
 // min and max keep their values in the aggm multiset; the other measures need only the state.
 bool KeepsValues(const MeasureSpec& m);
@@ -76,7 +80,11 @@ struct GroupKeyParts {
   std::string_view rest;          // whatever follows the shard part
 };
 absl::StatusOr<GroupKeyParts> SplitGroupKey(std::string_view key, bool sharded);
-std::string ExtremeKey(std::string_view group, size_t measure, std::string_view canonical_number);
+// The physical group key as written (shard suffix put back), for messages: `group "X"`, or
+// `group key 0x..` when `key` does not decode.
+std::string DescribeGroupKey(const AggregateSpec& spec, std::string_view key);
+// `value`: a number within DynamoDB's range (every measured value is).
+std::string ExtremeKey(std::string_view group, size_t measure, const Decimal& value);
 std::string ExtremePrefix(std::string_view group, size_t measure);
 
 class AggregateBuilder {

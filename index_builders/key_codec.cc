@@ -14,7 +14,7 @@ constexpr unsigned char kClassNegative = 0x01;
 constexpr unsigned char kClassZero = 0x02;
 constexpr unsigned char kClassPositive = 0x03;
 constexpr int kExponentBias = 129;  // exponents -129 .. 126 -> bytes 0 .. 255
-constexpr size_t kMaxDigits = 38;
+constexpr size_t kMaxDigits = kMaxNumberKeyDigits;
 
 [[noreturn]] void Die(const char* what) {
   std::fprintf(stderr, "cdcview key codec: %s\n", what);
@@ -32,9 +32,7 @@ void AppendEscaped(std::string_view bytes, std::string* out) {
   out->append(bytes);
 }
 
-void EncodeNumber(const std::string& canonical, std::string* out) {
-  absl::StatusOr<Decimal> d = ParseDecimal(canonical);
-  if (!d.ok()) Die("N key value is not a valid number");
+void EncodeNumber(const Decimal* d, std::string* out) {  // d: within DynamoDB's range
   if (d->is_zero()) {
     out->push_back(static_cast<char>(kClassZero));
     return;
@@ -140,13 +138,20 @@ void EncodeKeyComponent(const AttributeValue& value, std::string* out) {
       AppendEscaped(value.scalar(), out);
       out->push_back('\0');
       return;
-    case AttrType::kN:
-      out->push_back(kTagNumber);
-      EncodeNumber(value.scalar(), out);
+    case AttrType::kN: {
+      absl::StatusOr<Decimal> d = ParseDecimal(value.scalar());
+      if (!d.ok()) Die("N key value is not a valid number");
+      EncodeNumberKeyComponent(*d, out);
       return;
+    }
     default:
       Die("key values must be S, N or B");
   }
+}
+
+void EncodeNumberKeyComponent(const Decimal& value, std::string* out) {
+  out->push_back(kTagNumber);
+  EncodeNumber(&value, out);
 }
 
 void EncodeKeyPrefix(const AttributeValue& prefix, std::string* out) {

@@ -15,11 +15,13 @@
 // Pure functions; thread-safe.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 
 #include "absl/status/statusor.h"
 #include "index_builders/attribute_value.h"
+#include "index_builders/number.h"
 
 namespace cdcview {
 
@@ -27,9 +29,17 @@ inline constexpr char kTagBinary = 0x01;
 inline constexpr char kTagNumber = 0x02;
 inline constexpr char kTagString = 0x03;
 
+// The longest encoding of an N component: the tag, the class byte, the exponent byte and up
+// to 38 digits as nibbles plus the end nibble (20 bytes). Callers that append a number to a
+// key check their key size limit against this.
+inline constexpr size_t kMaxNumberKeyDigits = 38;
+inline constexpr size_t kMaxNumberKeyComponentBytes = 1 + 1 + 1 + (kMaxNumberKeyDigits + 1 + 1) / 2;
+
 // Appends the encoding of `value` to `out`. Key values are S, N or B; other types are a
 // programming error (callers validate types first) and abort.
 void EncodeKeyComponent(const AttributeValue& value, std::string* out);
+// The same for an N value already parsed (it must be within DynamoDB's range): no second parse.
+void EncodeNumberKeyComponent(const Decimal& value, std::string* out);
 
 // Appends the encoding of an S or B prefix (no terminator): every value that begins with
 // `prefix` encodes to a key that begins with these bytes.

@@ -17,11 +17,15 @@ struct AggregateDbs {
   MDB_dbi extremes = 0;
 };
 
-// Adds or retracts one contribution: the group's state is updated (and deleted when its last
-// member leaves), each min/max value's count in the multiset likewise. Errors are the
-// store's (RESOURCE_EXHAUSTED when the map is full, so the caller grows it and retries) or
-// DATA_LOSS for a stored state that does not decode.
-absl::Status WriteAggregateDelta(WriteTxn* txn, const AggregateDbs& dbs, const AggregateSpec& spec,
-                                 const AggregateDelta& delta);
+// Takes `retract` out of its group and adds `add` to its group (either may be null; when both
+// are given they must be of the same group): one read-modify-write of the group's state, which
+// is deleted when its last member leaves, and the min/max multiset counts of the values that
+// changed. So an item changing within its group costs one state write, not two.
+// Errors are the store's (RESOURCE_EXHAUSTED when the map is full, so the caller grows it and
+// retries) or DATA_LOSS naming the aggregate and the group when the stored state contradicts
+// the change (does not decode, or lacks what is retracted): the caller rebuilds the aggregate.
+absl::Status WriteAggregateChange(WriteTxn* txn, const AggregateDbs& dbs, const AggregateSpec& spec,
+                                  const AggregateContribution* retract,
+                                  const AggregateContribution* add);
 
 }  // namespace cdcview

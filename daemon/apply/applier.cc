@@ -86,38 +86,64 @@ ViewState Applier::GetViewState(size_t global_view, double* progress) const {
   return static_cast<ViewState>(view_states_[global_view]->load());
 }
 
+absl::StatusOr<bool> Applier::RecoverBuildState(WriteTxn* txn, const std::string& what,
+                                                const MetaKeyFn& meta_key,
+                                                const std::string& fingerprint,
+                                                const std::string& table,
+                                                std::initializer_list<MDB_dbi> contents,
+                                                std::string* cursor) {
+  auto stored_fp = txn->Get(store_->meta(), meta_key("fingerprint"));
+  auto stored_state = txn->Get(store_->meta(), meta_key("state"));
+  auto stored_cursor = txn->Get(store_->meta(), meta_key("build_cursor"));
+  for (const auto* got : {&stored_fp, &stored_state, &stored_cursor}) {
+    if (!got->ok()) return got->status();
+  }
+  if (*stored_fp && **stored_fp == fingerprint && *stored_state && **stored_state == kReady) {
+    return true;
+  }
+  if (!*stored_fp || **stored_fp != fingerprint) {
+    LogInfo(absl::StrCat(what, ": definition ", *stored_fp ? "changed" : "is new", " (fingerprint ",
+                         fingerprint, "); rebuilding it from items/", table));
+    for (MDB_dbi dbi : contents) {
+      if (absl::Status s = txn->Clear(dbi); !s.ok()) return s;
+    }
+    for (absl::Status s : {txn->Put(store_->meta(), meta_key("fingerprint"), fingerprint),
+                           txn->Put(store_->meta(), meta_key("state"), kBuilding),
+                           txn->Delete(store_->meta(), meta_key("build_cursor"))}) {
+      if (!s.ok()) return s;
+    }
+    cursor->clear();
+  } else {
+    LogInfo(absl::StrCat(what, ": resuming an interrupted rebuild"));
+    *cursor = *stored_cursor ? std::string(**stored_cursor) : "";
+  }
+  return false;
+}
+
 absl::Status Applier::Recover() {
   auto txn_or = store_->BeginWrite();
   if (!txn_or.ok()) return txn_or.status();
   WriteTxn& txn = **txn_or;
   for (const ViewRef& view : catalog_.views()) {
     const std::string& name = view.spec->name;
-    const std::string& fingerprint = view.fingerprint;
-    auto stored_fp = txn.Get(store_->meta(), ViewMetaKey(name, "fingerprint"));
-    auto stored_state = txn.Get(store_->meta(), ViewMetaKey(name, "state"));
-    if (!stored_fp.ok()) return stored_fp.status();
-    if (!stored_state.ok()) return stored_state.status();
-    if (*stored_fp && **stored_fp == fingerprint && *stored_state && **stored_state == kReady) {
-      SetViewState(view.global, ViewState::kReady, 1.0);
-      continue;
-    }
-    if (!*stored_fp || **stored_fp != fingerprint) {
-      LogInfo(absl::StrCat("view ", name, ": definition ",
-                           *stored_fp ? "changed" : "is new", " (fingerprint ", fingerprint,
-                           "); rebuilding it from items/", view.spec->table));
-      for (absl::Status s : {txn.Clear(store_->view(name)),
-                             txn.Put(store_->meta(), ViewMetaKey(name, "fingerprint"), fingerprint),
-                             txn.Put(store_->meta(), ViewMetaKey(name, "state"), kBuilding),
-                             txn.Delete(store_->meta(), ViewMetaKey(name, "build_cursor"))}) {
-        if (!s.ok()) return s;
-      }
-    } else {
-      LogInfo(absl::StrCat("view ", name, ": resuming an interrupted rebuild"));
-    }
-    SetViewState(view.global, ViewState::kBuilding, 0.0);
+    std::string unused_cursor;  // a view rebuild reads its cursor from meta
+    absl::StatusOr<bool> ready = RecoverBuildState(
+        &txn, absl::StrCat("view ", name), [&](std::string_view key) { return ViewMetaKey(name, key); },
+        view.fingerprint, view.spec->table, {store_->view(name)}, &unused_cursor);
+    if (!ready.ok()) return ready.status();
+    SetViewState(view.global, *ready ? ViewState::kReady : ViewState::kBuilding, *ready ? 1.0 : 0.0);
   }
-
-  if (absl::Status s = RecoverAggregates(&txn); !s.ok()) return s;
+  for (const AggregateRef& aggregate : catalog_.aggregates()) {
+    const std::string& name = aggregate.spec->name;
+    const AggregateDbs& dbs = aggregate_dbs_[aggregate.global];
+    absl::StatusOr<bool> ready = RecoverBuildState(
+        &txn, absl::StrCat("aggregate ", name),
+        [&](std::string_view key) { return AggregateMetaKey(name, key); }, aggregate.fingerprint,
+        aggregate.spec->table, {dbs.groups, dbs.extremes}, &aggregate_build_cursors_[aggregate.global]);
+    if (!ready.ok()) return ready.status();
+    SetAggregateState(aggregate.global, *ready ? ViewState::kReady : ViewState::kBuilding,
+                      *ready ? 1.0 : 0.0);
+  }
 
   change_log_.Load(txn);
   std::lock_guard lock(mu_);
@@ -367,42 +393,6 @@ ViewState Applier::GetAggregateState(size_t global_aggregate, double* progress) 
   return static_cast<ViewState>(aggregate_states_[global_aggregate]->load());
 }
 
-absl::Status Applier::RecoverAggregates(WriteTxn* txn) {
-  for (const AggregateRef& aggregate : catalog_.aggregates()) {
-    const std::string& name = aggregate.spec->name;
-    auto stored_fp = txn->Get(store_->meta(), AggregateMetaKey(name, "fingerprint"));
-    auto stored_state = txn->Get(store_->meta(), AggregateMetaKey(name, "state"));
-    auto stored_cursor = txn->Get(store_->meta(), AggregateMetaKey(name, "build_cursor"));
-    for (const auto* got : {&stored_fp, &stored_state, &stored_cursor}) {
-      if (!got->ok()) return got->status();
-    }
-    if (*stored_fp && **stored_fp == aggregate.fingerprint && *stored_state &&
-        **stored_state == kReady) {
-      SetAggregateState(aggregate.global, ViewState::kReady, 1.0);
-      continue;
-    }
-    if (!*stored_fp || **stored_fp != aggregate.fingerprint) {
-      LogInfo(absl::StrCat("aggregate ", name, ": definition ", *stored_fp ? "changed" : "is new",
-                           " (fingerprint ", aggregate.fingerprint, "); rebuilding it from items/",
-                           aggregate.spec->table));
-      const AggregateDbs& dbs = aggregate_dbs_[aggregate.global];
-      for (absl::Status s :
-           {txn->Clear(dbs.groups), txn->Clear(dbs.extremes),
-            txn->Put(store_->meta(), AggregateMetaKey(name, "fingerprint"), aggregate.fingerprint),
-            txn->Put(store_->meta(), AggregateMetaKey(name, "state"), kBuilding),
-            txn->Delete(store_->meta(), AggregateMetaKey(name, "build_cursor"))}) {
-        if (!s.ok()) return s;
-      }
-      aggregate_build_cursors_[aggregate.global].clear();
-    } else {
-      LogInfo(absl::StrCat("aggregate ", name, ": resuming an interrupted rebuild"));
-      aggregate_build_cursors_[aggregate.global] = *stored_cursor ? std::string(**stored_cursor) : "";
-    }
-    SetAggregateState(aggregate.global, ViewState::kBuilding, 0.0);
-  }
-  return absl::OkStatus();
-}
-
 absl::Status Applier::RebuildAggregate(const AggregateRef& aggregate, const std::atomic<bool>* stop) {
   const std::string& name = aggregate.spec->name;
   const AggregateBuilder& builder = catalog_.aggregate_builder(aggregate.table);
@@ -419,8 +409,7 @@ absl::Status Applier::RebuildAggregate(const AggregateRef& aggregate, const std:
           return absl::OkStatus();
         }
         if (!*contribution) return absl::OkStatus();
-        return WriteAggregateDelta(txn, dbs, *aggregate.spec,
-                                   AggregateDelta{aggregate.in_table, false, **std::move(contribution)});
+        return WriteAggregateChange(txn, dbs, *aggregate.spec, nullptr, &**contribution);
       },
       [&](bool finished, double progress, std::string_view last) {
         aggregate_build_cursors_[aggregate.global].assign(last);
@@ -431,19 +420,57 @@ absl::Status Applier::RebuildAggregate(const AggregateRef& aggregate, const std:
 }
 
 absl::Status Applier::ApplyAggregateDeltas(WriteTxn* txn, size_t table, std::string_view pk) {
-  for (const AggregateDelta& delta : aggregate_deltas_) {
+  for (size_t i = 0; i < aggregate_deltas_.size(); ++i) {
+    const AggregateDelta& delta = aggregate_deltas_[i];
     const size_t global = catalog_.GlobalAggregate(table, delta.aggregate);
-    // While rebuilding, only items the rebuild already counted are maintained here.
-    if (GetAggregateState(global) != ViewState::kReady && pk > aggregate_build_cursors_[global]) {
+    // While rebuilding, only items the rebuild already counted are maintained here; an
+    // aggregate found inconsistent in this batch is rebuilt from scratch after it.
+    if (std::find(inconsistent_.begin(), inconsistent_.end(), global) != inconsistent_.end() ||
+        (GetAggregateState(global) != ViewState::kReady && pk > aggregate_build_cursors_[global])) {
       continue;
     }
-    if (absl::Status s = WriteAggregateDelta(txn, aggregate_dbs_[global],
-                                             *catalog_.aggregates()[global].spec, delta);
-        !s.ok()) {
-      return s;
+    // Diff gives an item staying in its group as retract then add of that group: one
+    // read-modify-write of the group state for both.
+    const AggregateContribution* retract = delta.retract ? &delta.contribution : nullptr;
+    const AggregateContribution* add = delta.retract ? nullptr : &delta.contribution;
+    if (retract != nullptr && i + 1 < aggregate_deltas_.size()) {
+      const AggregateDelta& next = aggregate_deltas_[i + 1];
+      if (next.aggregate == delta.aggregate && !next.retract &&
+          next.contribution.group == delta.contribution.group) {
+        add = &next.contribution;
+        ++i;
+      }
     }
-    ++stats_.aggregates[global].updates;
+    const AggregateSpec& spec = *catalog_.aggregates()[global].spec;
+    absl::Status s = WriteAggregateChange(txn, aggregate_dbs_[global], spec, retract, add);
+    if (absl::IsDataLoss(s)) {
+      s = ResetInconsistentAggregate(txn, global, s);
+    } else if (s.ok()) {
+      stats_.aggregates[global].updates += (retract != nullptr) + (add != nullptr);
+    }
+    if (!s.ok()) return s;
   }
+  return absl::OkStatus();
+}
+
+absl::Status Applier::ResetInconsistentAggregate(WriteTxn* txn, size_t global,
+                                                 const absl::Status& why) {
+  // The state contradicts the items (a bug, or a store edited by hand). Retrying the batch
+  // cannot help and crashing would loop, so the aggregate is emptied and rebuilt from
+  // items/<table> as after a definition change; the rest of the batch applies.
+  const std::string& name = catalog_.aggregates()[global].spec->name;
+  const AggregateDbs& dbs = aggregate_dbs_[global];
+  for (absl::Status s : {txn->Clear(dbs.groups), txn->Clear(dbs.extremes),
+                         txn->Put(store_->meta(), AggregateMetaKey(name, "state"), kBuilding),
+                         txn->Delete(store_->meta(), AggregateMetaKey(name, "build_cursor"))}) {
+    if (!s.ok()) return s;
+  }
+  LogError(absl::StrCat(why.message(), "; the aggregate's state contradicts items/",
+                        catalog_.aggregates()[global].spec->table,
+                        ", so it is emptied and rebuilt from them (queries of it answer "
+                        "UNAVAILABLE meanwhile)"));
+  inconsistent_.push_back(global);
+  ++stats_.aggregates[global].inconsistencies;
   return absl::OkStatus();
 }
 
@@ -519,6 +546,7 @@ absl::Status Applier::TryBatch(std::vector<SourceRecord>* batch, WriteTxn* txn,
   hot_table_keys_.clear();
   mutation_records_.clear();
   change_log_.Rollback();  // a retried batch reuses the sequence numbers of the failed try
+  inconsistent_.clear();
   pending_dead_letters_.clear();
   stale_.assign(batch->size(), false);
   for (size_t i = 0; i < batch->size(); ++i) {
@@ -619,6 +647,10 @@ absl::Status Applier::ApplyBatch(std::vector<SourceRecord>* batch) {
   }
   change_log_.Committed();
   dead_lettered_.clear();
+  for (size_t global : inconsistent_) {
+    aggregate_build_cursors_[global].clear();
+    SetAggregateState(global, ViewState::kBuilding, 0.0);
+  }
 
   const int64_t now = now_ms_();
   for (double& created : stats_.lag_seconds) created = static_cast<double>(now - int64_t(created)) / 1000.0;
@@ -675,21 +707,29 @@ void Applier::SetWriterError(const absl::Status& s, int source) {
   writer_error_source_ = source;
 }
 
-void Applier::Run(RecordQueue* queue, const std::atomic<bool>* stop) {
-  constexpr auto kFirstBackoff = std::chrono::milliseconds(250);
-  constexpr auto kMaxBackoff = std::chrono::milliseconds(30000);
+namespace {
+constexpr auto kFirstBackoff = std::chrono::milliseconds(250);
+constexpr auto kMaxBackoff = std::chrono::milliseconds(30000);
+}  // namespace
+
+bool Applier::RebuildWithRetries(const std::atomic<bool>* stop) {
   for (auto backoff = kFirstBackoff;; backoff = std::min(backoff * 2, kMaxBackoff)) {
     absl::Status s = RebuildViews(stop);
     if (s.ok()) break;
-    if (absl::IsCancelled(s)) return;
+    if (absl::IsCancelled(s)) return false;
     SetWriterError(absl::Status(s.code(), absl::StrCat("rebuilding views: ", s.message(),
                                                        "; the rebuild resumes where it stopped")),
                    -1);
     LogError(absl::StrCat("cannot rebuild views, retrying in ", backoff.count(), "ms: ",
                           s.message()));
-    if (!BackOff(backoff, stop)) return;
+    if (!BackOff(backoff, stop)) return false;
   }
   SetWriterError(absl::OkStatus(), -1);
+  return true;
+}
+
+void Applier::Run(RecordQueue* queue, const std::atomic<bool>* stop) {
+  if (!RebuildWithRetries(stop)) return;
 
   const ApplyConfig& cfg = catalog_.config().apply;
   std::vector<SourceRecord> batch;
@@ -706,6 +746,8 @@ void Applier::Run(RecordQueue* queue, const std::atomic<bool>* stop) {
       if (!BackOff(backoff, stop)) return;
     }
     SetWriterError(absl::OkStatus(), -1);
+    // An aggregate found inconsistent by this batch is rebuilt before the next one.
+    if (!inconsistent_.empty() && !RebuildWithRetries(stop)) return;
   }
 }
 

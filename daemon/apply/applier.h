@@ -18,10 +18,12 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -129,7 +131,19 @@ class Applier {
                                 const RebuildItemFn& add, const RebuildProgressFn& progressed,
                                 const std::atomic<bool>* stop);
   absl::Status RebuildView(const ViewRef& view, const std::atomic<bool>* stop);
-  absl::Status RecoverAggregates(WriteTxn* txn);
+  // Compares a view's or aggregate's stored fingerprint and state with `fingerprint`: true when
+  // it is READY; otherwise it is marked BUILDING (emptied first if new or changed, its cursor
+  // reset; else *cursor is the stored resume point) and false.
+  using MetaKeyFn = std::function<std::string(std::string_view)>;
+  absl::StatusOr<bool> RecoverBuildState(WriteTxn* txn, const std::string& what,
+                                         const MetaKeyFn& meta_key, const std::string& fingerprint,
+                                         const std::string& table,
+                                         std::initializer_list<MDB_dbi> contents, std::string* cursor);
+  // Rebuilds what is BUILDING, retrying with back-off; false when stopped.
+  bool RebuildWithRetries(const std::atomic<bool>* stop);
+  // An aggregate whose state contradicts a change (DATA_LOSS `why`): emptied and marked
+  // BUILDING in `txn`, logged, counted; the writer rebuilds it after the batch commits.
+  absl::Status ResetInconsistentAggregate(WriteTxn* txn, size_t global, const absl::Status& why);
   absl::Status RebuildAggregate(const AggregateRef& aggregate, const std::atomic<bool>* stop);
   // Writes the aggregate deltas of the event on item `pk` of `table` (aggregate_deltas_).
   absl::Status ApplyAggregateDeltas(WriteTxn* txn, size_t table, std::string_view pk);
@@ -163,6 +177,7 @@ class Applier {
   // Per applied event of the batch: (table, encoded table partition key), for hot_keys_.
   std::vector<std::pair<size_t, std::string>> hot_table_keys_;
   std::vector<AggregateDelta> aggregate_deltas_;  // one event's
+  std::vector<size_t> inconsistent_;  // this batch's aggregates found inconsistent (global index)
   // Writer thread: per aggregate being rebuilt, the last items key the rebuild counted. Events
   // on items up to it are maintained incrementally; later items are counted by the rebuild
   // from their image at that time, so nothing is counted twice or missed.

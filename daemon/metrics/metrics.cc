@@ -126,10 +126,17 @@ ApplyProbe::ApplyProbe(MetricsRegistry& metrics, const Config& config)
                                .Help("Groups of each aggregate (each shard of a write-sharded "
                                      "group counts as one).")
                                .Register(registry_);
+  auto& aggregate_inconsistencies =
+      BuildCounter()
+          .Name("cdcview_aggregate_inconsistencies_total")
+          .Help("Times an aggregate's stored state contradicted a change of its items (a bug or "
+                "a store edited by hand); each empties the aggregate and rebuilds it.")
+          .Register(registry_);
   for (const TableSpec& t : config.tables) {
     for (const AggregateSpec& a : t.aggregates) {
       aggregates_.push_back(AggregateMetrics{&aggregate_updates.Add({{"aggregate", a.name}}),
-                                             &aggregate_groups.Add({{"aggregate", a.name}})});
+                                             &aggregate_groups.Add({{"aggregate", a.name}}),
+                                             &aggregate_inconsistencies.Add({{"aggregate", a.name}})});
     }
   }
   replication_lag_ = &BuildHistogram()
@@ -207,6 +214,9 @@ void ApplyProbe::RecordBatch(const BatchStats& stats, int64_t now_ms) {
   for (size_t i = 0; i < stats.aggregates.size() && i < aggregates_.size(); ++i) {
     const BatchStats::Aggregate& a = stats.aggregates[i];
     if (a.updates) aggregates_[i].updates->Increment(static_cast<double>(a.updates));
+    if (a.inconsistencies) {
+      aggregates_[i].inconsistencies->Increment(static_cast<double>(a.inconsistencies));
+    }
     aggregates_[i].groups->Set(static_cast<double>(a.groups));
   }
   if (!stats.lag_seconds.empty()) {

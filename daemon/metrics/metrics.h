@@ -64,6 +64,7 @@ struct BatchStats {
   struct Aggregate {
     uint64_t updates = 0;  // group states written (a contribution added or retracted)
     uint64_t groups = 0;   // physical groups after the batch
+    uint64_t inconsistencies = 0;  // state found contradicting the items: rebuilt (see Applier)
   };
   explicit BatchStats(size_t sources = 0, size_t views = 0, size_t aggregates = 0)
       : sources(sources), views(views), aggregates(aggregates) {}
@@ -104,6 +105,7 @@ class ApplyProbe {
   struct AggregateMetrics {
     prometheus::Counter* updates;
     prometheus::Gauge* groups;
+    prometheus::Counter* inconsistencies;
   };
   struct ViewMetrics {
     prometheus::Counter* puts;

@@ -17,6 +17,9 @@
 namespace cdcview {
 namespace {
 
+// At most this many physical groups are listed per logical group (AggregateGroup.shards).
+constexpr int kMaxShardsListed = 1000;
+
 // One logical group being assembled from its physical groups.
 struct GroupTotals {
   uint64_t members = 0;
@@ -99,9 +102,9 @@ void EmitMeasures(const AggregateSpec& spec, const GroupTotals& totals, Out* out
   }
 }
 
-// One physical group's totals, from its key and stored state.
-absl::StatusOr<GroupTotals> ReadPhysical(const Txn& txn, MDB_dbi extremes, const AggregateSpec& spec,
-                                         std::string_view key, std::string_view value) {
+absl::StatusOr<GroupTotals> ReadPhysicalUnchecked(const Txn& txn, MDB_dbi extremes,
+                                                  const AggregateSpec& spec, std::string_view key,
+                                                  std::string_view value) {
   auto state = DecodeAggregateState(value, spec.measures.size());
   if (!state.ok()) return state.status();
   GroupTotals totals(spec.measures.size());
@@ -116,6 +119,18 @@ absl::StatusOr<GroupTotals> ReadPhysical(const Txn& txn, MDB_dbi extremes, const
     }
   }
   return totals;
+}
+
+// One physical group's totals, from its key and stored state. A state that does not read is
+// a broken store: DATA_LOSS naming the aggregate, the group and the way out.
+absl::StatusOr<GroupTotals> ReadPhysical(const Txn& txn, MDB_dbi extremes, const AggregateSpec& spec,
+                                         std::string_view key, std::string_view value) {
+  absl::StatusOr<GroupTotals> totals = ReadPhysicalUnchecked(txn, extremes, spec, key, value);
+  if (totals.ok()) return totals;
+  return absl::DataLossError(absl::StrCat(
+      "aggregate ", spec.name, ", ", DescribeGroupKey(spec, key), ": ", totals.status().message(),
+      "; the stored aggregate is damaged: to rebuild it from its table's items, remove it from "
+      "the configuration, restart, add it back and restart again"));
 }
 
 // The physical group key as written: the logical key with the shard suffix put back.
@@ -148,6 +163,10 @@ absl::Status ReadGroup(const Txn& txn, MDB_dbi extremes, const AggregateSpec& sp
     if (!physical.ok()) return physical.status();
     totals.Add(*physical);
     if (!sharded) continue;
+    if (out->shards_size() == kMaxShardsListed) {
+      out->set_shards_omitted(out->shards_omitted() + 1);
+      continue;
+    }
     v1::AggregateGroup::Shard* shard = out->add_shards();
     shard->mutable_group()->set_s(PhysicalGroup(spec, group->scalar(), parts->shard));
     shard->set_members(physical->members);
@@ -195,7 +214,17 @@ absl::StatusOr<v1::AggregateGroup> ViewReader::GetAggregate(const v1::GetAggrega
         std::string(AttrTypeName(group->type()))));
   }
   std::string logical;
-  EncodeKeyComponent(*group, &logical);
+  // A physical key of a sharded aggregate (COUNTER#likes#3) names one shard: it is answered
+  // alone, as a view answers a physical partition key. No logical group ends with the suffix,
+  // since every such key is split when written.
+  std::optional<std::string> physical;
+  if (!spec.strip_shard_suffix.empty() && group->type() == AttrType::kS) {
+    if (auto split = SplitShardSuffix(spec.strip_shard_suffix, group->scalar(), 0)) {
+      EncodeKeyComponent(AttributeValue::String(std::move(split->first)), &logical);
+      physical = logical + EncodeShardPart(split->second);
+    }
+  }
+  if (!physical) EncodeKeyComponent(*group, &logical);
 
   if (request.has_consistency()) {
     if (absl::Status s = AwaitConsistency(request.consistency(), (*aggregate_or)->table,
@@ -208,11 +237,25 @@ absl::StatusOr<v1::AggregateGroup> ViewReader::GetAggregate(const v1::GetAggrega
   if (!txn.ok()) return txn.status();
   v1::AggregateGroup response;
   auto cursor = (*txn)->OpenCursor(store_.aggregate(spec.name));
-  cursor->Seek(logical);
-  if (absl::Status s = ReadGroup(**txn, store_.aggregate_extremes(spec.name), spec, cursor.get(),
-                                 logical, &response);
-      !s.ok()) {
-    return s;
+  if (physical) {
+    response.set_aggregate(spec.name);
+    *response.mutable_group() = request.group();
+    GroupTotals totals(spec.measures.size());
+    if (cursor->Seek(*physical) && cursor->key() == *physical) {
+      absl::StatusOr<GroupTotals> shard = ReadPhysical(
+          **txn, store_.aggregate_extremes(spec.name), spec, cursor->key(), cursor->value());
+      if (!shard.ok()) return shard.status();
+      totals = *std::move(shard);
+    }
+    response.set_members(totals.members);
+    EmitMeasures(spec, totals, &response);
+  } else {
+    cursor->Seek(logical);
+    if (absl::Status s = ReadGroup(**txn, store_.aggregate_extremes(spec.name), spec, cursor.get(),
+                                   logical, &response);
+        !s.ok()) {
+      return s;
+    }
   }
   AppliedIn(**txn, store_.meta(), response.mutable_applied());
   return response;
@@ -241,8 +284,15 @@ absl::StatusOr<v1::ListAggregatesResponse> ViewReader::ListAggregates(
     upper = PrefixSuccessor(lower);
   }
   if (!request.page_token().empty()) {
+    // View and merged-query tokens share the codec; their wording would mislead here.
     auto last = DecodePageToken(request.page_token(), aggregate.fingerprint, false);
-    if (!last.ok()) return last.status();
+    if (!last.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "page_token is not a ListAggregates token of aggregate ", spec.name,
+          " as it is defined now (malformed, from another query, or issued before the aggregate "
+          "changed); pass next_page_token from the previous ListAggregates response unchanged, "
+          "or start again without a token"));
+    }
     // Past every key of the last group: after a complete component comes a shard part byte
     // (00, 01) or the next group's escaped bytes, never FF (see view_reader.cc AfterComponents).
     std::string after = *std::move(last);

@@ -45,7 +45,7 @@ std::string Describe(const AggregateContribution& c, bool sharded) {
   std::string out = group->scalar();
   if (sharded) absl::StrAppend(&out, "|", parts->shard ? absl::StrCat(*parts->shard) : "none");
   std::vector<std::string> values;
-  for (const auto& v : c.values) values.push_back(v ? *v : "-");
+  for (const auto& v : c.values) values.push_back(v ? CanonicalText(*v) : "-");
   return absl::StrCat(out, ": ", absl::StrJoin(values, ","));
 }
 
@@ -136,7 +136,7 @@ TEST(AggregateBuilderTest, GroupKeyTooLongForTheStoreRejects) {
   Item item{{"PK", S("o1")}, {"status", S(std::string(90, 'x'))}};
   std::vector<AggregateDelta> out;
   absl::Status s = b.Diff(nullptr, &item, &out);
-  EXPECT_EQ(s.message(), "aggregate by_status: group key is 92 bytes, over the 77 bytes the store's key limit leaves for it");
+  EXPECT_EQ(s.message(), "aggregate by_status: group key is 92 bytes, over the 76 bytes the store's key limit leaves for it");
   EXPECT_TRUE(out.empty());
 }
 
@@ -144,9 +144,10 @@ TEST(AggregateStateTest, RoundTripAndRetraction) {
   AggregateBuilder b(OrdersTable(), 511);
   Item a{{"PK", S("a")}, {"status", S("OPEN")}, {"total", N("0.1")}};
   Item c{{"PK", S("c")}, {"status", S("OPEN")}, {"total", N("0.2")}};
+  const AggregateSpec& spec = b.table().aggregates[0];
   AggregateState state;
-  ApplyContribution(**b.ContributionOf(0, a), false, &state);
-  ApplyContribution(**b.ContributionOf(0, c), false, &state);
+  ASSERT_TRUE(ApplyContribution(spec, **b.ContributionOf(0, a), false, &state).ok());
+  ASSERT_TRUE(ApplyContribution(spec, **b.ContributionOf(0, c), false, &state).ok());
   EXPECT_EQ(state.members, 2u);
   EXPECT_EQ(state.measures[1].count, 2u);
   EXPECT_EQ(CanonicalText(state.measures[1].sum), "0.3");
@@ -155,16 +156,58 @@ TEST(AggregateStateTest, RoundTripAndRetraction) {
   EXPECT_EQ(*decoded, state);
   EXPECT_EQ(DecodeAggregateState(EncodeAggregateState(state), 2).status().message(),
             "aggregate state is malformed or has another number of measures");
-  ApplyContribution(**b.ContributionOf(0, a), true, &state);
-  ApplyContribution(**b.ContributionOf(0, c), true, &state);
+  ASSERT_TRUE(ApplyContribution(spec, **b.ContributionOf(0, a), true, &state).ok());
+  ASSERT_TRUE(ApplyContribution(spec, **b.ContributionOf(0, c), true, &state).ok());
   EXPECT_EQ(state.members, 0u);
   EXPECT_TRUE(state.measures[1].sum.is_zero());
   EXPECT_EQ(state.measures[1].count, 0u);
+  // Retracting from an empty group is no crash: DATA_LOSS naming aggregate and group.
+  absl::Status s = ApplyContribution(spec, **b.ContributionOf(0, a), true, &state);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(s.message(),
+            "aggregate by_status, group \"OPEN\": retracting a member that the stored state does not hold");
+  state.members = 1;
+  s = ApplyContribution(spec, **b.ContributionOf(0, a), true, &state);
+  EXPECT_EQ(s.message(), "aggregate by_status, group \"OPEN\": retracting a value of sum(total) that "
+                         "the stored state does not hold");
+}
+
+TEST(AggregateStateTest, MinMaxMeasuresKeepNoSum) {
+  AggregateBuilder b(OrdersTable(), 511);
+  Item a{{"PK", S("a")}, {"status", S("OPEN")}, {"total", N("2.5")}};
+  AggregateState state;
+  ASSERT_TRUE(ApplyContribution(b.table().aggregates[0], **b.ContributionOf(0, a), false, &state).ok());
+  EXPECT_EQ(CanonicalText(state.measures[1].sum), "2.5");  // sum(total)
+  EXPECT_EQ(state.measures[2].count, 1u);                   // min(total): counted ...
+  EXPECT_TRUE(state.measures[2].sum.is_zero());             // ... but not summed
+}
+
+// The longest aggm key is group · measure byte · a 38-digit number (tag, class, exponent and
+// 20 bytes of digits: 23 bytes). A group key at exactly the limit fits with such a value.
+TEST(AggregateBuilderTest, GroupKeyAtTheLimitFitsTheLongestNumber) {
+  AggregateBuilder b(OrdersTable(), 100);
+  const std::string longest = "-1.0000000000000000000000000000000000001e-100";
+  Item fits{{"PK", S("o1")}, {"status", S(std::string(74, 'x'))}, {"total", N(longest)}};
+  std::string encoded;
+  EncodeKeyComponent(N(longest), &encoded);
+  EXPECT_EQ(encoded.size(), kMaxNumberKeyComponentBytes);
+  EXPECT_EQ(kMaxNumberKeyComponentBytes, 23u);
+  auto c = b.ContributionOf(0, fits);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ((*c)->group.size(), 76u);
+  EXPECT_EQ(ExtremeKey((*c)->group, 2, *(*c)->values[2]).size(), 100u);
+  Item over{{"PK", S("o1")}, {"status", S(std::string(75, 'x'))}, {"total", N("1")}};
+  EXPECT_EQ(b.ContributionOf(0, over).status().message(),
+            "aggregate by_status: group key is 77 bytes, over the 76 bytes the store's key limit "
+            "leaves for it");
 }
 
 TEST(AggregateStateTest, ExtremeKeysSortNumerically) {
   std::string group;
   EncodeKeyComponent(S("g"), &group);
+  const auto ExtremeKey = [](const std::string& g, size_t m, const char* n) {
+    return cdcview::ExtremeKey(g, m, *ParseDecimal(n));
+  };
   EXPECT_LT(ExtremeKey(group, 2, "-10"), ExtremeKey(group, 2, "-9.5"));
   EXPECT_LT(ExtremeKey(group, 2, "-9.5"), ExtremeKey(group, 2, "0"));
   EXPECT_LT(ExtremeKey(group, 2, "0"), ExtremeKey(group, 2, "0.001"));

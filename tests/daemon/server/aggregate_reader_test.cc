@@ -15,15 +15,19 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "daemon/apply/applier.h"
 #include "daemon/apply/catalog.h"
 #include "daemon/config/config.h"
 #include "daemon/log/log.h"
+#include "daemon/metrics/metrics.h"
 #include "daemon/server/view_reader.h"
 #include "daemon/store/store.h"
 #include "gtest/gtest.h"
 #include "index_builders/item_codec.h"
+#include "index_builders/key_codec.h"
 #include "index_builders/number.h"
 #include "tests/fakes/fake_dead_letter_sink.h"
 #include "tests/fakes/records.h"
@@ -108,7 +112,11 @@ class AggregateReaderTest : public ::testing::Test {
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = *std::move(store);
     catalog_ = std::make_unique<Catalog>(config_, store_->max_key_size());
-    applier_ = std::make_unique<Applier>(*catalog_, store_.get(), nullptr,
+    auto metrics = MetricsRegistry::Start("");
+    ASSERT_TRUE(metrics.ok()) << metrics.status();
+    metrics_ = *std::move(metrics);
+    probe_ = std::make_unique<ApplyProbe>(*metrics_, config_);
+    applier_ = std::make_unique<Applier>(*catalog_, store_.get(), probe_.get(),
                                          std::vector<DeadLetterSink*>{&sink_}, [] { return 0; });
     reader_ = std::make_unique<ViewReader>(*catalog_, *store_, *applier_,
                                            std::vector<const ChangeSource*>{});
@@ -121,11 +129,22 @@ class AggregateReaderTest : public ::testing::Test {
   void Close() {
     reader_.reset();
     applier_.reset();
+    probe_.reset();
+    metrics_.reset();
     catalog_.reset();
     store_.reset();
   }
 
   const TableKeySpec& key() const { return config_.tables[0].key; }
+
+  // The exposition lines of metric `name` (without HELP/TYPE).
+  Strings MetricLines(const std::string& name) const {
+    Strings lines;
+    for (absl::string_view line : absl::StrSplit(metrics_->Render(), '\n')) {
+      if (absl::StartsWith(line, name + "{")) lines.emplace_back(line);
+    }
+    return lines;
+  }
 
   void Apply(std::vector<SourceRecord> batch) {
     absl::Status s = applier_->ApplyBatch(&batch);
@@ -230,6 +249,8 @@ class AggregateReaderTest : public ::testing::Test {
   test::TempDir dir_;
   std::unique_ptr<Store> store_;
   std::unique_ptr<Catalog> catalog_;
+  std::unique_ptr<MetricsRegistry> metrics_;
+  std::unique_ptr<ApplyProbe> probe_;
   std::unique_ptr<Applier> applier_;
   std::unique_ptr<ViewReader> reader_;
   FakeDeadLetterSink sink_;
@@ -356,8 +377,126 @@ TEST_F(AggregateReaderTest, ListAggregatesPagesAndPrefixes) {
   v1::ListAggregatesRequest request;
   request.set_aggregate("votes");
   request.set_page_token("garbage");
-  EXPECT_EQ(reader_->ListAggregates(request).status().message(),
-            "page_token is malformed; pass next_page_token from the previous response unchanged");
+  const std::string wrong_token =
+      "page_token is not a ListAggregates token of aggregate votes as it is defined now "
+      "(malformed, from another query, or issued before the aggregate changed); pass "
+      "next_page_token from the previous ListAggregates response unchanged, or start again "
+      "without a token";
+  EXPECT_EQ(reader_->ListAggregates(request).status().message(), wrong_token);
+  // A token of another aggregate is refused in the same words, not as a view's.
+  v1::ListAggregatesRequest likes;
+  likes.set_aggregate("likes");
+  likes.set_limit(1);
+  Apply({Put({{"PK", S("COUNTER#a#0")}, {"SK", S("COUNTER")}}),
+         Put({{"PK", S("COUNTER#b#0")}, {"SK", S("COUNTER")}})});
+  auto page = reader_->ListAggregates(likes);
+  ASSERT_TRUE(page.ok());
+  ASSERT_FALSE(page->next_page_token().empty());
+  request.set_page_token(page->next_page_token());
+  EXPECT_EQ(reader_->ListAggregates(request).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(reader_->ListAggregates(request).status().message(), wrong_token);
+}
+
+// A physical key of a sharded aggregate answers that one shard (as views accept physical
+// partition keys); it used to answer "members 0".
+TEST_F(AggregateReaderTest, PhysicalGroupKeyAnswersThatShard) {
+  Open();
+  Apply({Put({{"PK", S("COUNTER#likes#0")}, {"SK", S("COUNTER")}, {"count", N("10")}}),
+         Put({{"PK", S("COUNTER#likes#3")}, {"SK", S("COUNTER")}, {"count", N("2")}}),
+         Put({{"PK", S("COUNTER#likes")}, {"SK", S("COUNTER")}, {"count", N("100")}})});
+  EXPECT_EQ(*Get("likes", "COUNTER#likes#3"), Strings{"COUNTER#likes#3 members=1 count=1 sum(count)=2"});
+  EXPECT_EQ(*Get("likes", "COUNTER#likes#0"), Strings{"COUNTER#likes#0 members=1 count=1 sum(count)=10"});
+  EXPECT_EQ(*Get("likes", "COUNTER#likes#7"),
+            Strings{"COUNTER#likes#7 members=0 count=0 sum(count)=unset"});
+  // The logical group still merges all three.
+  EXPECT_EQ((*Get("likes", "COUNTER#likes"))[0], "COUNTER#likes members=3 count=3 sum(count)=112");
+}
+
+// The per-shard breakdown is bounded: the totals count every physical group, the answer
+// lists the first 1,000 and says how many it left out.
+TEST_F(AggregateReaderTest, ShardBreakdownIsCappedAndSaysSo) {
+  Open();
+  std::vector<SourceRecord> batch;
+  for (int shard = 0; shard < 1002; ++shard) {
+    batch.push_back(Put({{"PK", S(absl::StrCat("COUNTER#big#", shard))}, {"SK", S("COUNTER")},
+                         {"count", N("1")}}));
+  }
+  Apply(std::move(batch));
+  v1::GetAggregateRequest request;
+  request.set_aggregate("likes");
+  request.mutable_group()->set_s("COUNTER#big");
+  auto response = reader_->GetAggregate(request);
+  ASSERT_TRUE(response.ok()) << response.status();
+  EXPECT_EQ(response->members(), 1002u);
+  EXPECT_EQ(response->measures(1).value().n(), "1002");
+  EXPECT_EQ(response->shards_size(), 1000);
+  EXPECT_EQ(response->shards_omitted(), 2u);
+  EXPECT_EQ(response->shards(999).group().s(), "COUNTER#big#999");
+}
+
+// A broken invariant (the stored state contradicts the items) used to be retried forever
+// (DATA_LOSS) or abort the process (a count at 0). Now the aggregate is emptied and rebuilt,
+// the batch commits, and the metric counts it.
+TEST_F(AggregateReaderTest, InconsistentStateIsRebuiltFromTheItems) {
+  Open();
+  Apply({Put(Order("1", "OPEN", "5")), Put(Order("2", "OPEN", "7")),
+         Put({{"PK", S("COUNTER#x#0")}, {"SK", S("COUNTER")}, {"count", N("1")}})});
+  const Strings likes = Dump("likes");
+  const auto corrupt = [&](const std::string& value) {
+    std::string group;
+    EncodeKeyComponent(S("OPEN"), &group);
+    auto txn = store_->BeginWrite();
+    ASSERT_TRUE(txn.ok());
+    ASSERT_TRUE((*txn)->Put(store_->aggregate("totals"), group, value).ok());
+    ASSERT_TRUE((*txn)->Commit().ok());
+  };
+  // One member where there are two: the second retraction finds the group empty.
+  AggregateState one;
+  one.members = 1;
+  one.measures.resize(5);
+  corrupt(EncodeAggregateState(one));
+  Apply({Delete(Order("1", "OPEN", "5")), Put(Order("3", "SHIPPED", "1"))});
+  EXPECT_EQ(applier_->GetAggregateState(0), ViewState::kBuilding);
+  EXPECT_EQ(Get("totals", "OPEN").status().message(),
+            "aggregate totals is being rebuilt (0% done); retry in a moment");
+  EXPECT_EQ(MetricLines("cdcview_aggregate_inconsistencies_total"),
+            (Strings{"cdcview_aggregate_inconsistencies_total{aggregate=\"votes\"} 0",
+                     "cdcview_aggregate_inconsistencies_total{aggregate=\"likes\"} 0",
+                     "cdcview_aggregate_inconsistencies_total{aggregate=\"totals\"} 1"}));
+  EXPECT_EQ(Dump("likes"), likes);  // other aggregates are untouched
+  ASSERT_TRUE(applier_->RebuildViews().ok());
+  EXPECT_EQ(List("totals"),
+            (Strings{"OPEN members=1 count=1 sum(total)=7 min(total)=7 max(total)=7 avg(total)=7",
+                     "SHIPPED members=1 count=1 sum(total)=1 min(total)=1 max(total)=1 avg(total)=1"}));
+  EXPECT_EQ(List("totals"), ExpectedTotals());
+
+  // A state that does not decode: the same.
+  corrupt("\x05");
+  Apply({Delete(Order("2", "OPEN", "7"))});
+  EXPECT_EQ(applier_->GetAggregateState(0), ViewState::kBuilding);
+  ASSERT_TRUE(applier_->RebuildViews().ok());
+  EXPECT_EQ(List("totals"), ExpectedTotals());
+  EXPECT_EQ(MetricLines("cdcview_aggregate_inconsistencies_total")[2],
+            "cdcview_aggregate_inconsistencies_total{aggregate=\"totals\"} 2");
+}
+
+// A group key at exactly the store's limit with a 38-digit min/max value fits; one byte more
+// rejects the event. The limit used to forget the N tag byte: a key one byte over passed the
+// check, then the store refused the 512-byte min/max key and the batch failed forever.
+TEST_F(AggregateReaderTest, GroupKeyAtTheStoreLimitWithTheLongestNumber) {
+  Open();
+  const std::string longest = "-9999999999999999999999999999999999999.9";
+  // enc(S) = tag + bytes + terminator: 487 bytes, + measure byte + 23 = 511.
+  Apply({Put(Order("1", std::string(485, 'x'), longest))});
+  EXPECT_EQ(*Get("totals", std::string(485, 'x')),
+            Strings{absl::StrCat(std::string(485, 'x'), " members=1 count=1 sum(total)=", longest,
+                                 " min(total)=", longest, " max(total)=", longest,
+                                 " avg(total)=", longest)});
+  Apply({Put(Order("2", std::string(486, 'x'), longest))});
+  ASSERT_EQ(sink_.letters().size(), 1u);
+  EXPECT_EQ(sink_.letters()[0].why.message(),
+            "line 1: aggregate totals: group key is 488 bytes, over the 487 bytes the store's key "
+            "limit leaves for it");
 }
 
 TEST_F(AggregateReaderTest, ErrorsNameWhatIsWrong) {
