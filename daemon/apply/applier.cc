@@ -348,7 +348,12 @@ absl::StatusOr<Applier::Outcome> Applier::ApplyEvent(WriteTxn* txn, const Source
     s = txn->Put(items, pk, EncodeStoredItem(true, event.sequence_number, {}));
   }
   if (!s.ok()) return s;
-  hot_table_keys_.emplace_back(table, pk.substr(0, FirstKeyComponentSize(pk)));
+  // Slots are reused across batches: assign keeps a slot's capacity, so a key no longer than
+  // one seen before allocates nothing.
+  if (hot_table_key_count_ == hot_table_keys_.size()) hot_table_keys_.emplace_back();
+  auto& [hot_table, hot_key] = hot_table_keys_[hot_table_key_count_++];
+  hot_table = table;
+  hot_key.assign(pk, 0, FirstKeyComponentSize(pk));
   return Outcome::kApplied;
 }
 
@@ -490,7 +495,7 @@ absl::Status Applier::TryBatch(std::vector<SourceRecord>* batch, WriteTxn* txn,
                                std::map<std::string, std::string>* positions) {
   stats_.Clear();
   mutations_.clear();
-  hot_table_keys_.clear();
+  hot_table_key_count_ = 0;
   pending_dead_letters_.clear();
   stale_.assign(batch->size(), false);
   for (size_t i = 0; i < batch->size(); ++i) {
@@ -596,7 +601,7 @@ absl::Status Applier::ApplyBatch(std::vector<SourceRecord>* batch) {
   stats_.map_used_bytes = store_->map_used_bytes();
   stats_.map_size_bytes = store_->map_size();
   if (probe_ != nullptr) probe_->RecordBatch(stats_, now);
-  hot_keys_.RecordBatch(mutations_, hot_table_keys_, now);
+  hot_keys_.RecordBatch(mutations_, {hot_table_keys_.data(), hot_table_key_count_}, now);
   {
     std::lock_guard lock(mu_);
     for (size_t i = 0; i < batch->size(); ++i) {
@@ -689,6 +694,13 @@ std::map<std::string, std::string> Applier::PositionsOf(size_t source) const {
   return out;
 }
 
+std::string Applier::PositionOf(size_t source, const std::string& partition) const {
+  const std::string& name = catalog_.config().sources[source].name;
+  std::lock_guard lock(mu_);
+  auto it = positions_.find(std::pair<std::string_view, std::string_view>(name, partition));
+  return it == positions_.end() ? "" : it->second;
+}
+
 std::vector<AppliedPositionEntry> Applier::Positions() const {
   std::vector<AppliedPositionEntry> out;
   std::lock_guard lock(mu_);
@@ -725,7 +737,7 @@ void Applier::PublishHotKeyMetrics() const {
     HeavyHittersReport report = hot_keys_.ViewReport(view.global, 1, now);
     const uint64_t top = report.keys.empty() ? 0 : report.keys.front().count;
     probe_->SetHotKey(view.global, report.total ? double(top) / double(report.total) : 0.0,
-                      double(top) / report.span_seconds);
+                      report.PerSecond(top));
   }
 }
 

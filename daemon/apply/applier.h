@@ -22,6 +22,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -79,6 +80,10 @@ class Applier {
 
   // Stored next positions of source `source` (partition -> position), for ChangeSource::Start.
   std::map<std::string, std::string> PositionsOf(size_t source) const;
+  // The stored next position of one partition of source `source`, "" if none: one lookup,
+  // copying only the answer (readers waiting for a position call it on every commit, and the
+  // writer takes the same lock per batch).
+  std::string PositionOf(size_t source, const std::string& partition) const;
   std::vector<AppliedPositionEntry> Positions() const;
   SourceCounters Counters(size_t source) const;
   ViewState GetViewState(size_t global_view, double* progress = nullptr) const;
@@ -156,7 +161,9 @@ class Applier {
   std::vector<std::pair<size_t, absl::Status>> pending_dead_letters_;
   std::vector<bool> stale_;  // per batch record: a Kafka offset below the stored next offset
   // Per applied event of the batch: (table, encoded table partition key), for hot_keys_.
+  // Only the first hot_table_key_count_ are this batch's.
   std::vector<std::pair<size_t, std::string>> hot_table_keys_;
+  size_t hot_table_key_count_ = 0;
   std::vector<AggregateDelta> aggregate_deltas_;  // one event's
   // Writer thread: per aggregate being rebuilt, the last items key the rebuild counted. Events
   // on items up to it are maintained incrementally; later items are counted by the rebuild
@@ -164,7 +171,19 @@ class Applier {
   std::vector<std::string> aggregate_build_cursors_;
 
   mutable std::mutex mu_;
-  std::map<std::pair<std::string, std::string>, std::string> positions_;  // guarded by mu_
+  // (source, partition) pairs, compared as string views so PositionOf looks up without
+  // copying either string.
+  struct SourcePartitionLess {
+    using is_transparent = void;
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const {
+      const std::string_view a1 = a.first, b1 = b.first;
+      if (a1 != b1) return a1 < b1;
+      return std::string_view(a.second) < std::string_view(b.second);
+    }
+  };
+  std::map<std::pair<std::string, std::string>, std::string, SourcePartitionLess>
+      positions_;  // guarded by mu_
   std::vector<SourceCounters> counters_;                                 // guarded by mu_
   std::vector<uint64_t> table_events_;                                   // guarded by mu_
   std::vector<uint64_t> view_writes_;                                    // guarded by mu_
