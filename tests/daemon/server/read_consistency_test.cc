@@ -184,6 +184,38 @@ TEST(PositionReachedTest, ComparesPositionsPerSourceKind) {
             "(TRIM_HORIZON, a sequence number, END)");
 }
 
+// A token taken during a backfill carries the Scan segments' LastEvaluatedKeys; waiting for
+// them would hold every read until the Scan ends, so only the stream shards are required.
+TEST(RequirementsForTest, DynamoDbScanSegmentsAreNotAwaited) {
+  absl::StatusOr<Config> config = ParseConfig(
+      "sources:\n"
+      "  - name: app\n"
+      "    table: App\n"
+      "    dynamodb: { table_name: App, region: eu-west-1, snapshot: scan, scan_segments: 2 }\n"
+      "tables: [ { name: App, key: { partition: PK } } ]\n",
+      "t.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  v1::AppliedPosition applied;
+  auto add = [&](std::string partition, std::string position) {
+    auto* e = applied.add_entries();
+    e->set_source("app");
+    e->set_partition(std::move(partition));
+    e->set_position(std::move(position));
+  };
+  add("scan/0", "{\"PK\":{\"S\":\"k17\"}}");
+  add("scan/1", "DONE");
+  add("shardId-0001", "4200");
+  v1::ReadConsistency consistency;
+  consistency.set_min_position(EncodePositionToken(applied));
+  auto requirements = RequirementsFor(consistency, *config, 0);
+  ASSERT_TRUE(requirements.ok()) << requirements.status();
+  ASSERT_EQ(requirements->size(), 1u);
+  EXPECT_EQ((*requirements)[0].partition, "shardId-0001");
+  EXPECT_EQ((*requirements)[0].position, "4200");
+  EXPECT_TRUE(IsScanPartition(Kind::kDynamoDb, "scan/3"));
+  EXPECT_FALSE(IsScanPartition(Kind::kKafka, "scan/3"));  // a Kafka topic may be called scan
+}
+
 TEST_F(ReadConsistencyTest, EveryResponseCarriesATokenOfItsAppliedPositions) {
   Apply(0, "orders/0", "57", "a");
   Apply(1, "", "120:4", "b");
@@ -466,6 +498,46 @@ TEST_F(ReadConsistencyTest, HotKeysPerViewTableAndLogicalKey) {
   EXPECT_EQ(Text(reader_->GetHotKeys(request).status()),
             "GetHotKeys: set exactly one of view and table (a view's entry partition keys, or a "
             "table's item partition keys)");
+}
+
+TEST_F(ReadConsistencyTest, HotKeysBeforeAnyWriteAreZeroNotNaN) {
+  now_ms_ = 5000;
+  v1::GetHotKeysRequest request;
+  request.set_view("ByDayShards");
+  auto r = reader_->GetHotKeys(request);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->window_seconds(), 0.0);
+  EXPECT_EQ(r->total_writes_per_second(), 0.0);
+  EXPECT_EQ(r->keys_size(), 0);
+  EXPECT_EQ(r->logical_keys_size(), 0);
+  v1::GetHotKeysRequest table;
+  table.set_table("App");
+  r = reader_->GetHotKeys(table);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->total_writes_per_second(), 0.0);
+}
+
+// Once the sketch is full, a shard without a counter may have had up to the windows' smallest
+// count: a logical key's sum adds that for each absent shard, so it stays an upper bound.
+TEST_F(ReadConsistencyTest, LogicalHotKeysCountAbsentShardsAtTheirMost) {
+  now_ms_ = 1000;
+  int n = 0;
+  auto put = [&](const std::string& day) {
+    ++n;
+    Apply(1, "", absl::StrCat(n, ":1"), absl::StrCat("I", n), day);
+  };
+  for (int i = 0; i < 10; ++i) put("DAY#1#0");
+  // 64 more keys: the 64th finds the 64 counters in use and takes over one holding 1.
+  for (int i = 0; i < 64; ++i) put(absl::StrCat("K", i));
+  now_ms_ = 11000;
+  v1::GetHotKeysRequest request;
+  request.set_view("ByDayShards");
+  request.set_limit(1);
+  auto r = reader_->GetHotKeys(request);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(Describe(r->keys()), "DAY#1#0 1/s 0.135135 +-0; ");
+  // Shards 1..3 have no counter: each may have had 1 write. 10 + 3 = 13 of 74.
+  EXPECT_EQ(Describe(r->logical_keys()), "DAY#1 1.3/s 0.175676 +-3; ");
 }
 
 }  // namespace
