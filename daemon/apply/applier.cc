@@ -72,6 +72,9 @@ Applier::Applier(const Catalog& catalog, Store* store, ApplyProbe* probe,
   }
   aggregate_build_cursors_.resize(catalog.aggregates().size());
   stats_.aggregates.resize(catalog.aggregates().size());
+  in_flight_.resize(catalog.config().sources.size(), 0);
+  const int64_t now = now_ms_();
+  for (SourceCounters& c : counters_) c.last_commit_ms = now;
 }
 
 void Applier::SetViewState(size_t global_view, ViewState state, double progress) {
@@ -558,6 +561,11 @@ absl::Status Applier::ApplyBatch(std::vector<SourceRecord>* batch) {
   failed_source_ = -1;
   // Kept across retries of this batch, cleared once it commits.
   if (dead_lettered_.size() != batch->size()) dead_lettered_.assign(batch->size(), false);
+  {
+    std::lock_guard lock(mu_);
+    std::fill(in_flight_.begin(), in_flight_.end(), 0);
+    for (const SourceRecord& record : *batch) ++in_flight_[record.source];
+  }
   for (;;) {
     positions.clear();
     auto txn_or = store_->BeginWrite();
@@ -616,6 +624,8 @@ absl::Status Applier::ApplyBatch(std::vector<SourceRecord>* batch) {
       counters_[i].skipped += s.skipped;
       counters_[i].rejected += s.rejected;
       if (s.newest_creation_ms > 0) counters_[i].lag_seconds = double(now - s.newest_creation_ms) / 1000.0;
+      if (in_flight_[i] > 0) counters_[i].last_commit_ms = now;
+      in_flight_[i] = 0;
       table_events_[catalog_.TableOfSource(i)] += s.applied;
     }
     for (size_t v = 0; v < stats_.views.size(); ++v) {
@@ -666,6 +676,7 @@ void Applier::Run(RecordQueue* queue, const std::atomic<bool>* stop) {
   }
   SetWriterError(absl::OkStatus(), -1);
 
+  WatchQueue(queue);
   const ApplyConfig& cfg = catalog_.config().apply;
   std::vector<SourceRecord> batch;
   while (!(stop != nullptr && stop->load())) {
@@ -711,6 +722,14 @@ std::vector<AppliedPositionEntry> Applier::Positions() const {
 Applier::SourceCounters Applier::Counters(size_t source) const {
   std::lock_guard lock(mu_);
   return counters_[source];
+}
+
+bool Applier::HasUnapplied(size_t source) const {
+  if (const RecordQueue* queue = queue_.load(); queue != nullptr && queue->Queued(source) > 0) {
+    return true;
+  }
+  std::lock_guard lock(mu_);
+  return in_flight_[source] > 0;
 }
 
 double Applier::IndexWritesPerEvent(size_t global_view) const {

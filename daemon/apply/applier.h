@@ -51,7 +51,10 @@ class Applier {
     uint64_t applied = 0;
     uint64_t skipped = 0;
     uint64_t rejected = 0;
-    double lag_seconds = 0;
+    double lag_seconds = 0;   // of the newest event of the last batch that had a creation time
+    // The writer's clock at the last commit of a batch with records of this source (at
+    // construction before any): with lag_seconds, how stale the source can be now.
+    int64_t last_commit_ms = 0;
   };
 
   // `dead_letters[i]` is source i's sink. `now_ms` is the clock (injected in tests).
@@ -77,6 +80,11 @@ class Applier {
   // closed and drained, or `stop`. A failing rebuild or batch is retried with back-off
   // (WriterError() says why meanwhile).
   void Run(RecordQueue* queue, const std::atomic<bool>* stop);
+  // The queue whose records count as not applied yet (HasUnapplied); Run watches its own.
+  void WatchQueue(const RecordQueue* queue) { queue_.store(queue); }
+  // Whether records of source `source` are read but not committed: in the watched queue, or in
+  // the batch being applied (or retried after an error). Any thread.
+  bool HasUnapplied(size_t source) const;
 
   // Stored next positions of source `source` (partition -> position), for ChangeSource::Start.
   std::map<std::string, std::string> PositionsOf(size_t source) const;
@@ -198,6 +206,8 @@ class Applier {
   std::vector<std::unique_ptr<std::atomic<int>>> aggregate_states_;
   std::vector<std::unique_ptr<std::atomic<double>>> aggregate_progress_;
   std::atomic<uint64_t> commits_{0};
+  std::atomic<const RecordQueue*> queue_{nullptr};
+  std::vector<size_t> in_flight_;  // per source: records of the batch not committed; guarded by mu_
   mutable std::mutex commit_mu_;
   mutable std::condition_variable committed_;
   HotKeyTracker hot_keys_;

@@ -797,8 +797,8 @@ absl::Status ViewReader::CheckStaleness(double max_staleness_seconds, size_t tab
   std::string worst_error;
   for (size_t i = 0; i < sources.size(); ++i) {
     if (catalog_.TableOfSource(i) != table) continue;
-    SourceProgress progress{"running", applier_.Counters(i).lag_seconds};
-    if (i < sources_.size() && sources_[i] != nullptr) progress.state = sources_[i]->Health().state;
+    SourceProgress progress =
+        ProgressOf(applier_, i, i < sources_.size() ? sources_[i] : nullptr);
     std::string error = SourceError(i);
     if (!error.empty()) progress.state = "error";
     const double lag = EffectiveLagSeconds(progress);

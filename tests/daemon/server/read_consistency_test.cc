@@ -13,6 +13,7 @@
 #include "daemon/config/config.h"
 #include "daemon/log/log.h"
 #include "daemon/server/view_reader.h"
+#include "daemon/sources/record_queue.h"
 #include "daemon/store/store.h"
 #include "gtest/gtest.h"
 #include "tests/fakes/fake_dead_letter_sink.h"
@@ -377,6 +378,9 @@ TEST_F(ReadConsistencyTest, KafkaTopicsAndOtherTables) {
 }
 
 TEST_F(ReadConsistencyTest, MaxStalenessBothWays) {
+  // Sources with nothing to read; orders is the one that counts.
+  sample_.Set("caught_up");
+  other_.Set("caught_up");
   now_ms_ = 20000;
   Apply(0, "orders/0", "1", "a", "D", 7700);  // 12.3 s old when committed
   auto s = reader_->Query(Query(Stale(5))).status();
@@ -423,6 +427,52 @@ TEST_F(ReadConsistencyTest, MaxStalenessBothWays) {
   EXPECT_TRUE(reader_->GetItem(get).ok());
   EXPECT_EQ(Text(reader_->Query(Query(Stale(-1))).status()),
             "consistency.max_staleness_seconds is -1; give a bound in seconds (>= 0; 0: no bound)");
+}
+
+// A source that stops delivering without an error is not fresh forever; one that says it is
+// caught up is not while its records wait in the queue or in a batch the writer retries.
+TEST_F(ReadConsistencyTest, StalenessGrowsWhileNothingIsCommittedAndCountsUnappliedRecords) {
+  sample_.Set("caught_up");
+  now_ms_ = 20000;
+  Apply(0, "orders/0", "1", "a", "D", 18000);  // 2 s old when committed
+  EXPECT_TRUE(reader_->Query(Query(Stale(5))).ok());
+  now_ms_ = 50000;  // running, and nothing committed for 30 s
+  EXPECT_EQ(Text(reader_->Query(Query(Stale(5))).status()),
+            "view ByDay is 32.0 s behind (source orders); max_staleness_seconds is 5");
+
+  orders_.Set("caught_up");  // idle: fresh
+  EXPECT_TRUE(reader_->Query(Query(Stale(5))).ok());
+  RecordQueue queue(10);
+  applier_->WatchQueue(&queue);
+  ASSERT_TRUE(queue.Push(test::Insert(config_.tables[0].key, {{"PK", S("b")}, {"day", S("D")}},
+                                      At("2").Source(0).Partition("orders/0"))));
+  EXPECT_EQ(queue.Queued(0), 1u);
+  EXPECT_EQ(queue.Queued(1), 0u);
+  EXPECT_TRUE(applier_->HasUnapplied(0));
+  EXPECT_FALSE(applier_->HasUnapplied(1));
+  EXPECT_EQ(Text(reader_->Query(Query(Stale(5))).status()),
+            "view ByDay is 32.0 s behind (source orders); max_staleness_seconds is 5");
+
+  // Popped, and its batch fails (a dead letter of source 1 cannot be written): still unapplied.
+  std::vector<SourceRecord> batch;
+  ASSERT_TRUE(queue.PopBatch(10, milliseconds(0), &batch));
+  EXPECT_EQ(queue.Queued(0), 0u);
+  batch.push_back(test::Rejected(absl::InvalidArgumentError("line 3: malformed JSON"),
+                                 "malformed_json", At("3:3").Source(1)));
+  sink_.FailWith(absl::UnavailableError("disk full"));
+  ASSERT_FALSE(applier_->ApplyBatch(&batch).ok());
+  EXPECT_TRUE(applier_->HasUnapplied(0));
+  EXPECT_TRUE(applier_->HasUnapplied(1));
+  // Both are behind now; sample never committed anything in the 50 s since start.
+  EXPECT_EQ(Text(reader_->Query(Query(Stale(5))).status()),
+            "view ByDay is 50.0 s behind (source sample); max_staleness_seconds is 5");
+  EXPECT_EQ(Text(reader_->Query(Query(Stale(40))).status()),
+            "view ByDay is 50.0 s behind (source sample); max_staleness_seconds is 40");
+  sink_.FailWith(absl::OkStatus());
+  ASSERT_TRUE(applier_->ApplyBatch(&batch).ok());
+  EXPECT_FALSE(applier_->HasUnapplied(0));
+  EXPECT_TRUE(reader_->Query(Query(Stale(5))).ok());
+  EXPECT_EQ(applier_->Counters(0).last_commit_ms, 50000);
 }
 
 TEST_F(ReadConsistencyTest, AwaitConsistencyIsReusableForOtherReads) {
