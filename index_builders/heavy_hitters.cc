@@ -6,6 +6,10 @@
 
 namespace cdcview {
 
+bool HeavierFirst(const HeavyHitter& a, const HeavyHitter& b) {
+  return a.count != b.count ? a.count > b.count : a.key < b.key;
+}
+
 SpaceSaving::SpaceSaving(size_t capacity) : capacity_(capacity) {
   if (capacity_ == 0) std::abort();  // a summary with no counter cannot report anything
   heap_.reserve(capacity_);
@@ -40,12 +44,11 @@ void SpaceSaving::Add(std::string_view key, uint64_t count) {
     SiftDown(it->second);  // counts only grow: the node can only move down a min-heap
     return;
   }
-  std::string k(key);
   if (heap_.size() < capacity_) {
     // Appended with the largest possible position; sifting up keeps the min-heap.
-    heap_.push_back({k, count, 0});
+    heap_.push_back({std::string(key), count, 0});
     size_t i = heap_.size() - 1;
-    index_[k] = i;
+    index_.emplace(heap_.back().key, i);
     while (i > 0) {
       size_t parent = (i - 1) / 2;
       if (heap_[parent].count <= heap_[i].count) break;
@@ -56,21 +59,23 @@ void SpaceSaving::Add(std::string_view key, uint64_t count) {
     }
     return;
   }
-  // The new key takes over the smallest counter: it may have been that key's all along.
+  // The new key takes over the smallest counter: it may have been that key's all along. The
+  // evicted key's hash node and both strings are reused (assign keeps their capacity), so
+  // once the summary is full a new key allocates nothing unless it is longer than the old.
   HeavyHitter& root = heap_[0];
-  index_.erase(root.key);
+  auto node = index_.extract(root.key);
+  node.key().assign(key);
+  node.mapped() = 0;
+  index_.insert(std::move(node));
   root.error = root.count;
   root.count += count;
-  root.key = std::move(k);
-  index_[root.key] = 0;
+  root.key.assign(key);
   SiftDown(0);
 }
 
 std::vector<HeavyHitter> SpaceSaving::Top(size_t limit) const {
   std::vector<HeavyHitter> out = heap_;
-  std::sort(out.begin(), out.end(), [](const HeavyHitter& a, const HeavyHitter& b) {
-    return a.count != b.count ? a.count > b.count : a.key < b.key;
-  });
+  std::sort(out.begin(), out.end(), HeavierFirst);
   if (out.size() > limit) out.resize(limit);
   return out;
 }
@@ -154,10 +159,12 @@ HeavyHittersReport WindowedHeavyHitters::Report(size_t limit, int64_t now_ms) co
   merge(cur, prev);
   merge(prev, cur);
   for (auto& [key, h] : merged) report.keys.push_back(std::move(h));
-  std::sort(report.keys.begin(), report.keys.end(), [](const HeavyHitter& a, const HeavyHitter& b) {
-    return a.count != b.count ? a.count > b.count : a.key < b.key;
-  });
-  if (report.keys.size() > limit) report.keys.resize(limit);
+  std::sort(report.keys.begin(), report.keys.end(), HeavierFirst);
+  report.unlisted_max = (cur ? cur->MinCount() : 0) + (prev ? prev->MinCount() : 0);
+  if (report.keys.size() > limit) {
+    report.unlisted_max = std::max(report.unlisted_max, report.keys[limit].count);
+    report.keys.resize(limit);
+  }
   report.total = (cur ? cur->total() : 0) + (prev ? prev->total() : 0);
   return report;
 }

@@ -31,6 +31,10 @@ struct HeavyHitter {
   uint64_t error = 0;
 };
 
+// The order of every heavy-hitter list: count descending, then key ascending (deterministic
+// output for equal counts).
+bool HeavierFirst(const HeavyHitter& a, const HeavyHitter& b);
+
 class SpaceSaving {
  public:
   explicit SpaceSaving(size_t capacity);
@@ -63,7 +67,14 @@ class SpaceSaving {
 struct HeavyHittersReport {
   std::vector<HeavyHitter> keys;  // merged over both windows, count descending
   uint64_t total = 0;             // every write in the covered span
-  double span_seconds = 0;        // how much time the report covers
+  double span_seconds = 0;        // how much time the report covers; 0 before any write
+  // The most writes a key that is not in `keys` may have had in the span: the windows'
+  // MinCount() summed, or the count of the first key cut by `limit` if that is larger.
+  // Sums over keys (a sharded view's logical key) add it for each member that is absent.
+  uint64_t unlisted_max = 0;
+
+  // count / span_seconds; 0 when the report covers no time (nothing written yet).
+  double PerSecond(uint64_t count) const { return span_seconds > 0 ? count / span_seconds : 0.0; }
 };
 
 class WindowedHeavyHitters {

@@ -132,7 +132,7 @@ void Application::UpdateViewHealth() {
     std::vector<SourceProgress> table_sources;
     for (size_t i = 0; i < sources_.size(); ++i) {
       if (catalog_->TableOfSource(i) != view.table) continue;
-      table_sources.push_back({sources_[i]->Health().state, applier_->Counters(i).lag_seconds});
+      table_sources.push_back(ProgressOf(*applier_, i, sources_[i].get()));
     }
     // A writer that cannot apply leaves every view stale, whatever the sources read.
     bool ready = applier_->GetViewState(view.global) == ViewState::kReady &&

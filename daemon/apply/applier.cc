@@ -73,6 +73,9 @@ Applier::Applier(const Catalog& catalog, Store* store, ApplyProbe* probe,
   }
   aggregate_build_cursors_.resize(catalog.aggregates().size());
   stats_.aggregates.resize(catalog.aggregates().size());
+  in_flight_.resize(catalog.config().sources.size(), 0);
+  const int64_t now = now_ms_();
+  for (SourceCounters& c : counters_) c.last_commit_ms = now;
 }
 
 void Applier::SetViewState(size_t global_view, ViewState state, double progress) {
@@ -377,7 +380,12 @@ absl::StatusOr<Applier::Outcome> Applier::ApplyEvent(WriteTxn* txn, const Source
     s = txn->Put(items, pk, EncodeStoredItem(true, event.sequence_number, {}));
   }
   if (!s.ok()) return s;
-  hot_table_keys_.emplace_back(table, pk.substr(0, FirstKeyComponentSize(pk)));
+  // Slots are reused across batches: assign keeps a slot's capacity, so a key no longer than
+  // one seen before allocates nothing.
+  if (hot_table_key_count_ == hot_table_keys_.size()) hot_table_keys_.emplace_back();
+  auto& [hot_table, hot_key] = hot_table_keys_[hot_table_key_count_++];
+  hot_table = table;
+  hot_key.assign(pk, 0, FirstKeyComponentSize(pk));
   return Outcome::kApplied;
 }
 
@@ -543,7 +551,7 @@ absl::Status Applier::TryBatch(std::vector<SourceRecord>* batch, WriteTxn* txn,
                                std::map<std::string, std::string>* positions) {
   stats_.Clear();
   mutations_.clear();
-  hot_table_keys_.clear();
+  hot_table_key_count_ = 0;
   mutation_records_.clear();
   change_log_.Rollback();  // a retried batch reuses the sequence numbers of the failed try
   inconsistent_.clear();
@@ -610,6 +618,11 @@ absl::Status Applier::ApplyBatch(std::vector<SourceRecord>* batch) {
   failed_source_ = -1;
   // Kept across retries of this batch, cleared once it commits.
   if (dead_lettered_.size() != batch->size()) dead_lettered_.assign(batch->size(), false);
+  {
+    std::lock_guard lock(mu_);
+    std::fill(in_flight_.begin(), in_flight_.end(), 0);
+    for (const SourceRecord& record : *batch) ++in_flight_[record.source];
+  }
   for (;;) {
     positions.clear();
     auto txn_or = store_->BeginWrite();
@@ -658,7 +671,7 @@ absl::Status Applier::ApplyBatch(std::vector<SourceRecord>* batch) {
   stats_.map_used_bytes = store_->map_used_bytes();
   stats_.map_size_bytes = store_->map_size();
   if (probe_ != nullptr) probe_->RecordBatch(stats_, now);
-  hot_keys_.RecordBatch(mutations_, hot_table_keys_, now);
+  hot_keys_.RecordBatch(mutations_, {hot_table_keys_.data(), hot_table_key_count_}, now);
   {
     std::lock_guard lock(mu_);
     for (size_t i = 0; i < batch->size(); ++i) {
@@ -673,6 +686,8 @@ absl::Status Applier::ApplyBatch(std::vector<SourceRecord>* batch) {
       counters_[i].skipped += s.skipped;
       counters_[i].rejected += s.rejected;
       if (s.newest_creation_ms > 0) counters_[i].lag_seconds = double(now - s.newest_creation_ms) / 1000.0;
+      if (in_flight_[i] > 0) counters_[i].last_commit_ms = now;
+      in_flight_[i] = 0;
       table_events_[catalog_.TableOfSource(i)] += s.applied;
     }
     for (size_t v = 0; v < stats_.views.size(); ++v) {
@@ -731,6 +746,7 @@ bool Applier::RebuildWithRetries(const std::atomic<bool>* stop) {
 void Applier::Run(RecordQueue* queue, const std::atomic<bool>* stop) {
   if (!RebuildWithRetries(stop)) return;
 
+  WatchQueue(queue);
   const ApplyConfig& cfg = catalog_.config().apply;
   std::vector<SourceRecord> batch;
   while (!(stop != nullptr && stop->load())) {
@@ -761,6 +777,13 @@ std::map<std::string, std::string> Applier::PositionsOf(size_t source) const {
   return out;
 }
 
+std::string Applier::PositionOf(size_t source, const std::string& partition) const {
+  const std::string& name = catalog_.config().sources[source].name;
+  std::lock_guard lock(mu_);
+  auto it = positions_.find(std::pair<std::string_view, std::string_view>(name, partition));
+  return it == positions_.end() ? "" : it->second;
+}
+
 std::vector<AppliedPositionEntry> Applier::Positions() const {
   std::vector<AppliedPositionEntry> out;
   std::lock_guard lock(mu_);
@@ -771,6 +794,14 @@ std::vector<AppliedPositionEntry> Applier::Positions() const {
 Applier::SourceCounters Applier::Counters(size_t source) const {
   std::lock_guard lock(mu_);
   return counters_[source];
+}
+
+bool Applier::HasUnapplied(size_t source) const {
+  if (const RecordQueue* queue = queue_.load(); queue != nullptr && queue->Queued(source) > 0) {
+    return true;
+  }
+  std::lock_guard lock(mu_);
+  return in_flight_[source] > 0;
 }
 
 double Applier::IndexWritesPerEvent(size_t global_view) const {
@@ -797,7 +828,7 @@ void Applier::PublishHotKeyMetrics() const {
     HeavyHittersReport report = hot_keys_.ViewReport(view.global, 1, now);
     const uint64_t top = report.keys.empty() ? 0 : report.keys.front().count;
     probe_->SetHotKey(view.global, report.total ? double(top) / double(report.total) : 0.0,
-                      double(top) / report.span_seconds);
+                      report.PerSecond(top));
   }
 }
 

@@ -53,7 +53,10 @@ class Applier {
     uint64_t applied = 0;
     uint64_t skipped = 0;
     uint64_t rejected = 0;
-    double lag_seconds = 0;
+    double lag_seconds = 0;   // of the newest event of the last batch that had a creation time
+    // The writer's clock at the last commit of a batch with records of this source (at
+    // construction before any): with lag_seconds, how stale the source can be now.
+    int64_t last_commit_ms = 0;
   };
 
   // `dead_letters[i]` is source i's sink. `now_ms` is the clock (injected in tests).
@@ -79,9 +82,18 @@ class Applier {
   // closed and drained, or `stop`. A failing rebuild or batch is retried with back-off
   // (WriterError() says why meanwhile).
   void Run(RecordQueue* queue, const std::atomic<bool>* stop);
+  // The queue whose records count as not applied yet (HasUnapplied); Run watches its own.
+  void WatchQueue(const RecordQueue* queue) { queue_.store(queue); }
+  // Whether records of source `source` are read but not committed: in the watched queue, or in
+  // the batch being applied (or retried after an error). Any thread.
+  bool HasUnapplied(size_t source) const;
 
   // Stored next positions of source `source` (partition -> position), for ChangeSource::Start.
   std::map<std::string, std::string> PositionsOf(size_t source) const;
+  // The stored next position of one partition of source `source`, "" if none: one lookup,
+  // copying only the answer (readers waiting for a position call it on every commit, and the
+  // writer takes the same lock per batch).
+  std::string PositionOf(size_t source, const std::string& partition) const;
   std::vector<AppliedPositionEntry> Positions() const;
   SourceCounters Counters(size_t source) const;
   ViewState GetViewState(size_t global_view, double* progress = nullptr) const;
@@ -175,7 +187,9 @@ class Applier {
   std::vector<std::pair<size_t, absl::Status>> pending_dead_letters_;
   std::vector<bool> stale_;  // per batch record: a Kafka offset below the stored next offset
   // Per applied event of the batch: (table, encoded table partition key), for hot_keys_.
+  // Only the first hot_table_key_count_ are this batch's.
   std::vector<std::pair<size_t, std::string>> hot_table_keys_;
+  size_t hot_table_key_count_ = 0;
   std::vector<AggregateDelta> aggregate_deltas_;  // one event's
   std::vector<size_t> inconsistent_;  // this batch's aggregates found inconsistent (global index)
   // Writer thread: per aggregate being rebuilt, the last items key the rebuild counted. Events
@@ -184,7 +198,19 @@ class Applier {
   std::vector<std::string> aggregate_build_cursors_;
 
   mutable std::mutex mu_;
-  std::map<std::pair<std::string, std::string>, std::string> positions_;  // guarded by mu_
+  // (source, partition) pairs, compared as string views so PositionOf looks up without
+  // copying either string.
+  struct SourcePartitionLess {
+    using is_transparent = void;
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const {
+      const std::string_view a1 = a.first, b1 = b.first;
+      if (a1 != b1) return a1 < b1;
+      return std::string_view(a.second) < std::string_view(b.second);
+    }
+  };
+  std::map<std::pair<std::string, std::string>, std::string, SourcePartitionLess>
+      positions_;  // guarded by mu_
   std::vector<SourceCounters> counters_;                                 // guarded by mu_
   std::vector<uint64_t> table_events_;                                   // guarded by mu_
   std::vector<uint64_t> view_writes_;                                    // guarded by mu_
@@ -199,6 +225,8 @@ class Applier {
   std::vector<std::unique_ptr<std::atomic<int>>> aggregate_states_;
   std::vector<std::unique_ptr<std::atomic<double>>> aggregate_progress_;
   std::atomic<uint64_t> commits_{0};
+  std::atomic<const RecordQueue*> queue_{nullptr};
+  std::vector<size_t> in_flight_;  // per source: records of the batch not committed; guarded by mu_
   mutable std::mutex commit_mu_;
   mutable std::condition_variable committed_;
   HotKeyTracker hot_keys_;

@@ -29,7 +29,7 @@ HotKeyTracker::HotKeyTracker(const Catalog& catalog) {
 }
 
 void HotKeyTracker::RecordBatch(const std::vector<IndexMutation>& mutations,
-                                const std::vector<std::pair<size_t, std::string>>& table_keys,
+                                std::span<const std::pair<size_t, std::string>> table_keys,
                                 int64_t now_ms) {
   std::lock_guard lock(mu_);
   for (const IndexMutation& m : mutations) {

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <mutex>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,7 +35,7 @@ class HotKeyTracker {
   // `mutations`: the batch's view mutations (IndexMutation::view the global view index);
   // `table_keys`: (table, encoded table partition key) per applied event.
   void RecordBatch(const std::vector<IndexMutation>& mutations,
-                   const std::vector<std::pair<size_t, std::string>>& table_keys, int64_t now_ms);
+                   std::span<const std::pair<size_t, std::string>> table_keys, int64_t now_ms);
   // HeavyHitter::key is an encoded key component (DecodeKeyComponent reads it).
   HeavyHittersReport ViewReport(size_t global_view, size_t limit, int64_t now_ms) const;
   HeavyHittersReport TableReport(size_t table, size_t limit, int64_t now_ms) const;

@@ -165,7 +165,13 @@ std::string KeyText(const v1::KeySchema& k) {
 int RunViews(v1::ViewService::Stub& stub, const Options& o) {
   v1::ListViewsResponse resp;
   if (grpc::Status s = stub.ListViews(Context().get(), {}, &resp); !s.ok()) return Fail(s, o.addr);
-  for (const v1::ViewDescription& d : resp.views()) {
+  for (v1::ViewDescription& d : *resp.mutable_views()) {
+    if (d.shard_count() > 0) {
+      // ListViews leaves out the per-shard counts (a walk over each sharded view); ask for them.
+      v1::DescribeViewRequest req;
+      req.set_view(d.name());
+      if (grpc::Status s = stub.DescribeView(Context().get(), req, &d); !s.ok()) return Fail(s, o.addr);
+    }
     std::cout << "{\"name\":" << JsonString(d.name()) << ",\"table\":" << JsonString(d.table())
               << ",\"state\":" << JsonString(v1::ViewDescription::State_Name(d.state()))
               << ",\"items\":" << d.item_count() << ",\"bytes\":" << d.bytes()

@@ -226,12 +226,10 @@ absl::StatusOr<v1::AggregateGroup> ViewReader::GetAggregate(const v1::GetAggrega
   }
   if (!physical) EncodeKeyComponent(*group, &logical);
 
-  if (request.has_consistency()) {
-    if (absl::Status s = AwaitConsistency(request.consistency(), (*aggregate_or)->table,
-                                          absl::StrCat("aggregate ", spec.name), deadline);
-        !s.ok()) {
-      return s;
-    }
+  if (absl::Status s = AwaitRequested(request, (*aggregate_or)->table, "aggregate", spec.name,
+                                      deadline);
+      !s.ok()) {
+    return s;
   }
   auto txn = store_.BeginRead();
   if (!txn.ok()) return txn.status();
@@ -299,15 +297,11 @@ absl::StatusOr<v1::ListAggregatesResponse> ViewReader::ListAggregates(
     after.push_back('\xFF');
     lower = std::max(lower, after);
   }
-  const uint32_t limit =
-      request.limit() == 0 ? max_page_size_ : std::min(request.limit(), max_page_size_);
+  const uint32_t limit = PageLimit(request.limit());
 
-  if (request.has_consistency()) {
-    if (absl::Status s = AwaitConsistency(request.consistency(), aggregate.table,
-                                          absl::StrCat("aggregate ", spec.name), deadline);
-        !s.ok()) {
-      return s;
-    }
+  if (absl::Status s = AwaitRequested(request, aggregate.table, "aggregate", spec.name, deadline);
+      !s.ok()) {
+    return s;
   }
   auto txn = store_.BeginRead();
   if (!txn.ok()) return txn.status();

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "daemon/server/token_seal.h"
 #include "index_builders/item_codec.h"
 
 namespace cdcview {
@@ -12,15 +13,6 @@ namespace {
 
 constexpr std::string_view kMagic = "cp";
 constexpr char kVersion = 1;
-
-uint32_t Fnv1a32(std::string_view data) {
-  uint32_t h = 2166136261u;
-  for (unsigned char c : data) {
-    h ^= c;
-    h *= 16777619u;
-  }
-  return h;
-}
 
 void PutString(std::string_view s, std::string* out) {
   PutVarint(s.size(), out);
@@ -76,6 +68,10 @@ bool FileOffset(std::string_view p, uint64_t* offset) {
 
 }  // namespace
 
+bool IsScanPartition(SourceConfig::Kind kind, std::string_view partition) {
+  return kind == SourceConfig::Kind::kDynamoDb && partition.starts_with("scan/");
+}
+
 std::string_view SourceKindName(SourceConfig::Kind kind) {
   switch (kind) {
     case SourceConfig::Kind::kFile: return "file";
@@ -94,9 +90,7 @@ std::string EncodePositionToken(const v1::AppliedPosition& applied) {
     PutString(e.partition(), &t);
     PutString(e.position(), &t);
   }
-  const uint32_t check = Fnv1a32(t);
-  for (int i = 0; i < 4; ++i) t.push_back(static_cast<char>(check >> (8 * i)));
-  return t;
+  return SealToken(std::move(t));
 }
 
 absl::StatusOr<std::vector<v1::AppliedPosition::Entry>> DecodePositionToken(std::string_view token) {
@@ -110,12 +104,9 @@ absl::StatusOr<std::vector<v1::AppliedPosition::Entry>> DecodePositionToken(std:
         "consistency.min_position is not a position token; pass AppliedPosition.token from an "
         "earlier response (not a page token), unchanged");
   }
-  std::string_view body = token.substr(0, token.size() - 4);
-  uint32_t check = 0;
-  for (int i = 0; i < 4; ++i) {
-    check |= uint32_t(static_cast<unsigned char>(token[body.size() + i])) << (8 * i);
-  }
-  if (check != Fnv1a32(body)) return malformed();
+  std::optional<std::string_view> unsealed = UnsealToken(token);
+  if (!unsealed.has_value()) return malformed();
+  std::string_view body = *unsealed;
   if (body[kMagic.size()] != kVersion) {
     return absl::InvalidArgumentError(absl::StrCat(
         "consistency.min_position has token version ", int(body[kMagic.size()]),
@@ -189,7 +180,7 @@ absl::StatusOr<std::vector<PositionRequirement>> RequirementsFor(
         return absl::InvalidArgumentError(absl::StrCat("consistency.min_position: source ",
                                                        it->name, ": ", reached.status().message()));
       }
-      if (it->table != table_name) continue;
+      if (it->table != table_name || IsScanPartition(it->kind, e.partition())) continue;
       out.push_back({static_cast<size_t>(it - config.sources.begin()), e.partition(),
                      e.position(), e.position()});
     }

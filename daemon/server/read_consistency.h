@@ -46,8 +46,15 @@ struct PositionRequirement {
   std::string wanted;     // how messages name what is awaited ("57", "offset 56")
 };
 
+// A DynamoDB snapshot Scan segment ("scan/<i>"): a backfill's progress, not a stream a client
+// writes into.
+bool IsScanPartition(SourceConfig::Kind kind, std::string_view partition);
+
 // The requirements of `consistency` that concern `table` (sources of other tables do not
-// matter to its reads): min_position's entries of its sources, and min_kafka_offsets mapped
+// matter to its reads): min_position's entries of its sources, except Scan segments (a token
+// carries every stored position, and a segment's LastEvaluatedKeys have no order, so waiting
+// for one would hold every read until the backfill ends; a client's own write arrives through
+// a stream shard, whose position the token also carries), and min_kafka_offsets mapped
 // to the Kafka sources of the table that read the topic (partition "<topic>/<n>", applied
 // once the stored next offset is > offset). INVALID_ARGUMENT: a malformed token, a source
 // this server does not have, a position that is not one of its source's kind, a topic no

@@ -2,8 +2,9 @@
 // behind ReadConsistency.max_staleness_seconds (ViewReader), so both mean the same lag.
 //
 // A view is ready to answer "fresh enough" reads when it is READY (not being rebuilt) and
-// every source feeding its table is within server.ready_max_lag_seconds. Pure functions;
-// the Application's readiness ticker gathers the inputs once a second.
+// every source feeding its table is within server.ready_max_lag_seconds. The rules are pure
+// functions; ProgressOf gathers their inputs, for the Application's readiness ticker (once a
+// second) and for ViewReader alike.
 #pragma once
 
 #include <cstdint>
@@ -12,16 +13,30 @@
 
 namespace cdcview {
 
-// What the ticker knows about one source of the view's table.
+class Applier;
+class ChangeSource;
+
+// What is known about one source of the view's table.
 struct SourceProgress {
-  std::string state;         // ChangeSource::Health().state
+  std::string state;         // ChangeSource::Health().state; "error" if the writer fails it
   double lag_seconds = 0;    // Applier::Counters(source).lag_seconds (of its last batch)
+  double since_commit_seconds = 0;  // since the last commit with records of the source
+  bool unapplied = false;    // records read but not committed (Applier::HasUnapplied)
 };
 
-// The lag that counts for readiness: 0 for a source that has nothing more to read (its last
-// batch's lag is history, not staleness), the last batch's lag while running; a failed
-// source never counts as caught up, whatever its last lag was.
+// The lag that counts for readiness:
+//   * 0 for a source that has nothing more to read ("finished", "caught_up") and nothing read
+//     but not applied: it is idle, not behind, and its last batch's lag is history;
+//   * otherwise (running, or caught up with records still queued or retried) the last batch's
+//     lag plus the time since that commit: what was behind then is at least that much behind
+//     now if nothing newer arrived, so a source that stops delivering without an error does
+//     not stay "fresh" forever;
+//   * infinite for a failed source, whatever its last lag was.
 double EffectiveLagSeconds(const SourceProgress& source);
+
+// Source `source`'s progress as the writer and the source report it now; `change_source` may
+// be null (tests without sources: "running").
+SourceProgress ProgressOf(const Applier& applier, size_t source, const ChangeSource* change_source);
 
 bool ViewCaughtUp(bool view_ready, const std::vector<SourceProgress>& table_sources,
                   uint32_t max_lag_seconds);

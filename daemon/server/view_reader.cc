@@ -12,6 +12,7 @@
 #include "daemon/server/proto_convert.h"
 #include "daemon/server/read_consistency.h"
 #include "daemon/server/readiness.h"
+#include "daemon/server/token_seal.h"
 #include "index_builders/item_codec.h"
 #include "index_builders/key_codec.h"
 
@@ -21,15 +22,6 @@ namespace {
 constexpr char kTokenVersion = 1;
 // A merged query of a sharded view's logical key: resumes by remainder, not by key.
 constexpr char kMergedTokenVersion = 2;
-
-uint32_t Fnv1a32(std::string_view data) {
-  uint32_t h = 2166136261u;
-  for (unsigned char c : data) {
-    h ^= c;
-    h *= 16777619u;
-  }
-  return h;
-}
 
 std::string_view ProjectionName(ProjectionKind kind) {
   switch (kind) {
@@ -293,8 +285,6 @@ absl::StatusOr<v1::QueryResponse> QueryShards(const Store& store, const ViewRef&
 // entries are recognised by a prefix compare; a partition key that is no physical key is
 // skipped with one seek.
 void DescribeShards(const Txn& txn, MDB_dbi dbi, const ShardSpec& shards, v1::ViewDescription* d) {
-  d->set_shard_count(shards.count);
-  d->set_shard_suffix(shards.suffix);
   std::vector<uint64_t> counts(shards.count, 0);
   auto cursor = txn.OpenCursor(dbi);
   std::string partition;  // enc(pk) of the current partition, if it is a physical key
@@ -354,12 +344,6 @@ struct ParsedToken {
   std::string_view last;
 };
 
-std::string SealToken(std::string t) {
-  uint32_t check = Fnv1a32(t);
-  for (int i = 0; i < 4; ++i) t.push_back(static_cast<char>(check >> (8 * i)));
-  return t;
-}
-
 void PutBytes(std::string_view bytes, std::string* out) {
   PutVarint(bytes.size(), out);
   out->append(bytes);
@@ -374,11 +358,9 @@ bool GetBytes(std::string_view* in, std::string_view* out) {
 }
 
 std::optional<ParsedToken> ParseToken(std::string_view token) {
-  if (token.size() < 2 + 4) return std::nullopt;
-  std::string_view body = token.substr(0, token.size() - 4);
-  uint32_t check = 0;
-  for (int i = 0; i < 4; ++i) check |= uint32_t(static_cast<unsigned char>(token[body.size() + i])) << (8 * i);
-  if (check != Fnv1a32(body)) return std::nullopt;
+  std::optional<std::string_view> unsealed = UnsealToken(token);
+  if (!unsealed.has_value() || unsealed->size() < 2) return std::nullopt;
+  std::string_view body = *unsealed;
   ParsedToken t;
   t.version = body[0];
   if (t.version != kTokenVersion && t.version != kMergedTokenVersion) return std::nullopt;
@@ -518,6 +500,19 @@ absl::StatusOr<const ViewRef*> ViewReader::ReadyView(const std::string& name) co
   return view;
 }
 
+uint32_t ViewReader::PageLimit(uint32_t requested) const {
+  return requested == 0 ? max_page_size_ : std::min(requested, max_page_size_);
+}
+
+absl::StatusOr<size_t> ViewReader::FindTable(const std::string& name) const {
+  const int table = catalog_.FindTable(name);
+  if (table >= 0) return static_cast<size_t>(table);
+  std::vector<std::string> names;
+  for (const TableSpec& t : catalog_.config().tables) names.push_back(t.name);
+  return absl::NotFoundError(absl::StrCat("table \"", name, "\" does not exist (tables: ",
+                                          absl::StrJoin(names, ", "), ")"));
+}
+
 absl::StatusOr<v1::QueryResponse> ViewReader::Query(const v1::QueryRequest& request,
                                                     Deadline deadline) const {
   auto view_or = ReadyView(request.view());
@@ -529,16 +524,12 @@ absl::StatusOr<v1::QueryResponse> ViewReader::Query(const v1::QueryRequest& requ
   if (!pk.ok()) return pk.status();
   auto range = SortRangeOf(request, spec);
   if (!range.ok()) return range.status();
-  uint32_t limit = request.limit() == 0 ? max_page_size_ : std::min(request.limit(), max_page_size_);
+  const uint32_t limit = PageLimit(request.limit());
   const std::string& fingerprint = view.fingerprint;
 
   // Waits before the read transaction, so the answer includes what was waited for.
-  if (request.has_consistency()) {
-    if (absl::Status s = AwaitConsistency(request.consistency(), view.table,
-                                          absl::StrCat("view ", spec.name), deadline);
-        !s.ok()) {
-      return s;
-    }
+  if (absl::Status s = AwaitRequested(request, view.table, "view", spec.name, deadline); !s.ok()) {
+    return s;
   }
 
   // A logical key of a sharded view: every shard, merged. A physical key ("DAY#1#3") is one
@@ -586,13 +577,10 @@ absl::StatusOr<v1::ScanResponse> ViewReader::Scan(const v1::ScanRequest& request
     if (!last.ok()) return last.status();
     resume = std::move(*last);
   }
-  uint32_t limit = request.limit() == 0 ? max_page_size_ : std::min(request.limit(), max_page_size_);
-  if (request.has_consistency()) {
-    if (absl::Status s = AwaitConsistency(request.consistency(), view.table,
-                                          absl::StrCat("view ", view.spec->name), deadline);
-        !s.ok()) {
-      return s;
-    }
+  const uint32_t limit = PageLimit(request.limit());
+  if (absl::Status s = AwaitRequested(request, view.table, "view", view.spec->name, deadline);
+      !s.ok()) {
+    return s;
   }
   auto txn = store_.BeginRead();
   if (!txn.ok()) return txn.status();
@@ -608,25 +596,17 @@ absl::StatusOr<v1::ScanResponse> ViewReader::Scan(const v1::ScanRequest& request
 
 absl::StatusOr<v1::GetItemResponse> ViewReader::GetItem(const v1::GetItemRequest& request,
                                                         Deadline deadline) const {
-  int table = catalog_.FindTable(request.table());
-  if (table < 0) {
-    std::vector<std::string> names;
-    for (const TableSpec& t : catalog_.config().tables) names.push_back(t.name);
-    return absl::NotFoundError(absl::StrCat("table \"", request.table(), "\" does not exist (tables: ",
-                                            absl::StrJoin(names, ", "), ")"));
-  }
+  auto table = FindTable(request.table());
+  if (!table.ok()) return table.status();
   auto key = FromProto(request.key(), "key");
   if (!key.ok()) return key.status();
-  const ViewBuilder& builder = catalog_.builder(table);
+  const ViewBuilder& builder = catalog_.builder(*table);
   if (absl::Status s = builder.ValidateTableKey(*key); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("key: ", s.message()));
   }
-  if (request.has_consistency()) {
-    if (absl::Status s = AwaitConsistency(request.consistency(), static_cast<size_t>(table),
-                                          absl::StrCat("table ", request.table()), deadline);
-        !s.ok()) {
-      return s;
-    }
+  if (absl::Status s = AwaitRequested(request, *table, "table", request.table(), deadline);
+      !s.ok()) {
+    return s;
   }
   auto txn = store_.BeginRead();
   if (!txn.ok()) return txn.status();
@@ -647,7 +627,8 @@ absl::StatusOr<v1::GetItemResponse> ViewReader::GetItem(const v1::GetItemRequest
   return response;
 }
 
-v1::ViewDescription ViewReader::Describe(const ViewRef& view, const Txn& txn) const {
+v1::ViewDescription ViewReader::Describe(const ViewRef& view, const Txn& txn,
+                                        bool shard_stats) const {
   const ViewSpec& spec = *view.spec;
   v1::ViewDescription d;
   d.set_name(spec.name);
@@ -677,7 +658,11 @@ v1::ViewDescription ViewReader::Describe(const ViewRef& view, const Txn& txn) co
   for (const std::string& a : spec.projection.include) d.add_include(a);
   d.set_rules(static_cast<uint32_t>(spec.rules.size()));
   d.set_inverted(spec.inverted);
-  if (spec.shards.enabled()) DescribeShards(txn, dbi, spec.shards, &d);
+  if (spec.shards.enabled()) {
+    d.set_shard_count(spec.shards.count);
+    d.set_shard_suffix(spec.shards.suffix);
+    if (shard_stats) DescribeShards(txn, dbi, spec.shards, &d);
+  }
   return d;
 }
 
@@ -686,14 +671,18 @@ absl::StatusOr<v1::ViewDescription> ViewReader::DescribeView(const std::string& 
   if (view == nullptr) return ReadyView(name).status();  // the NOT_FOUND message
   auto txn = store_.BeginRead();
   if (!txn.ok()) return txn.status();
-  return Describe(*view, **txn);
+  return Describe(*view, **txn, /*shard_stats=*/true);
 }
 
 absl::StatusOr<v1::ListViewsResponse> ViewReader::ListViews() const {
   v1::ListViewsResponse response;
   auto txn = store_.BeginRead();
   if (!txn.ok()) return txn.status();
-  for (const ViewRef& view : catalog_.views()) *response.add_views() = Describe(view, **txn);
+  // Per-shard entry counts walk the whole view: one DescribeView's worth of work, not one per
+  // view of every ListViews (which `cdcview advise` and dashboards call).
+  for (const ViewRef& view : catalog_.views()) {
+    *response.add_views() = Describe(view, **txn, /*shard_stats=*/false);
+  }
   return response;
 }
 
@@ -762,9 +751,7 @@ absl::Status ViewReader::AwaitConsistency(const v1::ReadConsistency& consistency
       const PositionRequirement* pending = nullptr;
       std::string applied;
       for (const PositionRequirement& r : *requirements) {
-        std::map<std::string, std::string> positions = applier_.PositionsOf(r.source);
-        auto it = positions.find(r.partition);
-        std::string have = it == positions.end() ? "" : it->second;
+        std::string have = applier_.PositionOf(r.source, r.partition);
         auto reached = PositionReached(sources[r.source].kind, r.partition, have, r.position);
         if (!reached.ok() || !*reached) {
           pending = &r;
@@ -810,8 +797,8 @@ absl::Status ViewReader::CheckStaleness(double max_staleness_seconds, size_t tab
   std::string worst_error;
   for (size_t i = 0; i < sources.size(); ++i) {
     if (catalog_.TableOfSource(i) != table) continue;
-    SourceProgress progress{"running", applier_.Counters(i).lag_seconds};
-    if (i < sources_.size() && sources_[i] != nullptr) progress.state = sources_[i]->Health().state;
+    SourceProgress progress =
+        ProgressOf(applier_, i, i < sources_.size() ? sources_[i] : nullptr);
     std::string error = SourceError(i);
     if (!error.empty()) progress.state = "error";
     const double lag = EffectiveLagSeconds(progress);
@@ -846,7 +833,7 @@ void FillHotKeys(const HeavyHittersReport& report, size_t limit,
     if (!key.ok()) continue;  // the tracker only holds keys the writer encoded
     v1::HotKey* k = out->Add();
     ToProto(*key, k->mutable_key());
-    k->set_writes_per_second(double(h.count) / report.span_seconds);
+    k->set_writes_per_second(report.PerSecond(h.count));
     k->set_share(report.total ? double(h.count) / double(report.total) : 0.0);
     k->set_error_bound(h.error);
   }
@@ -869,49 +856,58 @@ absl::StatusOr<v1::HotKeysResponse> ViewReader::GetHotKeys(const v1::GetHotKeysR
     const ViewRef* view = catalog_.FindView(request.view());
     if (view == nullptr) return ReadyView(request.view()).status();  // the NOT_FOUND message
     spec = view->spec;
-    // Every counter, so that the logical keys sum all shards the sketch holds.
-    report = applier_.hot_keys().ViewReport(view->global, HotKeyTracker::kCapacity, now);
+    // Every counter of both windows, so that the logical keys sum all shards the sketch holds.
+    report = applier_.hot_keys().ViewReport(view->global, 2 * HotKeyTracker::kCapacity, now);
   } else {
-    int table = catalog_.FindTable(request.table());
-    if (table < 0) {
-      std::vector<std::string> names;
-      for (const TableSpec& t : catalog_.config().tables) names.push_back(t.name);
-      return absl::NotFoundError(absl::StrCat("table \"", request.table(),
-                                              "\" does not exist (tables: ",
-                                              absl::StrJoin(names, ", "), ")"));
-    }
-    report = applier_.hot_keys().TableReport(static_cast<size_t>(table), limit, now);
+    auto table = FindTable(request.table());
+    if (!table.ok()) return table.status();
+    report = applier_.hot_keys().TableReport(*table, limit, now);
   }
   response.set_window_seconds(report.span_seconds);
-  response.set_total_writes_per_second(double(report.total) / report.span_seconds);
+  response.set_total_writes_per_second(report.PerSecond(report.total));
   FillHotKeys(report, limit, response.mutable_keys());
   if (spec != nullptr && spec->shards.enabled()) {
     response.set_shard_count(spec->shards.count);
-    // Shards of one logical key add up; a key without a shard suffix stands for itself.
-    std::map<std::string, HeavyHitter> logical;
+    // Shards of one logical key add up; a key without a shard suffix stands for itself. A
+    // shard the sketch holds no counter for may still have had up to unlisted_max writes:
+    // each absent shard adds that to the count and its error, so the sum stays an
+    // overestimate and the advisor's "not hot" (sum <= target) a verdict on an upper bound.
+    struct Logical {
+      HeavyHitter sum;
+      uint32_t shards_present = 0;  // 0: a key of its own, without a shard suffix
+    };
+    std::map<std::string, Logical> logical;
     for (const HeavyHitter& h : report.keys) {
       std::string_view encoded = h.key;
       auto key = DecodeKeyComponent(&encoded);
       if (!key.ok()) continue;
       std::string name = h.key;
+      bool shard = false;
       if (key->type() == AttrType::kS) {
         if (auto split = spec->shards.Split(key->scalar())) {
           name.clear();
           EncodeKeyComponent(AttributeValue::String(split->first), &name);
+          shard = true;
         }
       }
-      HeavyHitter& sum = logical[name];
-      sum.key = name;
-      sum.count += h.count;
-      sum.error += h.error;
+      Logical& l = logical[name];
+      l.sum.key = name;
+      l.sum.count += h.count;
+      l.sum.error += h.error;
+      if (shard) ++l.shards_present;
     }
     HeavyHittersReport merged;
     merged.total = report.total;
     merged.span_seconds = report.span_seconds;
-    for (auto& [name, h] : logical) merged.keys.push_back(std::move(h));
-    std::sort(merged.keys.begin(), merged.keys.end(), [](const HeavyHitter& a, const HeavyHitter& b) {
-      return a.count != b.count ? a.count > b.count : a.key < b.key;
-    });
+    for (auto& [name, l] : logical) {
+      if (l.shards_present > 0) {
+        const uint64_t absent = (spec->shards.count - l.shards_present) * report.unlisted_max;
+        l.sum.count += absent;
+        l.sum.error += absent;
+      }
+      merged.keys.push_back(std::move(l.sum));
+    }
+    std::sort(merged.keys.begin(), merged.keys.end(), HeavierFirst);
     FillHotKeys(merged, limit, response.mutable_logical_keys());
   }
   return response;

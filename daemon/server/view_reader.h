@@ -69,8 +69,11 @@ class ViewReader {
   // The heaviest partition keys of a view or table (HotKeyTracker). NOT_FOUND: unknown view or
   // table. INVALID_ARGUMENT: neither or both of view and table.
   absl::StatusOr<v1::HotKeysResponse> GetHotKeys(const v1::GetHotKeysRequest& request) const;
+  // A sharded view's shard_item_counts and shard_skew walk all its entries (O(entries)).
   absl::StatusOr<v1::ViewDescription> DescribeView(const std::string& name) const;
-  // INTERNAL if the store cannot be read.
+  // INTERNAL if the store cannot be read. Every view as DescribeView describes it, except that
+  // shard_item_counts and shard_skew are left unset (shard_count and shard_suffix are set):
+  // listing stays cheap however large the views; DescribeView a view for its shard balance.
   absl::StatusOr<v1::ListViewsResponse> ListViews() const;
   v1::StatusResponse GetStatus() const;
   // The view, READY: NOT_FOUND naming the views for an unknown name, UNAVAILABLE with the
@@ -88,11 +91,26 @@ class ViewReader {
 
  private:
   absl::StatusOr<const AggregateRef*> ReadyAggregate(const std::string& name) const;
-  v1::ViewDescription Describe(const ViewRef& view, const Txn& txn) const;
+  // `shard_stats`: also shard_item_counts and shard_skew of a sharded view (a walk over all
+  // its entries).
+  v1::ViewDescription Describe(const ViewRef& view, const Txn& txn, bool shard_stats) const;
   // Why source `source` cannot advance (the writer's or the source's error), "" if it can.
   std::string SourceError(size_t source) const;
   absl::Status CheckStaleness(double max_staleness_seconds, size_t table,
                               const std::string& what) const;
+  // AwaitConsistency when the request carries a ReadConsistency, naming the object
+  // "<kind> <name>" in messages; OK at once otherwise.
+  template <typename Request>
+  absl::Status AwaitRequested(const Request& request, size_t table, std::string_view kind,
+                              const std::string& name, Deadline deadline) const {
+    if (!request.has_consistency()) return absl::OkStatus();
+    return AwaitConsistency(request.consistency(), table, std::string(kind) + " " + name,
+                            deadline);
+  }
+  // A request's page size: its limit (0: unset) capped at max_page_size.
+  uint32_t PageLimit(uint32_t requested) const;
+  // The index of table `name` in Config::tables; NOT_FOUND listing the tables.
+  absl::StatusOr<size_t> FindTable(const std::string& name) const;
 
   const Catalog& catalog_;
   const Store& store_;

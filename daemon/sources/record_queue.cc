@@ -6,10 +6,13 @@
 namespace cdcview {
 namespace {
 
-// Moves up to `max` records from the front of `from` to the back of `out`.
-size_t MoveFront(std::deque<SourceRecord>* from, size_t max, std::vector<SourceRecord>* out) {
+// Moves up to `max` records from the front of `from` to the back of `out`, counting them
+// out of `queued`.
+size_t MoveFront(std::deque<SourceRecord>* from, size_t max, std::vector<SourceRecord>* out,
+                 std::vector<size_t>* queued) {
   size_t n = std::min(max, from->size());
   for (size_t i = 0; i < n; ++i) {
+    --(*queued)[from->front().source];
     out->push_back(std::move(from->front()));
     from->pop_front();
   }
@@ -18,12 +21,23 @@ size_t MoveFront(std::deque<SourceRecord>* from, size_t max, std::vector<SourceR
 
 }  // namespace
 
+void RecordQueue::CountIn(const SourceRecord& record) {
+  if (record.source >= queued_.size()) queued_.resize(record.source + 1, 0);
+  ++queued_[record.source];
+}
+
+size_t RecordQueue::Queued(uint32_t source) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return source < queued_.size() ? queued_[source] : 0;
+}
+
 bool RecordQueue::Push(SourceRecord record) {
   std::unique_lock<std::mutex> lock(mu_);
   // A capacity of 0 would block forever; it behaves as 1.
   const size_t capacity = std::max<size_t>(capacity_, 1);
   not_full_.wait(lock, [&] { return closed_ || records_.size() < capacity; });
   if (closed_) return false;
+  CountIn(record);
   records_.push_back(std::move(record));
   not_empty_.notify_one();
   return true;
@@ -37,6 +51,7 @@ RecordQueue::PushResult RecordQueue::PushFor(SourceRecord* record,
     return PushResult::kFull;
   }
   if (closed_) return PushResult::kClosed;
+  CountIn(*record);
   records_.push_back(std::move(*record));
   not_empty_.notify_one();
   return PushResult::kPushed;
@@ -45,6 +60,7 @@ RecordQueue::PushResult RecordQueue::PushFor(SourceRecord* record,
 bool RecordQueue::TryPush(SourceRecord&& record) {
   std::lock_guard<std::mutex> lock(mu_);
   if (closed_ || records_.size() >= std::max<size_t>(capacity_, 1)) return false;
+  CountIn(record);
   records_.push_back(std::move(record));
   not_empty_.notify_one();
   return true;
@@ -56,7 +72,7 @@ bool RecordQueue::PopBatch(size_t max, std::chrono::milliseconds linger,
   std::unique_lock<std::mutex> lock(mu_);
   not_empty_.wait(lock, [&] { return closed_ || !records_.empty(); });
   if (records_.empty()) return false;  // closed and drained
-  size_t taken = MoveFront(&records_, max, out);
+  size_t taken = MoveFront(&records_, max, out, &queued_);
   not_full_.notify_all();
   if (taken < max && linger.count() > 0) {
     // Waiting a little for a fuller batch makes each write transaction carry more events.
@@ -65,10 +81,10 @@ bool RecordQueue::PopBatch(size_t max, std::chrono::milliseconds linger,
       if (!not_empty_.wait_until(lock, deadline, [&] { return closed_ || !records_.empty(); })) {
         break;  // linger is over
       }
-      taken += MoveFront(&records_, max - taken, out);
+      taken += MoveFront(&records_, max - taken, out, &queued_);
       not_full_.notify_all();
     }
-    taken += MoveFront(&records_, max - taken, out);  // whatever arrived with Close
+    taken += MoveFront(&records_, max - taken, out, &queued_);  // whatever arrived with Close
     not_full_.notify_all();
   }
   return true;
@@ -79,7 +95,7 @@ void RecordQueue::PopBatchFor(size_t max, std::chrono::milliseconds wait,
   if (max == 0) return;
   std::unique_lock<std::mutex> lock(mu_);
   not_empty_.wait_for(lock, wait, [&] { return closed_ || !records_.empty(); });
-  if (MoveFront(&records_, max, out) > 0) not_full_.notify_all();
+  if (MoveFront(&records_, max, out, &queued_) > 0) not_full_.notify_all();
 }
 
 void RecordQueue::Close() {

@@ -47,6 +47,9 @@ class RecordQueue {
 
   void Close();
   size_t size() const;
+  // Records of source `source` (SourceRecord::source) pushed and not yet popped: a source
+  // that says it is caught up is not, for readers, while some of it waits here.
+  size_t Queued(uint32_t source) const;
 
  private:
   const size_t capacity_;
@@ -54,6 +57,8 @@ class RecordQueue {
   std::condition_variable not_empty_;
   std::condition_variable not_full_;
   std::deque<SourceRecord> records_;  // guarded by mu_
+  std::vector<size_t> queued_;        // per source, guarded by mu_
+  void CountIn(const SourceRecord& record);  // mu_ held
   bool closed_ = false;               // guarded by mu_
 };
 

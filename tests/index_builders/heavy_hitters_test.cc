@@ -1,11 +1,31 @@
 #include "index_builders/heavy_hitters.h"
 
+#include <cstdlib>
 #include <map>
+#include <new>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
+
+// Counts this thread's heap allocations while `counting` is set (the writer's hot path must
+// not allocate per event once its summaries are full).
+namespace {
+thread_local bool counting = false;
+thread_local size_t allocations = 0;
+}  // namespace
+
+// GCC cannot see that this operator new allocates with malloc and warns at inlined deletes.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+
+void* operator new(size_t size) {
+  if (counting) ++allocations;
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
 
 namespace cdcview {
 namespace {
@@ -119,6 +139,53 @@ TEST(WindowedHeavyHittersTest, AKeyMissingInOneWindowCountsThatWindowsMinimumAsE
   HeavyHittersReport r = w.Report(10, 90000);
   EXPECT_EQ(Rows(r.keys), (std::vector<Row>{{"a", 6, 0}, {"b", 4, 1}, {"c", 4, 3}}));
   EXPECT_EQ(r.total, 10u);
+}
+
+TEST(SpaceSavingTest, ANewKeyOfAFullSummaryReusesTheEvictedCounter) {
+  SpaceSaving s(4);
+  // Keys longer than any short-string buffer, so a copy of one would allocate.
+  auto key = [](int i) { return "partition-key-of-some-length-" + std::to_string(1000 + i); };
+  std::vector<std::string> keys;
+  for (int i = 0; i < 100; ++i) keys.push_back(key(i));
+  for (int i = 0; i < 4; ++i) s.Add(keys[i]);
+  counting = true;
+  allocations = 0;
+  for (int i = 4; i < 100; ++i) s.Add(keys[i]);  // each evicts the smallest counter
+  counting = false;
+  EXPECT_EQ(allocations, 0u);
+  EXPECT_EQ(s.size(), 4u);
+  EXPECT_EQ(s.total(), 100u);
+  ASSERT_NE(s.Find(keys[99]), nullptr);
+  EXPECT_EQ(s.Find(keys[98])->count, 25u);  // counts 1..24 rotate over four counters
+  EXPECT_EQ(s.Find(keys[3]), nullptr);
+}
+
+TEST(WindowedHeavyHittersTest, NoWritesReportNoRateRatherThanNaN) {
+  WindowedHeavyHitters w(2, 60000);
+  HeavyHittersReport r = w.Report(10, 5000);
+  EXPECT_EQ(r.span_seconds, 0.0);
+  EXPECT_EQ(r.PerSecond(r.total), 0.0);
+  w.Add("a", 3, 10000);
+  EXPECT_DOUBLE_EQ(w.Report(10, 16000).PerSecond(3), 0.5);
+}
+
+TEST(WindowedHeavyHittersTest, UnlistedMaxBoundsEveryKeyLeftOut) {
+  WindowedHeavyHitters w(2, 60000);
+  w.Add("a", 5, 0);
+  EXPECT_EQ(w.Report(10, 1000).unlisted_max, 0u);  // a summary not yet full misses nothing
+  w.Add("b", 3, 0);  // first window full: min 3
+  w.Add("a", 1, 60000);
+  w.Add("c", 1, 60000);  // second window full: min 1
+  // A key in neither window may have had 3 + 1 writes.
+  EXPECT_EQ(w.Report(10, 90000).unlisted_max, 4u);
+  // Keys cut by the limit: the first one cut ({b, 4} or {c, 4}) bounds the rest too.
+  HeavyHittersReport one = w.Report(1, 90000);
+  EXPECT_EQ(Rows(one.keys), (std::vector<Row>{{"a", 6, 0}}));
+  EXPECT_EQ(one.unlisted_max, 4u);
+  w.Add("d", 9, 60000);
+  HeavyHittersReport cut = w.Report(1, 90000);
+  EXPECT_EQ(Rows(cut.keys), (std::vector<Row>{{"d", 13, 4}}));  // took over a (1): 10 +- 1, + 3
+  EXPECT_EQ(cut.unlisted_max, 6u);  // a, 6
 }
 
 TEST(WindowedHeavyHittersTest, ReportRightAfterTheFirstWriteCoversAtLeastOneSecond) {

@@ -76,6 +76,9 @@ class ApplierOffsetsTest : public ::testing::Test {
 TEST_F(ApplierOffsetsTest, RecordsReadAgainAreSkippedAndKeepThePosition) {
   ASSERT_TRUE(Apply({At(0, "a", "1"), At(1, "b", "1"), At(2, "a", "2")}).ok());
   EXPECT_EQ(applier_->PositionsOf(0).at("t/0"), "3");
+  EXPECT_EQ(applier_->PositionOf(0, "t/0"), "3");
+  EXPECT_EQ(applier_->PositionOf(0, "t/1"), "");
+  EXPECT_EQ(applier_->PositionOf(0, "t"), "");  // a prefix of a partition is another one
   // Re-read from 1 after a rebalance, in a later batch and within the same batch.
   ASSERT_TRUE(Apply({At(1, "b", "stale"), At(2, "a", "stale"), At(3, "c", "1"), At(3, "c", "x")}).ok());
   EXPECT_EQ(applier_->PositionsOf(0).at("t/0"), "4");

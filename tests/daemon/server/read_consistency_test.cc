@@ -13,6 +13,7 @@
 #include "daemon/config/config.h"
 #include "daemon/log/log.h"
 #include "daemon/server/view_reader.h"
+#include "daemon/sources/record_queue.h"
 #include "daemon/store/store.h"
 #include "gtest/gtest.h"
 #include "tests/fakes/fake_dead_letter_sink.h"
@@ -184,6 +185,38 @@ TEST(PositionReachedTest, ComparesPositionsPerSourceKind) {
             "(TRIM_HORIZON, a sequence number, END)");
 }
 
+// A token taken during a backfill carries the Scan segments' LastEvaluatedKeys; waiting for
+// them would hold every read until the Scan ends, so only the stream shards are required.
+TEST(RequirementsForTest, DynamoDbScanSegmentsAreNotAwaited) {
+  absl::StatusOr<Config> config = ParseConfig(
+      "sources:\n"
+      "  - name: app\n"
+      "    table: App\n"
+      "    dynamodb: { table_name: App, region: eu-west-1, snapshot: scan, scan_segments: 2 }\n"
+      "tables: [ { name: App, key: { partition: PK } } ]\n",
+      "t.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  v1::AppliedPosition applied;
+  auto add = [&](std::string partition, std::string position) {
+    auto* e = applied.add_entries();
+    e->set_source("app");
+    e->set_partition(std::move(partition));
+    e->set_position(std::move(position));
+  };
+  add("scan/0", "{\"PK\":{\"S\":\"k17\"}}");
+  add("scan/1", "DONE");
+  add("shardId-0001", "4200");
+  v1::ReadConsistency consistency;
+  consistency.set_min_position(EncodePositionToken(applied));
+  auto requirements = RequirementsFor(consistency, *config, 0);
+  ASSERT_TRUE(requirements.ok()) << requirements.status();
+  ASSERT_EQ(requirements->size(), 1u);
+  EXPECT_EQ((*requirements)[0].partition, "shardId-0001");
+  EXPECT_EQ((*requirements)[0].position, "4200");
+  EXPECT_TRUE(IsScanPartition(Kind::kDynamoDb, "scan/3"));
+  EXPECT_FALSE(IsScanPartition(Kind::kKafka, "scan/3"));  // a Kafka topic may be called scan
+}
+
 TEST_F(ReadConsistencyTest, EveryResponseCarriesATokenOfItsAppliedPositions) {
   Apply(0, "orders/0", "57", "a");
   Apply(1, "", "120:4", "b");
@@ -345,6 +378,9 @@ TEST_F(ReadConsistencyTest, KafkaTopicsAndOtherTables) {
 }
 
 TEST_F(ReadConsistencyTest, MaxStalenessBothWays) {
+  // Sources with nothing to read; orders is the one that counts.
+  sample_.Set("caught_up");
+  other_.Set("caught_up");
   now_ms_ = 20000;
   Apply(0, "orders/0", "1", "a", "D", 7700);  // 12.3 s old when committed
   auto s = reader_->Query(Query(Stale(5))).status();
@@ -391,6 +427,52 @@ TEST_F(ReadConsistencyTest, MaxStalenessBothWays) {
   EXPECT_TRUE(reader_->GetItem(get).ok());
   EXPECT_EQ(Text(reader_->Query(Query(Stale(-1))).status()),
             "consistency.max_staleness_seconds is -1; give a bound in seconds (>= 0; 0: no bound)");
+}
+
+// A source that stops delivering without an error is not fresh forever; one that says it is
+// caught up is not while its records wait in the queue or in a batch the writer retries.
+TEST_F(ReadConsistencyTest, StalenessGrowsWhileNothingIsCommittedAndCountsUnappliedRecords) {
+  sample_.Set("caught_up");
+  now_ms_ = 20000;
+  Apply(0, "orders/0", "1", "a", "D", 18000);  // 2 s old when committed
+  EXPECT_TRUE(reader_->Query(Query(Stale(5))).ok());
+  now_ms_ = 50000;  // running, and nothing committed for 30 s
+  EXPECT_EQ(Text(reader_->Query(Query(Stale(5))).status()),
+            "view ByDay is 32.0 s behind (source orders); max_staleness_seconds is 5");
+
+  orders_.Set("caught_up");  // idle: fresh
+  EXPECT_TRUE(reader_->Query(Query(Stale(5))).ok());
+  RecordQueue queue(10);
+  applier_->WatchQueue(&queue);
+  ASSERT_TRUE(queue.Push(test::Insert(config_.tables[0].key, {{"PK", S("b")}, {"day", S("D")}},
+                                      At("2").Source(0).Partition("orders/0"))));
+  EXPECT_EQ(queue.Queued(0), 1u);
+  EXPECT_EQ(queue.Queued(1), 0u);
+  EXPECT_TRUE(applier_->HasUnapplied(0));
+  EXPECT_FALSE(applier_->HasUnapplied(1));
+  EXPECT_EQ(Text(reader_->Query(Query(Stale(5))).status()),
+            "view ByDay is 32.0 s behind (source orders); max_staleness_seconds is 5");
+
+  // Popped, and its batch fails (a dead letter of source 1 cannot be written): still unapplied.
+  std::vector<SourceRecord> batch;
+  ASSERT_TRUE(queue.PopBatch(10, milliseconds(0), &batch));
+  EXPECT_EQ(queue.Queued(0), 0u);
+  batch.push_back(test::Rejected(absl::InvalidArgumentError("line 3: malformed JSON"),
+                                 "malformed_json", At("3:3").Source(1)));
+  sink_.FailWith(absl::UnavailableError("disk full"));
+  ASSERT_FALSE(applier_->ApplyBatch(&batch).ok());
+  EXPECT_TRUE(applier_->HasUnapplied(0));
+  EXPECT_TRUE(applier_->HasUnapplied(1));
+  // Both are behind now; sample never committed anything in the 50 s since start.
+  EXPECT_EQ(Text(reader_->Query(Query(Stale(5))).status()),
+            "view ByDay is 50.0 s behind (source sample); max_staleness_seconds is 5");
+  EXPECT_EQ(Text(reader_->Query(Query(Stale(40))).status()),
+            "view ByDay is 50.0 s behind (source sample); max_staleness_seconds is 40");
+  sink_.FailWith(absl::OkStatus());
+  ASSERT_TRUE(applier_->ApplyBatch(&batch).ok());
+  EXPECT_FALSE(applier_->HasUnapplied(0));
+  EXPECT_TRUE(reader_->Query(Query(Stale(5))).ok());
+  EXPECT_EQ(applier_->Counters(0).last_commit_ms, 50000);
 }
 
 TEST_F(ReadConsistencyTest, AwaitConsistencyIsReusableForOtherReads) {
@@ -466,6 +548,46 @@ TEST_F(ReadConsistencyTest, HotKeysPerViewTableAndLogicalKey) {
   EXPECT_EQ(Text(reader_->GetHotKeys(request).status()),
             "GetHotKeys: set exactly one of view and table (a view's entry partition keys, or a "
             "table's item partition keys)");
+}
+
+TEST_F(ReadConsistencyTest, HotKeysBeforeAnyWriteAreZeroNotNaN) {
+  now_ms_ = 5000;
+  v1::GetHotKeysRequest request;
+  request.set_view("ByDayShards");
+  auto r = reader_->GetHotKeys(request);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->window_seconds(), 0.0);
+  EXPECT_EQ(r->total_writes_per_second(), 0.0);
+  EXPECT_EQ(r->keys_size(), 0);
+  EXPECT_EQ(r->logical_keys_size(), 0);
+  v1::GetHotKeysRequest table;
+  table.set_table("App");
+  r = reader_->GetHotKeys(table);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->total_writes_per_second(), 0.0);
+}
+
+// Once the sketch is full, a shard without a counter may have had up to the windows' smallest
+// count: a logical key's sum adds that for each absent shard, so it stays an upper bound.
+TEST_F(ReadConsistencyTest, LogicalHotKeysCountAbsentShardsAtTheirMost) {
+  now_ms_ = 1000;
+  int n = 0;
+  auto put = [&](const std::string& day) {
+    ++n;
+    Apply(1, "", absl::StrCat(n, ":1"), absl::StrCat("I", n), day);
+  };
+  for (int i = 0; i < 10; ++i) put("DAY#1#0");
+  // 64 more keys: the 64th finds the 64 counters in use and takes over one holding 1.
+  for (int i = 0; i < 64; ++i) put(absl::StrCat("K", i));
+  now_ms_ = 11000;
+  v1::GetHotKeysRequest request;
+  request.set_view("ByDayShards");
+  request.set_limit(1);
+  auto r = reader_->GetHotKeys(request);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(Describe(r->keys()), "DAY#1#0 1/s 0.135135 +-0; ");
+  // Shards 1..3 have no counter: each may have had 1 write. 10 + 3 = 13 of 74.
+  EXPECT_EQ(Describe(r->logical_keys()), "DAY#1 1.3/s 0.175676 +-3; ");
 }
 
 }  // namespace

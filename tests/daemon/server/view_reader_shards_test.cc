@@ -485,6 +485,23 @@ TEST_F(ShardedViewTest, DescribeViewCountsEntriesPerShardAndSkew) {
   EXPECT_EQ(plain->shard_skew(), 0.0);
 }
 
+TEST_F(ShardedViewTest, ListViewsLeavesTheShardWalkToDescribeView) {
+  PutItems();
+  auto listed = reader_->ListViews();
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  const v1::ViewDescription* v4 = nullptr;
+  for (const v1::ViewDescription& d : listed->views()) {
+    if (d.name() == "V4") v4 = &d;
+  }
+  ASSERT_NE(v4, nullptr);
+  EXPECT_EQ(v4->shard_count(), 4u);
+  EXPECT_EQ(v4->shard_suffix(), "#{shard}");
+  EXPECT_EQ(v4->item_count(), 46u);
+  EXPECT_EQ(v4->shard_item_counts_size(), 0);
+  EXPECT_EQ(v4->shard_skew(), 0.0);
+  EXPECT_EQ(reader_->DescribeView("V4")->shard_item_counts_size(), 4);
+}
+
 TEST_F(ShardedViewTest, EvenShardsHaveSkewOne) {
   for (int i = 0; i < 8; ++i) {
     Put({{"PK", S(absl::StrCat("E", i))}, {"SK", S("X")},
