@@ -9,6 +9,7 @@
 // Prints figures beside their targets; asserts nothing. Progress goes to stderr.
 #include <lmdb.h>
 #include <linux/magic.h>
+#include <sys/stat.h>
 #include <sys/vfs.h>
 
 #include <chrono>
@@ -38,6 +39,7 @@ struct Flags {
   std::string tmp = std::filesystem::temp_directory_path().string();
   uint64_t map_mib = 16384;
   bool skip_raw = false;
+  std::string write_map = "config";  // on, off, or as the config says
 };
 
 struct ApplyResult {
@@ -46,6 +48,7 @@ struct ApplyResult {
   uint64_t index_writes = 0;
   uint64_t map_used_bytes = 0;
   uint64_t file_bytes = 0;
+  uint64_t disk_bytes = 0;  // blocks allocated: with the write map the file is sparse
 };
 
 absl::StatusOr<ApplyResult> RunApply(BenchStore& bench, std::vector<std::vector<SourceRecord>>* batches) {
@@ -67,7 +70,10 @@ absl::StatusOr<ApplyResult> RunApply(BenchStore& bench, std::vector<std::vector<
   r.index_writes = bench.IndexWrites();
   r.map_used_bytes = bench.store().map_used_bytes();
   std::error_code ec;
-  r.file_bytes = std::filesystem::file_size(bench.config().storage.path + "/data.mdb", ec);
+  const std::string data = bench.config().storage.path + "/data.mdb";
+  r.file_bytes = std::filesystem::file_size(data, ec);
+  struct stat st;
+  if (stat(data.c_str(), &st) == 0) r.disk_bytes = static_cast<uint64_t>(st.st_blocks) * 512;
   return r;
 }
 
@@ -84,7 +90,8 @@ absl::Status Check(int rc, const char* what) {
 
 // Replays `log` with bare LMDB calls: the ceiling for the applier's writes.
 absl::StatusOr<RawResult> RunRawLmdb(const WriteLog& log, const TableSpec& table, size_t batch,
-                                     uint64_t map_size, const std::string& dir) {
+                                     uint64_t map_size, unsigned int env_flags,
+                                     const std::string& dir) {
   MDB_env* env = nullptr;
   if (absl::Status s = Check(mdb_env_create(&env), "mdb_env_create"); !s.ok()) return s;
   std::unique_ptr<MDB_env, void (*)(MDB_env*)> env_closer(env, mdb_env_close);
@@ -92,8 +99,7 @@ absl::StatusOr<RawResult> RunRawLmdb(const WriteLog& log, const TableSpec& table
   mdb_env_set_maxreaders(env, 1022);
   mdb_env_set_mapsize(env, map_size);
   // The store's flags (daemon/store/store.cc).
-  if (absl::Status s = Check(mdb_env_open(env, dir.c_str(), MDB_NOTLS | MDB_NOMETASYNC, 0644),
-                             "mdb_env_open");
+  if (absl::Status s = Check(mdb_env_open(env, dir.c_str(), env_flags, 0644), "mdb_env_open");
       !s.ok()) {
     return s;
   }
@@ -182,7 +188,9 @@ int Run(const Flags& flags) {
   const uint64_t map_size = flags.map_mib << 20;
   int rc = 0;
   {
-    auto bench = BenchStore::Open(flags.config, store_dir, map_size);
+    std::optional<bool> write_map;
+    if (flags.write_map != "config") write_map = flags.write_map == "on";
+    auto bench = BenchStore::Open(flags.config, store_dir, map_size, write_map);
     if (!bench.ok()) {
       fprintf(stderr, "apply_bench: %s\n", std::string(bench.status().message()).c_str());
       RemoveTree(*dir);
@@ -211,7 +219,8 @@ int Run(const Flags& flags) {
     printf("== apply_bench: %llu events, batches of %zu, seed %llu, table %s (%zu views) ==\n",
            (unsigned long long)flags.events, flags.batch, (unsigned long long)flags.seed,
            table.name.c_str(), table.views.size());
-    printf("stores   : under %s (%s)\n", flags.tmp.c_str(), DescribeFilesystem(*dir).c_str());
+    printf("stores   : under %s (%s); write map %s\n", flags.tmp.c_str(),
+           DescribeFilesystem(*dir).c_str(), (*bench)->config().storage.write_map ? "on" : "off");
     printf("workload : %llu inserts, %llu modifies, %llu removes; generated in %.1f s (untimed)\n",
            (unsigned long long)workload.inserts, (unsigned long long)workload.modifies,
            (unsigned long long)workload.removes, gen_seconds);
@@ -222,15 +231,16 @@ int Run(const Flags& flags) {
            (unsigned long long)a.rejected, (unsigned long long)a.dead_letters);
     printf("           index writes (view puts+deletes) %llu = %.3f per event\n",
            (unsigned long long)a.index_writes, double(a.index_writes) / double(flags.events));
-    printf("           store: %s of the map used, data.mdb %s\n", Mib(a.map_used_bytes).c_str(),
-           Mib(a.file_bytes).c_str());
+    printf("           store: %s of the map used, data.mdb %s long, %s allocated\n",
+           Mib(a.map_used_bytes).c_str(), Mib(a.file_bytes).c_str(), Mib(a.disk_bytes).c_str());
     if (!flags.skip_raw) {
       if (log.view_puts + log.view_deletes != a.index_writes) {
         printf("           NOTE: the write log has %llu view writes, the applier counted %llu\n",
                (unsigned long long)(log.view_puts + log.view_deletes),
                (unsigned long long)a.index_writes);
       }
-      auto raw = RunRawLmdb(log, table, flags.batch, map_size, raw_dir);
+      auto raw = RunRawLmdb(log, table, flags.batch, map_size,
+                            StoreEnvFlags((*bench)->config().storage), raw_dir);
       if (!raw.ok()) {
         fprintf(stderr, "apply_bench: %s\n", std::string(raw.status().message()).c_str());
         rc = 1;
@@ -266,6 +276,9 @@ int main(int argc, char** argv) {
   app.add_option("--config", flags.config, "cdcview config whose first table is App");
   app.add_option("--tmp", flags.tmp, "where to create the temporary stores");
   app.add_option("--map-mib", flags.map_mib, "initial LMDB map size in MiB")->check(CLI::PositiveNumber);
+  app.add_option("--write-map", flags.write_map,
+                 "MDB_WRITEMAP for both stores: on, off, or config (storage.write_map)")
+      ->check(CLI::IsMember({"on", "off", "config"}));
   app.add_flag("--skip-raw", flags.skip_raw, "skip the raw LMDB replay (for profiling the applier)");
   CLI11_PARSE(app, argc, argv);
   return cdcview::bench::Run(flags);

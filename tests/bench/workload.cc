@@ -370,7 +370,8 @@ class BenchStore::CountingSink : public DeadLetterSink {
 
 absl::StatusOr<std::unique_ptr<BenchStore>> BenchStore::Open(const std::string& config_path,
                                                              const std::string& dir,
-                                                             uint64_t map_size) {
+                                                             uint64_t map_size,
+                                                             std::optional<bool> write_map) {
   std::unique_ptr<BenchStore> b(new BenchStore());
   auto config = LoadConfig(config_path);
   if (!config.ok()) return config.status();
@@ -378,6 +379,7 @@ absl::StatusOr<std::unique_ptr<BenchStore>> BenchStore::Open(const std::string& 
   b->config_->storage.path = dir;
   b->config_->storage.map_size = map_size;
   b->config_->storage.max_map_size = std::max<uint64_t>(map_size * 4, 64ull << 30);
+  if (write_map.has_value()) b->config_->storage.write_map = *write_map;
   auto store = Store::Open(b->config_->storage, b->config_->tables);
   if (!store.ok()) return store.status();
   b->store_ = std::move(*store);

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -86,10 +87,11 @@ Workload GenerateWorkload(const WorkloadOptions& options, const ViewBuilder* bui
 class BenchStore {
  public:
   // Loads `config_path`, points storage at `dir` (which must not hold a store) with an initial
-  // map of `map_size` bytes. Errors name the step that failed.
-  static absl::StatusOr<std::unique_ptr<BenchStore>> Open(const std::string& config_path,
-                                                          const std::string& dir,
-                                                          uint64_t map_size);
+  // map of `map_size` bytes; `write_map` overrides storage.write_map. Errors name the step
+  // that failed.
+  static absl::StatusOr<std::unique_ptr<BenchStore>> Open(
+      const std::string& config_path, const std::string& dir, uint64_t map_size,
+      std::optional<bool> write_map = std::nullopt);
   ~BenchStore();
 
   const Config& config() const { return *config_; }
