@@ -26,6 +26,9 @@ namespace {
 
 constexpr int kPollMs = 100;
 constexpr int kPausedPollMs = 10;  // while holding records for a full queue
+// How long a message waits for room in a full queue before the partitions are paused; short
+// against max.poll.interval.ms, so the group does not notice.
+constexpr std::chrono::milliseconds kFullQueueWait(250);
 constexpr auto kPeriodic = std::chrono::seconds(1);  // offset commits, lag gauges
 constexpr int kDeadLetterTimeoutMs = 10000;
 
@@ -477,7 +480,13 @@ struct KafkaSource::Consumer {
       UpdateHealth();
     }
     SourceRecord record = Decode(m, key);
-    if (held.empty() && queue->TryPush(std::move(record))) return;
+    // A full queue usually means the writer is in the middle of a batch: waiting for it a
+    // moment is far cheaper than pausing, which makes librdkafka drop what it prefetched and
+    // fetch it again on resume. Only a writer stalled for longer pauses the partitions.
+    if (held.empty() &&
+        queue->PushFor(&record, kFullQueueWait) == RecordQueue::PushResult::kPushed) {
+      return;
+    }
     held.push_back(std::move(record));
     SetPaused(true);
   }
