@@ -207,9 +207,8 @@ def run(kafka, work, args):
         # Replication lag at half the rate cdcviewd sustained.
         time.sleep(2)
         before = histogram(d.metrics(), "cdcview_replication_lag_seconds")
-        live = streams.generate(int(max(kafka_rate, args.lag_rate or 0) * args.lag_seconds) + 1000,
-                                seed=2,
-                                replay_every=10**9)
+        count = int(max(kafka_rate, args.lag_rate or 0) * args.lag_seconds) + 1000
+        live = streams.generate(count, seed=2, replay_every=10**9)
         for r in live:  # creation time = the Kafka message timestamp (ms), not the record's
             r["dynamodb"].pop("ApproximateCreationDateTime", None)
             for image in ("Keys", "NewImage", "OldImage"):  # items of their own
