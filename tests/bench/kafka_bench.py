@@ -16,7 +16,8 @@ Usage: .venv/bin/python tests/bench/kafka_bench.py [--events N] [--lag-seconds S
   --tmp DIR: where the broker's data and the stores live (default: the system's temp dir);
   /dev/shm puts them on tmpfs, where a commit's sync costs nothing (the CPU-bound figures).
 Environment: CDCVIEW_BUILD_DIR (cdcviewd, kafka_consume_bench), KAFKA_BOOTSTRAP (use a running
-broker instead of starting one with scripts/kafka.sh).
+broker instead of starting one with scripts/kafka.sh), KAFKA_BENCH_STORAGE (JSON merged into
+both daemons' storage section, e.g. '{"write_map": false}').
 """
 
 import argparse
@@ -194,9 +195,10 @@ def run(kafka, work, args):
                                                     "properties": props}}],
         "tables": [table]}
     os.makedirs(os.path.join(work, "kafka-daemon"))
+    storage = json.loads(os.environ.get("KAFKA_BENCH_STORAGE", "{}"))
     d = Daemon(os.path.join(work, "kafka-daemon"), config=dict(
-        config, storage={"path": os.path.join(work, "kafka-daemon", "store"),
-                         "map_size": "2GiB"}), stubs=stubs)
+        config, storage=dict({"path": os.path.join(work, "kafka-daemon", "store"),
+                              "map_size": "2GiB"}, **storage)), stubs=stubs)
     try:
         d.start()
         first, done = wait_positions(d, "bulk", want)
@@ -229,7 +231,8 @@ def run(kafka, work, args):
     os.makedirs(os.path.join(work, "file-daemon"))
     f = Daemon(os.path.join(work, "file-daemon"), config={
         "sources": [{"name": "file", "table": "App", "file": {"path": path}}], "tables": [table],
-        "storage": {"path": os.path.join(work, "file-daemon", "store"), "map_size": "2GiB"}},
+        "storage": dict({"path": os.path.join(work, "file-daemon", "store"), "map_size": "2GiB"},
+                        **storage)},
         stubs=stubs)
     try:
         f.start()
