@@ -52,8 +52,8 @@ if [ "${KAFKA_BENCH:-1}" != "0" ]; then
   # The broker's data and both daemons' stores go where apply_bench's did (tmpfs if any).
   echo "[bench] kafka_bench --tmp $bench_tmp ${KAFKA_BENCH_ARGS:-}"
   # shellcheck disable=SC2086
-  "$here/.venv/bin/python" "$here/tests/bench/kafka_bench.py" --tmp "$bench_tmp" ${KAFKA_BENCH_ARGS:-} \
-    | tee "$out/kafka.txt"
+  "$here/.venv/bin/python" "$here/tests/bench/kafka_bench.py" --tmp "$bench_tmp" \
+    ${KAFKA_BENCH_ARGS:-} | tee "$out/kafka.txt"
   echo
   echo "===== cdcview Kafka benchmark summary ====="
   grep -E '^kafka:' "$out/kafka.txt" || true

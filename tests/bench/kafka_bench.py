@@ -137,7 +137,8 @@ def filesystem(path):
         for line in mounts:
             fields = line.split()
             mount = fields[1]
-            if (path == mount or path.startswith(mount.rstrip("/") + "/")) and len(mount) > len(best):
+            inside = path == mount or path.startswith(mount.rstrip("/") + "/")
+            if inside and len(mount) > len(best):
                 best, kind = mount, fields[2]
     return kind
 
