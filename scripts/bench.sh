@@ -26,9 +26,9 @@ fi
 echo "[bench] apply_bench --tmp $bench_tmp ${APPLY_BENCH_ARGS:-}"
 # shellcheck disable=SC2086
 "$build/tests/bench/apply_bench" --tmp "$bench_tmp" ${APPLY_BENCH_ARGS:-} | tee "$out/apply.txt"
-echo "[bench] query_bench ${QUERY_BENCH_ARGS:-}"
+echo "[bench] query_bench --tmp $bench_tmp ${QUERY_BENCH_ARGS:-}"
 # shellcheck disable=SC2086
-"$build/tests/bench/query_bench" ${QUERY_BENCH_ARGS:-} | tee "$out/query.txt"
+"$build/tests/bench/query_bench" --tmp "$bench_tmp" ${QUERY_BENCH_ARGS:-} | tee "$out/query.txt"
 echo "[bench] shard_bench --tmp $bench_tmp ${SHARD_BENCH_ARGS:-}"
 # shellcheck disable=SC2086
 "$build/tests/bench/shard_bench" --tmp "$bench_tmp" ${SHARD_BENCH_ARGS:-} | tee "$out/shard.txt"
@@ -39,7 +39,7 @@ echo "[bench] watch_bench --tmp $bench_tmp ${WATCH_BENCH_ARGS:-}"
 echo
 echo "===== cdcview benchmark summary ====="
 grep -E '^(stores|apply |apply / raw|raw LMDB)' "$out/apply.txt" || true
-grep -E 'index writes' "$out/apply.txt" | sed 's/^ */           /' || true
+grep -E 'index writes|CPU:' "$out/apply.txt" | sed 's/^ */           /' || true
 grep -E '^(aggregates|  without|  with)' "$out/apply.txt" || true
 grep -E '^(closed|open) loop|^  (point|range)' "$out/query.txt" || true
 grep -E '^(query|Plain|Sharded)' "$out/shard.txt" || true
@@ -55,9 +55,11 @@ grep -E '^(ingest|changes delivered|delivery latency|watchers cut off)' "$out/wa
 if [ "${KAFKA_BENCH:-1}" != "0" ]; then
   "$here/scripts/build.sh" cdcviewd kafka_consume_bench
   "$here/scripts/install-deps.sh" >/dev/null
-  echo "[bench] kafka_bench ${KAFKA_BENCH_ARGS:-}"
+  # The broker's data and both daemons' stores go where apply_bench's did (tmpfs if any).
+  echo "[bench] kafka_bench --tmp $bench_tmp ${KAFKA_BENCH_ARGS:-}"
   # shellcheck disable=SC2086
-  "$here/.venv/bin/python" "$here/tests/bench/kafka_bench.py" ${KAFKA_BENCH_ARGS:-} | tee "$out/kafka.txt"
+  "$here/.venv/bin/python" "$here/tests/bench/kafka_bench.py" --tmp "$bench_tmp" \
+    ${KAFKA_BENCH_ARGS:-} | tee "$out/kafka.txt"
   echo
   echo "===== cdcview Kafka benchmark summary ====="
   grep -E '^kafka:' "$out/kafka.txt" || true

@@ -17,6 +17,15 @@ constexpr std::string_view kReady = "READY";
 constexpr std::string_view kBuilding = "BUILDING";
 constexpr size_t kRebuildChunk = 2000;
 
+// A writer behind its sources (more than batch_size queued) commits up to this many events
+// at once: on a disk, each commit waits for a sync (tens of ms), so catching up in batches of
+// batch_size would be bound by syncs, not by the work.
+size_t BacklogBatchSize(const ApplyConfig& cfg) {
+  constexpr size_t kBacklogBatches = 8;
+  return std::min<size_t>(size_t{cfg.batch_size} * kBacklogBatches,
+                          std::max<size_t>(cfg.queue_capacity, cfg.batch_size));
+}
+
 int64_t SystemNowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -751,7 +760,10 @@ void Applier::Run(RecordQueue* queue, const std::atomic<bool>* stop) {
   std::vector<SourceRecord> batch;
   while (!(stop != nullptr && stop->load())) {
     batch.clear();
-    if (!queue->PopBatch(cfg.batch_size, std::chrono::milliseconds(cfg.max_delay_ms), &batch)) break;
+    if (!queue->PopBatch(cfg.batch_size, std::chrono::milliseconds(cfg.max_delay_ms), &batch,
+                         BacklogBatchSize(cfg))) {
+      break;
+    }
     for (auto backoff = kFirstBackoff;; backoff = std::min(backoff * 2, kMaxBackoff)) {
       absl::Status s = ApplyBatch(&batch);
       if (s.ok()) break;

@@ -391,7 +391,7 @@ absl::StatusOr<AttrType> Loader::ReadKeyType(const Fields::Entry& entry,
 
 absl::Status Loader::ParseStorage(const Fields::Entry& entry, StorageConfig* storage) const {
   absl::StatusOr<Fields> fields =
-      ReadFields(entry, "storage", {"path", "map_size", "max_map_size"});
+      ReadFields(entry, "storage", {"path", "map_size", "max_map_size", "write_map"});
   if (!fields.ok()) return fields.status();
   if (const Fields::Entry* path = fields->Find("path")) {
     absl::StatusOr<std::string> text = ReadNonEmpty(*path, "storage.path");
@@ -409,6 +409,11 @@ absl::Status Loader::ParseStorage(const Fields::Entry& entry, StorageConfig* sto
     absl::StatusOr<uint64_t> size = ReadSize(*max_map_size, "storage.max_map_size");
     if (!size.ok()) return size.status();
     storage->max_map_size = *size;
+  }
+  if (const Fields::Entry* write_map = fields->Find("write_map")) {
+    absl::StatusOr<bool> flag = ReadBool(*write_map, fields->PathOf("write_map"));
+    if (!flag.ok()) return flag.status();
+    storage->write_map = *flag;
   }
   if (storage->map_size > storage->max_map_size) {
     const Fields::Entry* culprit = map_size != nullptr ? map_size : max_map_size;

@@ -20,6 +20,11 @@ struct StorageConfig {
   std::string path = "./data";
   uint64_t map_size = 4ull << 30;       // initial LMDB map size
   uint64_t max_map_size = 64ull << 30;  // MDB_MAP_FULL grows the map up to this
+  // MDB_WRITEMAP: commits write pages in the map instead of copying them with pwrite (about
+  // twice the write rate). Costs: a disk (or tmpfs) that fills up kills the process with
+  // SIGBUS instead of failing the commit, data.mdb is as long as the map (sparse), and a stray
+  // pointer write could reach the map. See docs/ARCHITECTURE.md, "Write map".
+  bool write_map = true;
 
   bool operator==(const StorageConfig&) const = default;
 };
@@ -35,7 +40,10 @@ struct ServerConfig {
 };
 
 struct ApplyConfig {
-  uint32_t batch_size = 1024;      // events per write transaction at most
+  // Events per write transaction at most, while the writer keeps up; a writer behind its
+  // sources (more than this many queued) commits up to 8 times as many (at most
+  // queue_capacity) per transaction, to pay fewer syncs while it catches up.
+  uint32_t batch_size = 1024;
   uint32_t max_delay_ms = 20;      // a partial batch is committed after this long
   uint32_t queue_capacity = 8192;  // events buffered between sources and the writer
 

@@ -39,7 +39,7 @@ bool RecordQueue::Push(SourceRecord record) {
   if (closed_) return false;
   CountIn(record);
   records_.push_back(std::move(record));
-  not_empty_.notify_one();
+  if (records_.size() >= wake_at_) not_empty_.notify_one();
   return true;
 }
 
@@ -53,7 +53,7 @@ RecordQueue::PushResult RecordQueue::PushFor(SourceRecord* record,
   if (closed_) return PushResult::kClosed;
   CountIn(*record);
   records_.push_back(std::move(*record));
-  not_empty_.notify_one();
+  if (records_.size() >= wake_at_) not_empty_.notify_one();
   return PushResult::kPushed;
 }
 
@@ -62,29 +62,38 @@ bool RecordQueue::TryPush(SourceRecord&& record) {
   if (closed_ || records_.size() >= std::max<size_t>(capacity_, 1)) return false;
   CountIn(record);
   records_.push_back(std::move(record));
-  not_empty_.notify_one();
+  if (records_.size() >= wake_at_) not_empty_.notify_one();
   return true;
 }
 
 bool RecordQueue::PopBatch(size_t max, std::chrono::milliseconds linger,
-                           std::vector<SourceRecord>* out) {
+                           std::vector<SourceRecord>* out, size_t backlog_max) {
   if (max == 0) return true;
   std::unique_lock<std::mutex> lock(mu_);
   not_empty_.wait(lock, [&] { return closed_ || !records_.empty(); });
   if (records_.empty()) return false;  // closed and drained
+  // A writer behind its sources takes the backlog in larger transactions, so it pays the
+  // per-commit sync less often per event; without a backlog, batches stay small for latency.
+  if (records_.size() > max && backlog_max > max) max = backlog_max;
   size_t taken = MoveFront(&records_, max, out, &queued_);
   not_full_.notify_all();
   if (taken < max && linger.count() > 0) {
     // Waiting a little for a fuller batch makes each write transaction carry more events.
+    // Producers wake this thread once the rest of the batch is there (or the queue is as full
+    // as it gets), not once per record: on a busy machine those wake-ups cost a context
+    // switch each.
+    const size_t capacity = std::max<size_t>(capacity_, 1);
     const auto deadline = std::chrono::steady_clock::now() + linger;
     while (taken < max && !closed_) {
-      if (!not_empty_.wait_until(lock, deadline, [&] { return closed_ || !records_.empty(); })) {
-        break;  // linger is over
-      }
+      wake_at_ = std::min(max - taken, capacity);
+      const bool filled = not_empty_.wait_until(
+          lock, deadline, [&] { return closed_ || records_.size() >= wake_at_; });
+      wake_at_ = 1;
+      if (!filled) break;  // linger is over
       taken += MoveFront(&records_, max - taken, out, &queued_);
       not_full_.notify_all();
     }
-    taken += MoveFront(&records_, max - taken, out, &queued_);  // whatever arrived with Close
+    taken += MoveFront(&records_, max - taken, out, &queued_);  // what arrived meanwhile, or with Close
     not_full_.notify_all();
   }
   return true;

@@ -1,7 +1,8 @@
 // RecordQueue: the bounded hand-over between sources (producers) and the writer (consumer).
 //
-// Thread-safe. Push blocks while the queue is full, so a fast source is slowed to the
-// writer's pace instead of growing memory (back-pressure). Close wakes everyone up.
+// Thread-safe: any number of producers; one consumer (the writer) pops at a time. Push
+// blocks while the queue is full, so a fast source is slowed to the writer's pace instead of
+// growing memory (back-pressure). Close wakes everyone up.
 #pragma once
 
 #include <chrono>
@@ -39,8 +40,11 @@ class RecordQueue {
   bool PushUnless(SourceRecord&& record, const std::function<bool()>& stopping);
 
   // Moves up to `max` records into `out`: waits until at least one is there, then up to
-  // `linger` for more to fill the batch. Returns false once closed and empty.
-  bool PopBatch(size_t max, std::chrono::milliseconds linger, std::vector<SourceRecord>* out);
+  // `linger` for more to fill the batch. If more than `max` records wait when it starts (the
+  // consumer is behind), the batch may take up to `backlog_max` instead. Returns false once
+  // closed and empty.
+  bool PopBatch(size_t max, std::chrono::milliseconds linger, std::vector<SourceRecord>* out,
+                size_t backlog_max = 0);
 
   // Like PopBatch but returns after at most `wait` with whatever is there (maybe nothing).
   void PopBatchFor(size_t max, std::chrono::milliseconds wait, std::vector<SourceRecord>* out);
@@ -60,6 +64,9 @@ class RecordQueue {
   std::vector<size_t> queued_;        // per source, guarded by mu_
   void CountIn(const SourceRecord& record);  // mu_ held
   bool closed_ = false;               // guarded by mu_
+  // Producers wake the consumer once this many records wait: 1, or the rest of a lingering
+  // batch. Guarded by mu_.
+  size_t wake_at_ = 1;
 };
 
 }  // namespace cdcview

@@ -201,6 +201,10 @@ void ForEachPosition(
 
 // ---- Store
 
+unsigned int StoreEnvFlags(const StorageConfig& config) {
+  return MDB_NOTLS | MDB_NOMETASYNC | (config.write_map ? MDB_WRITEMAP : 0u);
+}
+
 absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StorageConfig& config,
                                                    const std::vector<TableSpec>& tables) {
   std::error_code ec;
@@ -220,7 +224,8 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StorageConfig& config,
   if (rc != MDB_SUCCESS) return LmdbStatus(rc, "setting the LMDB map size");
   // MDB_NOTLS: read transactions are not bound to a thread (gRPC handlers hop threads).
   // MDB_NOMETASYNC: see the header; durable up to the last commits, never corrupt.
-  rc = mdb_env_open(store->env_, config.path.c_str(), MDB_NOTLS | MDB_NOMETASYNC, 0644);
+  // MDB_WRITEMAP (storage.write_map): see the header.
+  rc = mdb_env_open(store->env_, config.path.c_str(), StoreEnvFlags(config), 0644);
   if (rc != MDB_SUCCESS) {
     return absl::FailedPreconditionError(absl::StrCat(
         "cannot open the LMDB store in \"", config.path, "\": ", mdb_strerror(rc),

@@ -18,6 +18,12 @@
 // Durability: the environment is opened with MDB_NOMETASYNC. A machine crash may lose the last
 // committed transactions (their source positions roll back with them, so the source replays
 // those events) but never corrupts the file; a process crash loses nothing committed.
+//
+// Write map (storage.write_map, on by default): with MDB_WRITEMAP a commit writes dirty pages
+// in the shared map and msyncs them, instead of copying every page with pwrite: the writer's
+// LMDB work halves. The file is then as long as the map (sparse: only used pages take disk),
+// and running out of disk space raises SIGBUS (the process dies; the last commit is intact)
+// where pwrite would have failed the commit. docs/ARCHITECTURE.md, "Write map", has figures.
 #pragma once
 
 #include <lmdb.h>
@@ -142,6 +148,9 @@ std::string AggregateMetaKey(std::string_view aggregate, std::string_view field)
 void ForEachPosition(
     const Txn& txn, MDB_dbi meta,
     const std::function<void(std::string_view, std::string_view, std::string_view)>& fn);
+
+// The mdb_env_open flags the store uses for `config` (benchmarks replay with the same ones).
+unsigned int StoreEnvFlags(const StorageConfig& config);
 
 class Store {
  public:

@@ -15,7 +15,9 @@
 // Prints figures beside their targets; asserts nothing. Progress goes to stderr.
 #include <lmdb.h>
 #include <linux/magic.h>
+#include <sys/stat.h>
 #include <sys/vfs.h>
+#include <time.h>
 
 #include <chrono>
 #include <cstdio>
@@ -38,6 +40,14 @@ double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
 }
 
+// CPU seconds this thread has used (user + system). On a shared machine the wall-clock rate
+// moves with the neighbours' load; events per CPU second compares runs fairly.
+double ThreadCpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + double(ts.tv_nsec) / 1e9;
+}
+
 struct Flags {
   uint64_t events = 1'000'000;
   size_t batch = 1024;
@@ -47,25 +57,30 @@ struct Flags {
   uint64_t map_mib = 16384;
   bool skip_raw = false;
   bool skip_aggregates = false;
+  std::string write_map = "config";  // on, off, or as the config says
 };
 
 struct ApplyResult {
   double seconds = 0;
+  double cpu_seconds = 0;
   uint64_t applied = 0, skipped = 0, rejected = 0, dead_letters = 0;
   uint64_t index_writes = 0;
   uint64_t map_used_bytes = 0;
   uint64_t file_bytes = 0;
+  uint64_t disk_bytes = 0;  // blocks allocated: with the write map the file is sparse
 };
 
 absl::StatusOr<ApplyResult> RunApply(BenchStore& bench, std::vector<std::vector<SourceRecord>>* batches) {
   ApplyResult r;
   const size_t tenth = std::max<size_t>(1, batches->size() / 10);
   auto start = Clock::now();
+  const double cpu_start = ThreadCpuSeconds();
   for (size_t b = 0; b < batches->size(); ++b) {
     if (absl::Status s = bench.applier().ApplyBatch(&(*batches)[b]); !s.ok()) return s;
     if ((b + 1) % tenth == 0) ReportProgress("apply_bench", "apply", double(b + 1) / batches->size());
   }
   r.seconds = Seconds(start);
+  r.cpu_seconds = ThreadCpuSeconds() - cpu_start;
   for (size_t s = 0; s < bench.config().sources.size(); ++s) {
     Applier::SourceCounters c = bench.applier().Counters(s);
     r.applied += c.applied;
@@ -76,12 +91,16 @@ absl::StatusOr<ApplyResult> RunApply(BenchStore& bench, std::vector<std::vector<
   r.index_writes = bench.IndexWrites();
   r.map_used_bytes = bench.store().map_used_bytes();
   std::error_code ec;
-  r.file_bytes = std::filesystem::file_size(bench.config().storage.path + "/data.mdb", ec);
+  const std::string data = bench.config().storage.path + "/data.mdb";
+  r.file_bytes = std::filesystem::file_size(data, ec);
+  struct stat st;
+  if (stat(data.c_str(), &st) == 0) r.disk_bytes = static_cast<uint64_t>(st.st_blocks) * 512;
   return r;
 }
 
 struct RawResult {
   double seconds = 0;
+  double cpu_seconds = 0;
   uint64_t writes = 0;
   uint64_t map_used_bytes = 0;
 };
@@ -93,7 +112,8 @@ absl::Status Check(int rc, const char* what) {
 
 // Replays `log` with bare LMDB calls: the ceiling for the applier's writes.
 absl::StatusOr<RawResult> RunRawLmdb(const WriteLog& log, const TableSpec& table, size_t batch,
-                                     uint64_t map_size, const std::string& dir) {
+                                     uint64_t map_size, unsigned int env_flags,
+                                     const std::string& dir) {
   MDB_env* env = nullptr;
   if (absl::Status s = Check(mdb_env_create(&env), "mdb_env_create"); !s.ok()) return s;
   std::unique_ptr<MDB_env, void (*)(MDB_env*)> env_closer(env, mdb_env_close);
@@ -101,8 +121,7 @@ absl::StatusOr<RawResult> RunRawLmdb(const WriteLog& log, const TableSpec& table
   mdb_env_set_maxreaders(env, 1022);
   mdb_env_set_mapsize(env, map_size);
   // The store's flags (daemon/store/store.cc).
-  if (absl::Status s = Check(mdb_env_open(env, dir.c_str(), MDB_NOTLS | MDB_NOMETASYNC, 0644),
-                             "mdb_env_open");
+  if (absl::Status s = Check(mdb_env_open(env, dir.c_str(), env_flags, 0644), "mdb_env_open");
       !s.ok()) {
     return s;
   }
@@ -126,6 +145,7 @@ absl::StatusOr<RawResult> RunRawLmdb(const WriteLog& log, const TableSpec& table
   const size_t tenth = std::max<size_t>(1, batches / 10);
   std::string pos_key = "pos/bench/", pos_value;
   auto start = Clock::now();
+  const double cpu_start = ThreadCpuSeconds();
   uint64_t w = 0;
   for (size_t b = 0; b < batches; ++b) {
     MDB_txn* txn;
@@ -160,6 +180,7 @@ absl::StatusOr<RawResult> RunRawLmdb(const WriteLog& log, const TableSpec& table
     if ((b + 1) % tenth == 0) ReportProgress("apply_bench", "raw LMDB", double(b + 1) / batches);
   }
   r.seconds = Seconds(start);
+  r.cpu_seconds = ThreadCpuSeconds() - cpu_start;
   r.writes += w;
   MDB_envinfo info;
   MDB_stat st;
@@ -213,8 +234,10 @@ const char* Verdict(bool met) { return met ? "[met]" : "[below target]"; }
 
 // Step 4: the same workload (same seed) with the config's aggregates maintained as well.
 int RunWithAggregates(const Flags& flags, const std::string& dir, const ApplyResult& without) {
+  std::optional<bool> write_map;  // as for the views-only run
+  if (flags.write_map != "config") write_map = flags.write_map == "on";
   auto bench = BenchStore::Open(flags.config, dir + "/store-aggregates", flags.map_mib << 20,
-                                /*aggregates=*/true);
+                                /*aggregates=*/true, write_map);
   if (!bench.ok()) {
     fprintf(stderr, "apply_bench: %s\n", std::string(bench.status().message()).c_str());
     return 1;
@@ -264,7 +287,10 @@ int Run(const Flags& flags) {
   const uint64_t map_size = flags.map_mib << 20;
   int rc = 0;
   {
-    auto bench = BenchStore::Open(flags.config, store_dir, map_size);
+    std::optional<bool> write_map;
+    if (flags.write_map != "config") write_map = flags.write_map == "on";
+    auto bench = BenchStore::Open(flags.config, store_dir, map_size, /*aggregates=*/false,
+                                  write_map);
     if (!bench.ok()) {
       fprintf(stderr, "apply_bench: %s\n", std::string(bench.status().message()).c_str());
       RemoveTree(*dir);
@@ -293,26 +319,31 @@ int Run(const Flags& flags) {
     printf("== apply_bench: %llu events, batches of %zu, seed %llu, table %s (%zu views) ==\n",
            (unsigned long long)flags.events, flags.batch, (unsigned long long)flags.seed,
            table.name.c_str(), table.views.size());
-    printf("stores   : under %s (%s)\n", flags.tmp.c_str(), DescribeFilesystem(*dir).c_str());
+    printf("stores   : under %s (%s); write map %s\n", flags.tmp.c_str(),
+           DescribeFilesystem(*dir).c_str(), (*bench)->config().storage.write_map ? "on" : "off");
     printf("workload : %llu inserts, %llu modifies, %llu removes; generated in %.1f s (untimed)\n",
            (unsigned long long)workload.inserts, (unsigned long long)workload.modifies,
            (unsigned long long)workload.removes, gen_seconds);
     printf("apply    : %llu events in %.2f s = %.0f events/s   target >= 100000 events/s %s\n",
            (unsigned long long)flags.events, a.seconds, eps, Verdict(eps >= 100000));
+    printf("           CPU: %.2f s = %.0f events per CPU second (the figure to compare on a busy "
+           "machine)\n",
+           a.cpu_seconds, double(flags.events) / a.cpu_seconds);
     printf("           applied %llu, skipped %llu, rejected %llu, dead letters %llu\n",
            (unsigned long long)a.applied, (unsigned long long)a.skipped,
            (unsigned long long)a.rejected, (unsigned long long)a.dead_letters);
     printf("           index writes (view puts+deletes) %llu = %.3f per event\n",
            (unsigned long long)a.index_writes, double(a.index_writes) / double(flags.events));
-    printf("           store: %s of the map used, data.mdb %s\n", Mib(a.map_used_bytes).c_str(),
-           Mib(a.file_bytes).c_str());
+    printf("           store: %s of the map used, data.mdb %s long, %s allocated\n",
+           Mib(a.map_used_bytes).c_str(), Mib(a.file_bytes).c_str(), Mib(a.disk_bytes).c_str());
     if (!flags.skip_raw) {
       if (log.view_puts + log.view_deletes != a.index_writes) {
         printf("           NOTE: the write log has %llu view writes, the applier counted %llu\n",
                (unsigned long long)(log.view_puts + log.view_deletes),
                (unsigned long long)a.index_writes);
       }
-      auto raw = RunRawLmdb(log, table, flags.batch, map_size, raw_dir);
+      auto raw = RunRawLmdb(log, table, flags.batch, map_size,
+                            StoreEnvFlags((*bench)->config().storage), raw_dir);
       if (!raw.ok()) {
         fprintf(stderr, "apply_bench: %s\n", std::string(raw.status().message()).c_str());
         rc = 1;
@@ -325,9 +356,13 @@ int Run(const Flags& flags) {
                (flags.events + flags.batch - 1) / flags.batch, raw->seconds,
                double(raw->writes) / raw->seconds, double(flags.events) / raw->seconds,
                Mib(raw->map_used_bytes).c_str());
+        printf("           CPU: %.2f s = %.0f events per CPU second\n", raw->cpu_seconds,
+               double(flags.events) / raw->cpu_seconds);
         printf("apply / raw LMDB = %.0f%% (raw seconds / apply seconds for the same writes)   "
                "target >= 50%% %s\n",
                ratio * 100, Verdict(ratio >= 0.5));
+        printf("apply / raw LMDB in CPU seconds = %.0f%%\n",
+               raw->cpu_seconds / a.cpu_seconds * 100);
       }
       const double hot = RunHotKeys(log, (*bench)->catalog(), flags.batch);
       printf("hot keys : HotKeyTracker::RecordBatch over the same writes in %.3f s = %.1f%% of the "
@@ -355,6 +390,9 @@ int main(int argc, char** argv) {
   app.add_option("--config", flags.config, "cdcview config whose first table is App");
   app.add_option("--tmp", flags.tmp, "where to create the temporary stores");
   app.add_option("--map-mib", flags.map_mib, "initial LMDB map size in MiB")->check(CLI::PositiveNumber);
+  app.add_option("--write-map", flags.write_map,
+                 "MDB_WRITEMAP for both stores: on, off, or config (storage.write_map)")
+      ->check(CLI::IsMember({"on", "off", "config"}));
   app.add_flag("--skip-raw", flags.skip_raw, "skip the raw LMDB replay (for profiling the applier)");
   app.add_flag("--skip-aggregates", flags.skip_aggregates,
                "skip the second run that also maintains the config's aggregates");

@@ -12,15 +12,19 @@ six views. Prints figures, asserts nothing.
      to a second topic the same cdcviewd follows; p50/p99 of cdcview_replication_lag_seconds
      (commit time - Kafka message timestamp), interpolated within the histogram's buckets.
 
-Usage: .venv/bin/python tests/bench/kafka_bench.py [--events N] [--lag-seconds S]
+Usage: .venv/bin/python tests/bench/kafka_bench.py [--events N] [--lag-seconds S] [--tmp DIR]
+  --tmp DIR: where the broker's data and the stores live (default: the system's temp dir);
+  /dev/shm puts them on tmpfs, where a commit's sync costs nothing (the CPU-bound figures).
 Environment: CDCVIEW_BUILD_DIR (cdcviewd, kafka_consume_bench), KAFKA_BOOTSTRAP (use a running
-broker instead of starting one with scripts/kafka.sh).
+broker instead of starting one with scripts/kafka.sh), KAFKA_BENCH_STORAGE (JSON merged into
+both daemons' storage section, e.g. '{"write_map": false}').
 """
 
 import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -126,12 +130,28 @@ def produce_paced(kafka, topic, records, rate, seconds):
     return n, time.monotonic() - start
 
 
+def filesystem(path):
+    """The type of the filesystem holding `path`, from /proc/mounts (longest mount prefix)."""
+    best, kind = "", "unknown"
+    with open("/proc/mounts") as mounts:
+        for line in mounts:
+            fields = line.split()
+            mount = fields[1]
+            inside = path == mount or path.startswith(mount.rstrip("/") + "/")
+            if inside and len(mount) > len(best):
+                best, kind = mount, fields[2]
+    return kind
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--lag-seconds", type=float, default=20.0)
+    parser.add_argument("--tmp", default=None, help="where to create the work directory")
+    parser.add_argument("--lag-rate", type=float, default=None,
+                        help="events/s for the lag phase (default: half the measured rate)")
     args = parser.parse_args()
-    work = tempfile.mkdtemp(prefix="cdcview-kafka-bench.")
+    work = tempfile.mkdtemp(prefix="cdcview-kafka-bench.", dir=args.tmp)
     run_dir = os.path.join(work, "kafka")
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
     if not bootstrap:
@@ -144,6 +164,7 @@ def main():
     finally:
         if not os.environ.get("KAFKA_BOOTSTRAP"):
             subprocess.run([SCRIPT, "stop", run_dir], capture_output=True, text=True)
+        shutil.rmtree(work, ignore_errors=True)  # on tmpfs it would hold gigabytes of memory
 
 
 def run(kafka, work, args):
@@ -175,9 +196,10 @@ def run(kafka, work, args):
                                                     "properties": props}}],
         "tables": [table]}
     os.makedirs(os.path.join(work, "kafka-daemon"))
+    storage = json.loads(os.environ.get("KAFKA_BENCH_STORAGE", "{}"))
     d = Daemon(os.path.join(work, "kafka-daemon"), config=dict(
-        config, storage={"path": os.path.join(work, "kafka-daemon", "store"),
-                         "map_size": "2GiB"}), stubs=stubs)
+        config, storage=dict({"path": os.path.join(work, "kafka-daemon", "store"),
+                              "map_size": "2GiB"}, **storage)), stubs=stubs)
     try:
         d.start()
         first, done = wait_positions(d, "bulk", want)
@@ -188,14 +210,15 @@ def run(kafka, work, args):
         # Replication lag at half the rate cdcviewd sustained.
         time.sleep(2)
         before = histogram(d.metrics(), "cdcview_replication_lag_seconds")
-        live = streams.generate(int(kafka_rate * args.lag_seconds) + 1000, seed=2,
-                                replay_every=10**9)
+        count = int(max(kafka_rate, args.lag_rate or 0) * args.lag_seconds) + 1000
+        live = streams.generate(count, seed=2, replay_every=10**9)
         for r in live:  # creation time = the Kafka message timestamp (ms), not the record's
             r["dynamodb"].pop("ApproximateCreationDateTime", None)
             for image in ("Keys", "NewImage", "OldImage"):  # items of their own
                 if image in r["dynamodb"]:
                     r["dynamodb"][image]["PK"]["S"] = "LIVE" + r["dynamodb"][image]["PK"]["S"]
-        sent, took = produce_paced(kafka, lag_topic, live, kafka_rate / 2, args.lag_seconds)
+        lag_rate = args.lag_rate or kafka_rate / 2
+        sent, took = produce_paced(kafka, lag_topic, live, lag_rate, args.lag_seconds)
         lag_want = {p: str(hw) for p, hw in kafka.high_watermarks(lag_topic).items() if hw > 0}
         wait_positions(d, "live", lag_want, timeout=300)
         after = histogram(d.metrics(), "cdcview_replication_lag_seconds")
@@ -209,7 +232,8 @@ def run(kafka, work, args):
     os.makedirs(os.path.join(work, "file-daemon"))
     f = Daemon(os.path.join(work, "file-daemon"), config={
         "sources": [{"name": "file", "table": "App", "file": {"path": path}}], "tables": [table],
-        "storage": {"path": os.path.join(work, "file-daemon", "store"), "map_size": "2GiB"}},
+        "storage": dict({"path": os.path.join(work, "file-daemon", "store"), "map_size": "2GiB"},
+                        **storage)},
         stubs=stubs)
     try:
         f.start()
@@ -222,6 +246,7 @@ def run(kafka, work, args):
 
     bound = min(raw_rate, file_rate)
     print()
+    print(f"kafka: stores and broker under {work} ({filesystem(work)})")
     print(f"kafka: cdcviewd consumed+applied {args.events} events, 6 views: {kafka_rate:.0f} events/s")
     print(f"kafka: bare librdkafka consume loop, same topic: {raw_rate:.0f} msg/s "
           f"(cdcviewd / raw = {kafka_rate / raw_rate:.2f})")
@@ -229,7 +254,8 @@ def run(kafka, work, args):
           f"(cdcviewd / ceiling = {kafka_rate / file_rate:.2f})")
     print(f"kafka: target >= 80% of min(raw, ceiling) = {0.8 * bound:.0f} events/s: "
           f"{'met' if kafka_rate >= 0.8 * bound else 'NOT met'}")
-    print(f"kafka: replication lag at 50% load ({sent} events in {took:.1f}s = "
+    load = "50% load" if not args.lag_rate else f"{args.lag_rate:.0f}/s requested"
+    print(f"kafka: replication lag at {load} ({sent} events in {took:.1f}s = "
           f"{sent / took:.0f}/s): p50 {p50:.1f} ms, p99 {p99:.1f} ms "
           f"(target p99 < 50 ms: {'met' if p99 < 50 else 'NOT met'})")
 

@@ -370,7 +370,8 @@ class BenchStore::CountingSink : public DeadLetterSink {
 
 absl::StatusOr<std::unique_ptr<BenchStore>> BenchStore::Open(const std::string& config_path,
                                                              const std::string& dir,
-                                                             uint64_t map_size, bool aggregates) {
+                                                             uint64_t map_size, bool aggregates,
+                                                             std::optional<bool> write_map) {
   std::unique_ptr<BenchStore> b(new BenchStore());
   auto config = LoadConfig(config_path);
   if (!config.ok()) return config.status();
@@ -381,6 +382,7 @@ absl::StatusOr<std::unique_ptr<BenchStore>> BenchStore::Open(const std::string& 
   if (!aggregates) {
     for (TableSpec& table : b->config_->tables) table.aggregates.clear();
   }
+  if (write_map.has_value()) b->config_->storage.write_map = *write_map;
   auto store = Store::Open(b->config_->storage, b->config_->tables);
   if (!store.ok()) return store.status();
   b->store_ = std::move(*store);

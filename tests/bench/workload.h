@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -87,11 +88,11 @@ class BenchStore {
  public:
   // Loads `config_path`, points storage at `dir` (which must not hold a store) with an initial
   // map of `map_size` bytes; without `aggregates`, the config's aggregates are left out (the
-  // views-only baseline). Errors name the step that failed.
-  static absl::StatusOr<std::unique_ptr<BenchStore>> Open(const std::string& config_path,
-                                                          const std::string& dir,
-                                                          uint64_t map_size,
-                                                          bool aggregates = false);
+  // views-only baseline); `write_map` overrides storage.write_map. Errors name the step that
+  // failed.
+  static absl::StatusOr<std::unique_ptr<BenchStore>> Open(
+      const std::string& config_path, const std::string& dir, uint64_t map_size,
+      bool aggregates = false, std::optional<bool> write_map = std::nullopt);
   ~BenchStore();
 
   const Config& config() const { return *config_; }

@@ -216,7 +216,8 @@ TEST(ConfigTest, DefaultsWhenOnlyTablesAreGiven) {
 
 TEST(ConfigTest, ExplicitSettingsOverrideDefaults) {
   absl::StatusOr<Config> config = Parse(
-      "storage: { path: /var/lib/cdcview/, map_size: 1MiB, max_map_size: 1GB }\n"
+      "storage: { path: /var/lib/cdcview/, map_size: 1MiB, max_map_size: 1GB,\n"
+      "           write_map: false }\n"
       "server: { grpc: \"[::1]:0\", metrics: \"\" }\n"
       "apply: { batch_size: 1, max_delay_ms: 0, queue_capacity: 4294967295 }\n"
       "sources:\n"
@@ -229,6 +230,7 @@ TEST(ConfigTest, ExplicitSettingsOverrideDefaults) {
   EXPECT_EQ(config->storage.path, "/var/lib/cdcview/");
   EXPECT_EQ(config->storage.map_size, 1ull << 20);
   EXPECT_EQ(config->storage.max_map_size, 1000000000ull);
+  EXPECT_FALSE(config->storage.write_map);
   EXPECT_EQ(config->server.grpc, "[::1]:0");
   EXPECT_EQ(config->server.metrics, "");
   EXPECT_EQ(config->apply.batch_size, 1u);
@@ -577,6 +579,9 @@ TEST(ConfigErrorTest, SizesAndLimits) {
                     "tables: [ { name: App, key: { partition: PK } } ]\n"),
             "t.yaml:1: storage.max_map_size: map_size (4294967296 bytes) must not exceed "
             "max_map_size (1073741824 bytes)");
+  EXPECT_EQ(ErrorOf("storage: { write_map: sometimes }\n"
+                    "tables: [ { name: App, key: { partition: PK } } ]\n"),
+            "t.yaml:1: storage.write_map: expected true or false, got \"sometimes\"");
   EXPECT_EQ(ErrorOf("storage: { map_size: 0 }\n"
                     "tables: [ { name: App, key: { partition: PK } } ]\n"),
             "t.yaml:1: storage.map_size: must be greater than 0");

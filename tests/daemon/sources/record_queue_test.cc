@@ -106,6 +106,40 @@ TEST(RecordQueueTest, PopBatchLingersForAFullerBatch) {
   EXPECT_EQ(Positions(batch), (std::vector<std::string>{"1", "2"}));
 }
 
+TEST(RecordQueueTest, PopBatchTakesABacklogUpToBacklogMax) {
+  RecordQueue q(20);
+  for (int i = 1; i <= 10; ++i) ASSERT_TRUE(q.Push(Rec(i)));
+  std::vector<SourceRecord> batch;
+  // 10 waiting, more than max (3): the batch takes up to backlog_max (8).
+  ASSERT_TRUE(q.PopBatch(3, milliseconds(0), &batch, 8));
+  EXPECT_EQ(Positions(batch), (std::vector<std::string>{"1", "2", "3", "4", "5", "6", "7", "8"}));
+  // 2 waiting, more than max (1), but no backlog_max given: max holds.
+  batch.clear();
+  ASSERT_TRUE(q.PopBatch(1, milliseconds(0), &batch));
+  EXPECT_EQ(Positions(batch), (std::vector<std::string>{"9"}));
+  // 2 waiting, exactly max: no backlog.
+  ASSERT_TRUE(q.Push(Rec(11)));
+  batch.clear();
+  ASSERT_TRUE(q.PopBatch(2, milliseconds(0), &batch, 8));
+  EXPECT_EQ(Positions(batch), (std::vector<std::string>{"10", "11"}));
+}
+
+// A lingering batch larger than the queue: the consumer is woken each time the queue is full,
+// so the producer never waits on it and the batch fills long before the linger ends.
+TEST(RecordQueueTest, LingeringBatchLargerThanTheQueueFills) {
+  RecordQueue q(2);
+  ASSERT_TRUE(q.Push(Rec(1)));
+  std::thread producer([&] {
+    for (int i = 2; i <= 7; ++i) q.Push(Rec(i));
+  });
+  std::vector<SourceRecord> batch;
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(q.PopBatch(7, milliseconds(60000), &batch));
+  producer.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(30000));
+  EXPECT_EQ(Positions(batch), (std::vector<std::string>{"1", "2", "3", "4", "5", "6", "7"}));
+}
+
 TEST(RecordQueueTest, PushForGivesUpWhileFullAndKeepsTheRecord) {
   RecordQueue q(1);
   SourceRecord first = Rec(1);

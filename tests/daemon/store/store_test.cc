@@ -2,6 +2,7 @@
 
 #include <lmdb.h>
 
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -107,6 +108,34 @@ TEST(StoreTest, OpenCreatesTheDirectoryAndDataSurvivesAReopen) {
   EXPECT_EQ(ReadValue(*store, store->view("GSI1"), "e1"), "x");
   EXPECT_EQ(ReadValue(*store, store->meta(), "schema"), "1");
   EXPECT_TRUE(store->dropped_views().empty());
+}
+
+// The write map sizes data.mdb to the map (sparse); a store written with it reopens without it
+// and the other way round, since the flag only says how this process writes pages.
+TEST(StoreTest, WriteMapSizesTheFileToTheMapAndEitherModeReadsTheOther) {
+  TempDir dir;
+  StorageConfig config = Storage(dir.path(), 8 * kMiB);
+  ASSERT_TRUE(config.write_map);  // the default
+  EXPECT_EQ(StoreEnvFlags(config), unsigned{MDB_NOTLS | MDB_NOMETASYNC | MDB_WRITEMAP});
+  {
+    std::unique_ptr<Store> store = OpenOrDie(config, Tables({"GSI1"}));
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(PutAndCommit(*store, store->items("App"), {{"k1", "written with the map"}}).ok());
+    EXPECT_EQ(std::filesystem::file_size(dir.path() + "/data.mdb"), 8 * kMiB);
+  }
+  config.write_map = false;
+  EXPECT_EQ(StoreEnvFlags(config), unsigned{MDB_NOTLS | MDB_NOMETASYNC});
+  {
+    std::unique_ptr<Store> store = OpenOrDie(config, Tables({"GSI1"}));
+    ASSERT_NE(store, nullptr);
+    EXPECT_EQ(ReadValue(*store, store->items("App"), "k1"), "written with the map");
+    ASSERT_TRUE(PutAndCommit(*store, store->items("App"), {{"k2", "written with pwrite"}}).ok());
+  }
+  config.write_map = true;
+  std::unique_ptr<Store> store = OpenOrDie(config, Tables({"GSI1"}));
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(ReadValue(*store, store->items("App"), "k1"), "written with the map");
+  EXPECT_EQ(ReadValue(*store, store->items("App"), "k2"), "written with pwrite");
 }
 
 TEST(StoreTest, OpenRefusesAPathThatIsAFile) {
