@@ -120,6 +120,8 @@ def table_for(fmt):
     table["name"] = f"App_{suffix}"
     for v in table["views"]:
         v["name"] = f"{v['name']}_{suffix}"
+    for a in table.get("aggregates", []):  # names are store-wide, like view names
+        a["name"] = f"{a['name']}_{suffix}"
     return table
 
 
