@@ -51,23 +51,6 @@ std::string AfterComponents(std::string_view encoded) {
   return key;
 }
 
-// Decodes a view entry into the response: the projected item and its view keys.
-absl::Status EmitEntry(const ViewSpec& view, std::string_view key, std::string_view value,
-                       v1::ViewEntry* out) {
-  auto pk = DecodeKeyComponent(&key);
-  if (!pk.ok()) return pk.status();
-  ToProto(*pk, out->mutable_partition_key());
-  if (view.has_sort_key()) {
-    auto sk = DecodeKeyComponent(&key);
-    if (!sk.ok()) return sk.status();
-    ToProto(*sk, out->mutable_sort_key());
-  }
-  auto item = DecodeItem(value);
-  if (!item.ok()) return item.status();
-  ToProto(*item, out->mutable_item());
-  return absl::OkStatus();
-}
-
 absl::StatusOr<AttributeValue> KeyValue(const v1::AttributeValue& proto, AttrType want,
                                         const std::string& field, const char* what,
                                         const ViewSpec& view) {
@@ -111,7 +94,7 @@ absl::Status Walk(const Txn& txn, MDB_dbi dbi, const ViewSpec& view, std::string
   std::string last;
   uint32_t n = 0;
   while (ok && n < limit) {
-    if (absl::Status s = EmitEntry(view, cursor->key(), cursor->value(), out->add_entries()); !s.ok()) {
+    if (absl::Status s = EntryToProto(view, cursor->key(), cursor->value(), out->add_entries()); !s.ok()) {
       return s;
     }
     last.assign(cursor->key());
@@ -257,7 +240,7 @@ absl::StatusOr<v1::QueryResponse> QueryShards(const Store& store, const ViewRef&
   while (!heap.empty() && n < limit) {
     std::pop_heap(heap.begin(), heap.end(), after_in_order);
     ShardCursor* top = heap.back();
-    if (absl::Status s = EmitEntry(spec, top->cursor->key(), top->cursor->value(),
+    if (absl::Status s = EntryToProto(spec, top->cursor->key(), top->cursor->value(),
                                    response.add_entries());
         !s.ok()) {
       return s;

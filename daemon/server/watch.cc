@@ -7,11 +7,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <optional>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "daemon/server/proto_convert.h"
+#include "daemon/server/token_seal.h"
 #include "daemon/store/change_log.h"
 #include "index_builders/item_codec.h"
 #include "index_builders/key_codec.h"
@@ -35,31 +37,6 @@ int64_t NowMs() {
       .count();
 }
 
-uint32_t Fnv1a32(std::string_view data) {
-  uint32_t h = 2166136261u;
-  for (unsigned char c : data) {
-    h ^= c;
-    h *= 16777619u;
-  }
-  return h;
-}
-
-// The entry's keys and projected item, as Query returns them.
-absl::Status ToEntry(const ViewSpec& view, std::string_view key, std::string_view value,
-                     v1::ViewEntry* out) {
-  auto pk = DecodeKeyComponent(&key);
-  if (!pk.ok()) return pk.status();
-  ToProto(*pk, out->mutable_partition_key());
-  if (view.has_sort_key()) {
-    auto sk = DecodeKeyComponent(&key);
-    if (!sk.ok()) return sk.status();
-    ToProto(*sk, out->mutable_sort_key());
-  }
-  auto item = DecodeItem(value);
-  if (!item.ok()) return item.status();
-  ToProto(*item, out->mutable_item());
-  return absl::OkStatus();
-}
 
 // Which entries a stream wants: all, or those of one partition key. For a write-sharded view a
 // logical key also matches every physical key of its shards.
@@ -163,9 +140,7 @@ std::string EncodeWatchPosition(std::string_view view, std::string_view fingerpr
   PutVarint(fingerprint.size(), &t);
   t.append(fingerprint);
   t.append(ChangeKey(sequence));
-  uint32_t check = Fnv1a32(t);
-  for (int i = 0; i < 4; ++i) t.push_back(static_cast<char>(check >> (8 * i)));
-  return t;
+  return SealToken(std::move(t));
 }
 
 absl::StatusOr<uint64_t> DecodeWatchPosition(std::string_view token, std::string_view view,
@@ -175,13 +150,9 @@ absl::StatusOr<uint64_t> DecodeWatchPosition(std::string_view token, std::string
         "from_position is malformed; pass a WatchEvent.position unchanged, or watch again "
         "without from_position (with snapshot) to start over");
   };
-  if (token.size() < 1 + 8 + 4) return malformed();
-  std::string_view body = token.substr(0, token.size() - 4);
-  uint32_t check = 0;
-  for (int i = 0; i < 4; ++i) {
-    check |= uint32_t(static_cast<unsigned char>(token[body.size() + i])) << (8 * i);
-  }
-  if (check != Fnv1a32(body) || body[0] != kPositionVersion) return malformed();
+  std::optional<std::string_view> sealed = UnsealToken(token);
+  if (!sealed || sealed->size() < 1 + 8 || sealed->front() != kPositionVersion) return malformed();
+  std::string_view body = *sealed;
   body.remove_prefix(1);
   uint64_t n;
   if (!GetVarint(&body, &n) || n > body.size()) return malformed();
@@ -316,7 +287,7 @@ absl::Status WatchHub::Run(const v1::WatchRequest& request, const WatchStream& s
           for (bool ok = cursor_db->Seek(prefix); ok && cursor_db->key().starts_with(prefix);
                ok = cursor_db->Next()) {
             v1::WatchEvent& e = snapshot.emplace_back();
-            if (absl::Status s = ToEntry(spec, cursor_db->key(), cursor_db->value(),
+            if (absl::Status s = EntryToProto(spec, cursor_db->key(), cursor_db->value(),
                                          e.mutable_snapshot_entry());
                 !s.ok()) {
               return s;
@@ -429,7 +400,7 @@ absl::Status WatchHub::Run(const v1::WatchRequest& request, const WatchStream& s
             v1::EntryChange* c = e->mutable_change();
             c->set_op(change->op == ChangeOp::kPut ? v1::EntryChange::PUT
                                                    : v1::EntryChange::DELETE);
-            if (absl::Status s = ToEntry(spec, change->key, change->value, c->mutable_entry());
+            if (absl::Status s = EntryToProto(spec, change->key, change->value, c->mutable_entry());
                 !s.ok()) {
               return finish(s);
             }
