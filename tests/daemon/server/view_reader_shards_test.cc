@@ -21,6 +21,7 @@
 #include "tests/fakes/fake_dead_letter_sink.h"
 #include "tests/fakes/records.h"
 #include "tests/fakes/temp_dir.h"
+#include "tests/fakes/test_store.h"
 
 namespace cdcview {
 namespace {
@@ -138,14 +139,8 @@ class ShardedViewTest : public ::testing::Test {
  protected:
   void SetUp() override {
     SetLogLevel(LogLevel::kWarning);
-    absl::StatusOr<Config> config = ParseConfig(kConfigYaml, "test.yaml");
-    ASSERT_TRUE(config.ok()) << config.status();
-    config_ = *std::move(config);
-    config_.storage.path = dir_.Sub("store");
-    config_.storage.map_size = 16 << 20;
-    auto store = Store::Open(config_.storage, config_.tables);
-    ASSERT_TRUE(store.ok()) << store.status();
-    store_ = *std::move(store);
+    ASSERT_EQ(test::OpenTestStore(kConfigYaml, dir_.Sub("store"), &config_, &store_),
+              absl::OkStatus());
     catalog_ = std::make_unique<Catalog>(config_, store_->max_key_size());
     applier_ = std::make_unique<Applier>(*catalog_, store_.get(), nullptr,
                                          std::vector<DeadLetterSink*>{&sink_}, [] { return 0; });
