@@ -157,7 +157,7 @@ absl::Status Applier::Recover() {
                       *ready ? 1.0 : 0.0);
   }
 
-  change_log_.Load(txn);
+  if (absl::Status s = change_log_.Load(txn); !s.ok()) return s;
   std::lock_guard lock(mu_);
   positions_.clear();
   ForEachPosition(txn, store_->meta(),
@@ -533,25 +533,22 @@ absl::Status Applier::ApplyViewMutations(WriteTxn* txn, const std::vector<Source
       s = txn->Put(view_dbis_[m.view], m.key, m.value);
       ++vs.puts;
       if (s.ok()) {
-        s = change_log_.Append(txn, EncodeChange(view, ChangeOp::kPut, m.key, m.value, source,
-                                                 record.partition, record.next_position));
+        s = change_log_.Append(txn, view, ChangeOp::kPut, m.key, m.value, source,
+                               record.partition, record.next_position);
       }
     } else {
       // The entry's last value goes into the log (a watcher of a work queue needs to know
-      // what left); reading it first costs no page copy, and the delete then finds the
-      // same page in the cache.
-      auto old = txn->Get(view_dbis_[m.view], m.key);
-      if (!old.ok()) return old.status();
+      // what left): Take copies it out in the delete's one B-tree descent.
       ++vs.deletes;
-      if (!*old) continue;  // nothing to delete, nothing changed
-      std::string change = EncodeChange(view, ChangeOp::kDelete, m.key, **old, source,
-                                        record.partition, record.next_position);
-      s = txn->Delete(view_dbis_[m.view], m.key);
-      if (s.ok()) s = change_log_.Append(txn, change);
+      auto taken = txn->Take(view_dbis_[m.view], m.key, &old_value_);
+      if (!taken.ok()) return taken.status();
+      if (!*taken) continue;  // nothing to delete, nothing changed
+      s = change_log_.Append(txn, view, ChangeOp::kDelete, m.key, old_value_, source,
+                             record.partition, record.next_position);
     }
     if (!s.ok()) return s;
   }
-  if (absl::Status s = change_log_.Trim(txn); !s.ok()) return s;
+  if (absl::Status s = change_log_.Finish(txn); !s.ok()) return s;
   stats_.change_log_entries = change_log_.pending_entries();
   return absl::OkStatus();
 }

@@ -183,6 +183,7 @@ class Applier {
   std::vector<IndexMutation> mutations_;
   std::vector<uint32_t> mutation_records_;  // per mutation: its record's index in the batch
   std::vector<uint32_t> mutation_order_;    // mutations_ indices sorted by view and key
+  std::string old_value_;                   // a deleted entry's value, for the change log
   ChangeLogWriter change_log_;
   std::vector<std::pair<size_t, absl::Status>> pending_dead_letters_;
   std::vector<bool> stale_;  // per batch record: a Kafka offset below the stored next offset

@@ -223,7 +223,10 @@ void WatchHub::WatchdogMain() {
     if (stopping_ || watchers_.empty()) continue;
     lock.unlock();
     std::optional<ChangeLogBounds> bounds;
-    if (auto txn = store_.BeginRead(); txn.ok()) bounds = ReadChangeLogBounds(**txn, store_.changes());
+    if (auto txn = store_.BeginRead(); txn.ok()) {
+      // A damaged log ends each stream with the error when it reads; nothing to cut off here.
+      if (auto read = ReadChangeLogBounds(**txn, store_.changes()); read.ok()) bounds = *read;
+    }
     lock.lock();
     if (!bounds) continue;
     const int64_t now = NowMs();
@@ -258,7 +261,9 @@ absl::Status WatchHub::Run(const v1::WatchRequest& request, const WatchStream& s
   {
     auto txn = store_.BeginRead();
     if (!txn.ok()) return txn.status();
-    std::optional<ChangeLogBounds> bounds = ReadChangeLogBounds(**txn, store_.changes());
+    auto bounds_or = ReadChangeLogBounds(**txn, store_.changes());
+    if (!bounds_or.ok()) return bounds_or.status();
+    const std::optional<ChangeLogBounds>& bounds = *bounds_or;
     const uint64_t head = bounds ? bounds->newest : 0;
     if (!request.from_position().empty()) {
       auto from = DecodeWatchPosition(request.from_position(), spec.name, view.fingerprint);
@@ -364,8 +369,9 @@ absl::Status WatchHub::Run(const v1::WatchRequest& request, const WatchStream& s
     {
       auto txn = store_.BeginRead();
       if (!txn.ok()) return finish(txn.status());
-      std::optional<ChangeLogBounds> bounds = ReadChangeLogBounds(**txn, store_.changes());
-      const uint64_t head = bounds ? bounds->newest : 0;
+      auto bounds = ReadChangeLogBounds(**txn, store_.changes());
+      if (!bounds.ok()) return finish(bounds.status());
+      const uint64_t head = *bounds ? (*bounds)->newest : 0;
       lag = head > cursor ? head - cursor : 0;
       // A stream resumed from an old position starts far behind; it is cut off only when it
       // loses ground: beyond max_lag_changes and beyond the closest it has been to the head.
@@ -387,11 +393,11 @@ absl::Status WatchHub::Run(const v1::WatchRequest& request, const WatchStream& s
             "from_position set to the fell_behind event's position")));
       }
       if (lag > 0) {
-        auto log = (*txn)->OpenCursor(store_.changes());
+        ChangeLogReader log(**txn, store_.changes());
         size_t n = 0;
-        for (bool ok = log->Seek(ChangeKey(cursor + 1)); ok && n < kReadBatch; ok = log->Next(), ++n) {
-          auto change = DecodeChange(log->key(), log->value());
-          if (!change.ok()) return finish(change.status());
+        absl::StatusOr<bool> ok = log.Seek(cursor + 1);
+        for (; ok.ok() && *ok && n < kReadBatch; ok = log.Next(), ++n) {
+          const ChangeView* change = &log.change();
           cursor = change->sequence;
           if (change->view != spec.name || !filter.Matches(change->key)) continue;
           std::shared_ptr<const v1::WatchEvent> event = cache.Find(change->sequence);
@@ -413,6 +419,7 @@ absl::Status WatchHub::Run(const v1::WatchRequest& request, const WatchStream& s
           }
           batch.push_back(std::move(event));
         }
+        if (!ok.ok()) return finish(ok.status());
       }
     }
     for (const auto& e : batch) {

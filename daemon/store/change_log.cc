@@ -1,5 +1,6 @@
 #include "daemon/store/change_log.h"
 
+#include "absl/strings/str_cat.h"
 #include "index_builders/item_codec.h"
 
 namespace cdcview {
@@ -18,10 +19,8 @@ bool GetField(std::string_view* in, std::string_view* field) {
   return true;
 }
 
-uint64_t SequenceOf(std::string_view key) {
-  uint64_t s = 0;
-  for (unsigned char c : key) s = (s << 8) | c;
-  return s;
+absl::Status Damaged(std::string_view what) {
+  return absl::DataLossError(absl::StrCat("change log entry is damaged (", std::string(what), ")"));
 }
 
 }  // namespace
@@ -32,71 +31,184 @@ std::string ChangeKey(uint64_t sequence) {
   return key;
 }
 
-std::string EncodeChange(std::string_view view, ChangeOp op, std::string_view key,
-                         std::string_view value, std::string_view source,
-                         std::string_view partition, std::string_view position) {
-  std::string out;
-  out.reserve(8 + view.size() + key.size() + value.size() + source.size() + partition.size() +
-              position.size());
-  out.push_back(static_cast<char>(op));
-  PutField(view, &out);
-  PutField(key, &out);
-  PutField(value, &out);
-  PutField(source, &out);
-  PutField(partition, &out);
-  PutField(position, &out);
-  return out;
+absl::StatusOr<uint64_t> ChangeSequence(std::string_view key) {
+  if (key.size() != 8) return Damaged("bad key");
+  uint64_t s = 0;
+  for (unsigned char c : key) s = (s << 8) | c;
+  return s;
 }
 
-absl::StatusOr<ChangeView> DecodeChange(std::string_view key, std::string_view value) {
+void AppendChange(std::string_view view, ChangeOp op, std::string_view key,
+                  std::string_view value, std::string_view source, std::string_view partition,
+                  std::string_view position, std::string* block) {
+  block->push_back(static_cast<char>(op));
+  PutField(view, block);
+  PutField(key, block);
+  PutField(value, block);
+  PutField(source, block);
+  PutField(partition, block);
+  PutField(position, block);
+}
+
+absl::StatusOr<ChangeView> PopChange(std::string_view* block, uint64_t sequence) {
   ChangeView c;
-  if (key.size() != 8 || value.empty() ||
-      (value[0] != static_cast<char>(ChangeOp::kPut) &&
-       value[0] != static_cast<char>(ChangeOp::kDelete))) {
-    return absl::DataLossError("change log entry is damaged (bad key or op byte)");
+  if (block->empty() || ((*block)[0] != static_cast<char>(ChangeOp::kPut) &&
+                         (*block)[0] != static_cast<char>(ChangeOp::kDelete))) {
+    return Damaged("bad op byte");
   }
-  c.sequence = SequenceOf(key);
-  c.op = static_cast<ChangeOp>(value[0]);
-  value.remove_prefix(1);
-  if (!GetField(&value, &c.view) || !GetField(&value, &c.key) || !GetField(&value, &c.value) ||
-      !GetField(&value, &c.source) || !GetField(&value, &c.partition) ||
-      !GetField(&value, &c.position) || !value.empty()) {
-    return absl::DataLossError("change log entry is damaged (truncated field)");
+  c.sequence = sequence;
+  c.op = static_cast<ChangeOp>((*block)[0]);
+  block->remove_prefix(1);
+  if (!GetField(block, &c.view) || !GetField(block, &c.key) || !GetField(block, &c.value) ||
+      !GetField(block, &c.source) || !GetField(block, &c.partition) ||
+      !GetField(block, &c.position)) {
+    return Damaged("truncated field");
   }
   return c;
 }
 
-std::optional<ChangeLogBounds> ReadChangeLogBounds(const Txn& txn, MDB_dbi changes) {
+absl::StatusOr<std::optional<ChangeLogBounds>> ReadChangeLogBounds(const Txn& txn,
+                                                                   MDB_dbi changes) {
   auto cursor = txn.OpenCursor(changes);
   if (!cursor->SeekFirst()) return std::nullopt;
   ChangeLogBounds b;
-  b.oldest = SequenceOf(cursor->key());
+  auto oldest = ChangeSequence(cursor->key());
+  if (!oldest.ok()) return oldest.status();
+  b.oldest = *oldest;
   cursor->SeekLast();
-  b.newest = SequenceOf(cursor->key());
+  auto first = ChangeSequence(cursor->key());
+  if (!first.ok()) return first.status();
+  b.newest = *first;
+  std::string_view block = cursor->value();
+  if (absl::Status s = PopChange(&block, b.newest).status(); !s.ok()) return s;
+  while (!block.empty()) {
+    if (absl::Status s = PopChange(&block, ++b.newest).status(); !s.ok()) return s;
+  }
   return b;
 }
 
-void ChangeLogWriter::Load(const Txn& txn) {
-  State s;
-  if (auto b = ReadChangeLogBounds(txn, dbi_)) {
-    s.oldest = b->oldest;
-    s.next = b->newest + 1;
+// ---- ChangeLogReader
+
+ChangeLogReader::ChangeLogReader(const Txn& txn, MDB_dbi changes)
+    : cursor_(txn.OpenCursor(changes)) {}
+
+absl::StatusOr<bool> ChangeLogReader::Seek(uint64_t from) {
+  const std::string key = ChangeKey(from);
+  bool valid = cursor_->Seek(key);
+  if (!valid || cursor_->key() != key) {
+    // `from` is inside the block before, if there is one.
+    valid = valid ? cursor_->Prev() : cursor_->SeekLast();
+    if (!valid) valid = cursor_->SeekFirst();  // `from` is older than the log
   }
-  committed_ = pending_ = s;
+  absl::StatusOr<bool> ok = EnterBlock(valid);
+  while (ok.ok() && *ok && change_.sequence < from) ok = Next();
+  return ok;
 }
 
-absl::Status ChangeLogWriter::Append(WriteTxn* txn, std::string_view value) {
-  if (absl::Status s = txn->Put(dbi_, ChangeKey(pending_.next), value); !s.ok()) return s;
-  ++pending_.next;
+absl::StatusOr<bool> ChangeLogReader::Next() { return Advance(); }
+
+absl::StatusOr<bool> ChangeLogReader::EnterBlock(bool valid) {
+  if (!valid) return false;
+  auto first = ChangeSequence(cursor_->key());
+  if (!first.ok()) return first.status();
+  if (next_sequence_ != 0 && *first != next_sequence_) {
+    return absl::DataLossError(absl::StrCat("change log is damaged (block ", *first,
+                                            " follows the change before ", next_sequence_, ")"));
+  }
+  next_sequence_ = *first;
+  rest_ = cursor_->value();
+  if (rest_.empty()) return Damaged("empty block");
+  return Advance();
+}
+
+absl::StatusOr<bool> ChangeLogReader::Advance() {
+  if (rest_.empty()) return EnterBlock(cursor_->Next());
+  auto change = PopChange(&rest_, next_sequence_);
+  if (!change.ok()) return change.status();
+  ++next_sequence_;
+  change_ = *change;
+  return true;
+}
+
+// ---- ChangeLogWriter
+
+absl::Status ChangeLogWriter::Load(const Txn& txn) {
+  State s;
+  auto bounds = ReadChangeLogBounds(txn, dbi_);
+  if (!bounds.ok()) return bounds.status();
+  if (*bounds) {
+    s.oldest = (*bounds)->oldest;
+    s.next = (*bounds)->newest + 1;
+  }
+  committed_ = pending_ = s;
+  block_.clear();
   return absl::OkStatus();
 }
 
+absl::Status ChangeLogWriter::Append(WriteTxn* txn, std::string_view view, ChangeOp op,
+                                     std::string_view key, std::string_view value,
+                                     std::string_view source, std::string_view partition,
+                                     std::string_view position) {
+  if (block_.empty()) block_first_ = pending_.next;
+  const size_t before = block_.size();
+  AppendChange(view, op, key, value, source, partition, position, &block_);
+  ++pending_.next;
+  if (before > 0 && block_.size() > kChangeBlockBytes) {
+    // The change does not fit: the block ends before it, and it opens the next one.
+    return WriteBlock(txn, before);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ChangeLogWriter::WriteBlock(WriteTxn* txn, size_t size) {
+  if (absl::Status s = txn->Append(dbi_, ChangeKey(block_first_),
+                                   std::string_view(block_).substr(0, size));
+      !s.ok()) {
+    return s;
+  }
+  block_.erase(0, size);
+  // What is left is the one change that did not fit, or nothing.
+  block_first_ = pending_.next - (block_.empty() ? 0 : 1);
+  return absl::OkStatus();
+}
+
+absl::Status ChangeLogWriter::Finish(WriteTxn* txn) {
+  if (!block_.empty()) {
+    if (absl::Status s = WriteBlock(txn, block_.size()); !s.ok()) return s;
+  }
+  return Trim(txn);
+}
+
 absl::Status ChangeLogWriter::Trim(WriteTxn* txn) {
-  // The oldest keys sit on the leftmost leaf pages, so each delete touches pages the previous
-  // one already copied: trimming costs about as much as the appends it follows.
+  // The oldest blocks sit on the leftmost leaf pages, so each delete touches pages the
+  // previous one already copied.
   while (pending_.next - pending_.oldest > retain_) {
-    if (absl::Status s = txn->Delete(dbi_, ChangeKey(pending_.oldest)); !s.ok()) return s;
-    ++pending_.oldest;
+    const uint64_t cut = pending_.next - retain_;  // the first change to keep
+    auto cursor = txn->OpenCursor(dbi_);
+    if (!cursor->SeekFirst()) return absl::OkStatus();  // nothing written yet
+    const std::string oldest_key(cursor->key());
+    std::string_view oldest = cursor->value();
+    if (cursor->Next()) {
+      auto second = ChangeSequence(cursor->key());
+      if (!second.ok()) return second.status();
+      if (*second <= cut) {  // the whole oldest block goes
+        cursor.reset();
+        if (absl::Status s = txn->Delete(dbi_, oldest_key); !s.ok()) return s;
+        pending_.oldest = *second;
+        continue;
+      }
+    }
+    // The oldest block straddles the cut: keep its changes from `cut` on, under `cut`.
+    auto first = ChangeSequence(oldest_key);
+    if (!first.ok()) return first.status();
+    for (uint64_t seq = *first; seq < cut; ++seq) {
+      if (absl::Status s = PopChange(&oldest, seq).status(); !s.ok()) return s;
+    }
+    rewritten_.assign(oldest);  // copied out of the map before it is written
+    cursor.reset();
+    if (absl::Status s = txn->Delete(dbi_, oldest_key); !s.ok()) return s;
+    if (absl::Status s = txn->Put(dbi_, ChangeKey(cut), rewritten_); !s.ok()) return s;
+    pending_.oldest = cut;
   }
   return absl::OkStatus();
 }

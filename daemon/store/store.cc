@@ -112,20 +112,69 @@ ReadTxn::~ReadTxn() {
 WriteTxn::~WriteTxn() { Abort(); }
 
 void WriteTxn::Abort() {
-  if (txn_ != nullptr) mdb_txn_abort(txn_);
+  if (txn_ != nullptr) mdb_txn_abort(txn_);  // closes the write cursors
   txn_ = nullptr;
+  cursors_.clear();
+}
+
+absl::StatusOr<MDB_cursor*> WriteTxn::CursorFor(MDB_dbi dbi) {
+  if (dbi >= cursors_.size()) cursors_.resize(dbi + 1, nullptr);
+  if (cursors_[dbi] == nullptr) {
+    if (absl::Status s = LmdbStatus(mdb_cursor_open(txn_, dbi, &cursors_[dbi]), "opening a cursor");
+        !s.ok()) {
+      cursors_[dbi] = nullptr;
+      return s;
+    }
+  }
+  return cursors_[dbi];
+}
+
+absl::StatusOr<std::optional<std::string_view>> WriteTxn::Get(MDB_dbi dbi, std::string_view key) {
+  auto cursor = CursorFor(dbi);
+  if (!cursor.ok()) return cursor.status();
+  MDB_val k = Val(key), v;
+  int rc = mdb_cursor_get(*cursor, &k, &v, MDB_SET_KEY);
+  if (rc == MDB_NOTFOUND) return std::nullopt;
+  if (rc != MDB_SUCCESS) return LmdbStatus(rc, "reading the store");
+  return View(v);
 }
 
 absl::Status WriteTxn::Put(MDB_dbi dbi, std::string_view key, std::string_view value) {
+  auto cursor = CursorFor(dbi);
+  if (!cursor.ok()) return cursor.status();
   MDB_val k = Val(key), v = Val(value);
-  return LmdbStatus(mdb_put(txn_, dbi, &k, &v, 0), "writing the store");
+  return LmdbStatus(mdb_cursor_put(*cursor, &k, &v, 0), "writing the store");
+}
+
+absl::Status WriteTxn::Append(MDB_dbi dbi, std::string_view key, std::string_view value) {
+  auto cursor = CursorFor(dbi);
+  if (!cursor.ok()) return cursor.status();
+  MDB_val k = Val(key), v = Val(value);
+  return LmdbStatus(mdb_cursor_put(*cursor, &k, &v, MDB_APPEND), "appending to the store");
 }
 
 absl::Status WriteTxn::Delete(MDB_dbi dbi, std::string_view key) {
-  MDB_val k = Val(key);
-  int rc = mdb_del(txn_, dbi, &k, nullptr);
+  auto cursor = CursorFor(dbi);
+  if (!cursor.ok()) return cursor.status();
+  MDB_val k = Val(key), v;
+  int rc = mdb_cursor_get(*cursor, &k, &v, MDB_SET);
+  if (rc == MDB_SUCCESS) rc = mdb_cursor_del(*cursor, 0);
   if (rc == MDB_NOTFOUND) return absl::OkStatus();
   return LmdbStatus(rc, "deleting from the store");
+}
+
+absl::StatusOr<bool> WriteTxn::Take(MDB_dbi dbi, std::string_view key, std::string* value) {
+  auto cursor = CursorFor(dbi);
+  if (!cursor.ok()) return cursor.status();
+  MDB_val k = Val(key), v;
+  int rc = mdb_cursor_get(*cursor, &k, &v, MDB_SET_KEY);
+  if (rc == MDB_SUCCESS) {
+    value->assign(static_cast<const char*>(v.mv_data), v.mv_size);  // before the page changes
+    rc = mdb_cursor_del(*cursor, 0);
+  }
+  if (rc == MDB_NOTFOUND) return false;
+  if (rc != MDB_SUCCESS) return LmdbStatus(rc, "deleting from the store");
+  return true;
 }
 
 absl::Status WriteTxn::Clear(MDB_dbi dbi) {
@@ -134,7 +183,8 @@ absl::Status WriteTxn::Clear(MDB_dbi dbi) {
 
 absl::Status WriteTxn::Commit() {
   int rc = mdb_txn_commit(txn_);
-  txn_ = nullptr;  // committed or aborted by LMDB either way
+  txn_ = nullptr;  // committed or aborted by LMDB either way, with the write cursors
+  cursors_.clear();
   return LmdbStatus(rc, "committing to the store");
 }
 

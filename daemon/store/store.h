@@ -29,7 +29,6 @@
 #include <lmdb.h>
 
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -106,15 +105,29 @@ class ReadTxn : public Txn {
   std::shared_lock<std::shared_mutex> lock_;
 };
 
+// Writes go through one cursor per database, kept for the transaction: LMDB's cursor search
+// starts from the cursor's current leaf page when the key falls within it, so writes in key
+// order (the applier sorts each view's mutations) and a Get followed by a Put of the same key
+// (the items database) mostly skip the descent from the root.
 class WriteTxn : public Txn {
  public:
   ~WriteTxn() override;  // aborts unless committed
 
+  // Txn::Get through the database's write cursor (positions it for a following Put).
+  absl::StatusOr<std::optional<std::string_view>> Get(MDB_dbi dbi, std::string_view key);
+
   // RESOURCE_EXHAUSTED on MDB_MAP_FULL (abort, Store::GrowMap, retry), INVALID_ARGUMENT for a
   // key over the size limit, INTERNAL otherwise.
   absl::Status Put(MDB_dbi dbi, std::string_view key, std::string_view value);
+  // Put for a key greater than every key of `dbi` (MDB_APPEND): no search, and a full page
+  // is split by starting a new one, so appended pages stay full. INTERNAL (MDB_KEYEXIST) for
+  // a key out of order.
+  absl::Status Append(MDB_dbi dbi, std::string_view key, std::string_view value);
   // Deleting an absent key is not an error.
   absl::Status Delete(MDB_dbi dbi, std::string_view key);
+  // Deletes `key` and copies its value to `*value` first: one search for what Get + Delete
+  // did in two. False (and `*value` untouched) when absent.
+  absl::StatusOr<bool> Take(MDB_dbi dbi, std::string_view key, std::string* value);
   // Removes every entry of `dbi` (the database stays open).
   absl::Status Clear(MDB_dbi dbi);
   absl::Status Commit();
@@ -123,6 +136,10 @@ class WriteTxn : public Txn {
  private:
   friend class Store;
   WriteTxn() = default;
+  // The write cursor of `dbi`, opened on first use; LMDB frees it when the transaction ends.
+  absl::StatusOr<MDB_cursor*> CursorFor(MDB_dbi dbi);
+
+  std::vector<MDB_cursor*> cursors_;  // by dbi; nullptr until used
 };
 
 // What the items database keeps per primary key.

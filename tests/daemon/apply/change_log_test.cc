@@ -1,6 +1,6 @@
-// The change log the writer keeps for Watch: one entry per view entry that changed, with the
-// record that caused it, in the batch's transaction; trimmed to watch.retain_changes; its
-// sequence numbers continue across a restart.
+// The change log the writer keeps for Watch: one change per view entry that changed, with the
+// record that caused it, in the batch's transaction, stored in blocks; trimmed to
+// watch.retain_changes; its sequence numbers continue across a restart.
 #include "daemon/store/change_log.h"
 
 #include <memory>
@@ -98,25 +98,31 @@ class ChangeLogTest : public ::testing::Test {
 
   const TableKeySpec& key() const { return config_.tables[0].key; }
 
-  // "seq view op [entry] {value} <- source/partition@position" per logged change.
-  std::vector<std::string> Log() const {
+  // "seq view op [entry] {value} <- source/partition@position" per logged change, from the
+  // change numbered `from` (or the oldest) on.
+  std::vector<std::string> Log(uint64_t from = 0) const {
     std::vector<std::string> out;
     auto txn = store_->BeginRead();
     EXPECT_TRUE(txn.ok());
-    auto cursor = (*txn)->OpenCursor(store_->changes());
-    for (bool ok = cursor->SeekFirst(); ok; ok = cursor->Next()) {
-      auto c = DecodeChange(cursor->key(), cursor->value());
-      if (!c.ok()) {
-        out.push_back(c.status().ToString());
-        continue;
-      }
-      out.push_back(absl::StrCat(c->sequence, " ", std::string(c->view), " ",
-                                 c->op == ChangeOp::kPut ? "PUT " : "DELETE ",
-                                 test::DescribeEntry(c->key, c->value), " <- ",
-                                 std::string(c->source), "/", std::string(c->partition), "@",
-                                 std::string(c->position)));
+    ChangeLogReader reader(**txn, store_->changes());
+    absl::StatusOr<bool> ok = reader.Seek(from);
+    for (; ok.ok() && *ok; ok = reader.Next()) {
+      const ChangeView& c = reader.change();
+      out.push_back(absl::StrCat(c.sequence, " ", std::string(c.view), " ",
+                                 c.op == ChangeOp::kPut ? "PUT " : "DELETE ",
+                                 test::DescribeEntry(c.key, c.value), " <- ",
+                                 std::string(c.source), "/", std::string(c.partition), "@",
+                                 std::string(c.position)));
     }
+    if (!ok.ok()) out.push_back(ok.status().ToString());
     return out;
+  }
+
+  // The log's LMDB entries (blocks).
+  uint64_t Blocks() const {
+    auto txn = store_->BeginRead();
+    EXPECT_TRUE(txn.ok());
+    return (*txn)->Entries(store_->changes());
   }
 
   std::string MetricLine(const std::string& name) const {
@@ -195,16 +201,102 @@ TEST_F(ChangeLogTest, SequenceNumbersContinueAfterARestart) {
   EXPECT_EQ(log[1].substr(0, 19), "5 OpenOrders DELETE");
 }
 
+TEST_F(ChangeLogTest, ABatchsChangesShareBlocksAndAReaderStartsInsideOne) {
+  Open(1000);
+  std::vector<SourceRecord> batch;
+  for (int n = 1; n <= 40; ++n) batch.push_back(test::Insert(key(), Order(n), At(absl::StrCat(n))));
+  Apply(std::move(batch));  // 80 changes of about 100 bytes: a few blocks, not 80 entries
+  Apply({test::Insert(key(), Order(41), At("41"))});  // a batch opens a block of its own
+  std::vector<std::string> log = Log();
+  ASSERT_EQ(log.size(), 82u);
+  for (size_t i = 0; i < log.size(); ++i) {
+    EXPECT_EQ(log[i].substr(0, log[i].find(' ')), absl::StrCat(i + 1)) << log[i];
+  }
+  const uint64_t blocks = Blocks();
+  EXPECT_GE(blocks, 4u);
+  EXPECT_LE(blocks, 8u);
+  // Every start point, whether it opens a block or falls inside one, reads on to the end.
+  for (uint64_t from = 1; from <= 82; ++from) {
+    std::vector<std::string> tail = Log(from);
+    ASSERT_EQ(tail.size(), 83 - from) << "from " << from;
+    EXPECT_EQ(tail[0].substr(0, tail[0].find(' ')), absl::StrCat(from));
+  }
+  EXPECT_TRUE(Log(83).empty());
+  // Trimming cuts inside a block and keeps exactly the newest `retain` changes.
+  Close();
+  Open(10);
+  Apply({test::Insert(key(), Order(42), At("42"))});  // 84 changes, 10 kept
+  log = Log();
+  ASSERT_EQ(log.size(), 10u);
+  EXPECT_EQ(log[0].substr(0, 3), "75 ");
+  EXPECT_EQ(log[9].substr(0, 3), "84 ");
+  EXPECT_EQ(Log(60).size(), 10u);  // older than the log: starts at its oldest change
+}
+
+TEST_F(ChangeLogTest, AChangeLargerThanABlockIsABlockOfItsOwn) {
+  Open(100);
+  Item big = Order(1);
+  big["status"] = S(std::string(kChangeBlockBytes, 's'));  // in OpenOrders' projection
+  Apply({test::Insert(key(), Order(2), At("1")), test::Insert(key(), big, At("2")),
+         test::Insert(key(), Order(3), At("3"))});
+  // In view and key order: GSI1 CUST#1..3 (1-3), OpenOrders 2024-05-01 (big, 4), 02, 03.
+  std::vector<std::string> log = Log();
+  ASSERT_EQ(log.size(), 6u);
+  EXPECT_NE(log[3].find(std::string(kChangeBlockBytes, 's')), std::string::npos);
+  EXPECT_EQ(log[3].substr(0, 13), "4 OpenOrders ");
+  EXPECT_EQ(Blocks(), 3u);  // [1 2 3] [4] [5 6]
+  EXPECT_EQ(Log(4).size(), 3u);
+  EXPECT_EQ(Log(5).size(), 2u);
+}
+
+TEST_F(ChangeLogTest, AStoreWithOneEntryPerChangeReadsAndContinues) {
+  // Before blocks, each change was its own entry: the same bytes as a one-change block.
+  Open(100);
+  {
+    auto txn = store_->BeginWrite();
+    ASSERT_TRUE(txn.ok());
+    for (uint64_t seq = 7; seq <= 9; ++seq) {
+      std::string value;
+      AppendChange("GSI1", ChangeOp::kPut, "k", "v", "sample", "", absl::StrCat(seq), &value);
+      ASSERT_TRUE((*txn)->Put(store_->changes(), ChangeKey(seq), value).ok());
+    }
+    ASSERT_TRUE((*txn)->Commit().ok());
+  }
+  Close();
+  Open(100);
+  EXPECT_EQ(MetricLine("cdcview_change_log_entries"), "cdcview_change_log_entries 3");
+  Apply({test::Insert(key(), Order(1), At("1"))});
+  std::vector<std::string> log = Log(9);
+  ASSERT_EQ(log.size(), 3u);
+  EXPECT_EQ(log[0].substr(0, 11), "9 GSI1 PUT ");  // (its entry bytes are made up)
+  EXPECT_TRUE(log[0].ends_with(" <- sample/@9")) << log[0];
+  EXPECT_EQ(log[1].substr(0, 8), "10 GSI1 ");
+  EXPECT_EQ(log[2].substr(0, 14), "11 OpenOrders ");
+}
+
 TEST(ChangeLogCodecTest, DamagedEntriesAreDataLoss) {
-  std::string value = EncodeChange("V", ChangeOp::kPut, "k", "v", "s", "p", "1");
-  auto ok = DecodeChange(ChangeKey(258), value);
-  ASSERT_TRUE(ok.ok());
-  EXPECT_EQ(ok->sequence, 258u);
+  std::string block;
+  AppendChange("V", ChangeOp::kPut, "k", "v", "s", "p", "1", &block);
+  AppendChange("V", ChangeOp::kDelete, "k", "v", "s", "p", "2", &block);
+  std::string_view rest = block;
+  auto first = PopChange(&rest, 258);
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first->sequence, 258u);
+  EXPECT_EQ(first->position, "1");
+  auto second = PopChange(&rest, 259);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->op, ChangeOp::kDelete);
+  EXPECT_TRUE(rest.empty());
   EXPECT_EQ(ChangeKey(258), std::string("\0\0\0\0\0\0\x01\x02", 8));
-  EXPECT_EQ(DecodeChange(ChangeKey(1), value.substr(0, value.size() - 1)).status(),
+  EXPECT_EQ(*ChangeSequence(ChangeKey(258)), 258u);
+  rest = std::string_view(block).substr(0, block.size() / 2 - 1);
+  EXPECT_EQ(PopChange(&rest, 1).status(),
             absl::DataLossError("change log entry is damaged (truncated field)"));
-  EXPECT_EQ(DecodeChange("short", value).status(),
-            absl::DataLossError("change log entry is damaged (bad key or op byte)"));
+  rest = "\x07";
+  EXPECT_EQ(PopChange(&rest, 1).status(),
+            absl::DataLossError("change log entry is damaged (bad op byte)"));
+  EXPECT_EQ(ChangeSequence("short").status(),
+            absl::DataLossError("change log entry is damaged (bad key)"));
 }
 
 }  // namespace

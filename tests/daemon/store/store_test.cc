@@ -187,6 +187,59 @@ TEST(StoreTest, PutGetDeleteAndAbort) {
   EXPECT_EQ((*txn)->Bytes(items), 4096u);  // one leaf page
 }
 
+TEST(StoreTest, TakeAppendAndWritesInAnyOrderThroughTheWriteCursors) {
+  TempDir dir;
+  std::unique_ptr<Store> store = OpenOrDie(Storage(dir.path()), Tables({"V1"}));
+  ASSERT_NE(store, nullptr);
+  const MDB_dbi items = store->items("App"), view = store->view("V1");
+  ASSERT_TRUE(PutAndCommit(*store, items, {{"a", "1"}, {"b", "2"}, {"c", "3"}}).ok());
+  {
+    auto txn = store->BeginWrite();
+    ASSERT_TRUE(txn.ok());
+    WriteTxn& w = **txn;
+    // Take copies the value out, then deletes; absent is false and leaves *value alone.
+    std::string value = "untouched";
+    EXPECT_EQ(*w.Take(items, "b", &value), true);
+    EXPECT_EQ(value, "2");
+    EXPECT_EQ(*w.Take(items, "b", &value), false);
+    EXPECT_EQ(value, "2");
+    // Get then Put of the same key, with another database written in between.
+    auto got = w.Get(items, "c");
+    ASSERT_TRUE(got.ok() && got->has_value());
+    EXPECT_EQ(**got, "3");
+    ASSERT_TRUE(w.Put(view, "x", "in the view").ok());
+    ASSERT_TRUE(w.Put(items, "c", "three, longer than before").ok());
+    // Keys out of order, before and after the cursor's page.
+    for (const char* key : {"z", "0", "m", "a"}) ASSERT_TRUE(w.Put(items, key, key).ok());
+    // Append takes increasing keys only.
+    ASSERT_TRUE(w.Append(view, "y", "1").ok());
+    absl::Status out_of_order = w.Append(view, "b", "2");
+    EXPECT_EQ(out_of_order.code(), absl::StatusCode::kInternal);
+    EXPECT_EQ(Text(out_of_order), std::string("appending to the store: ") + mdb_strerror(MDB_KEYEXIST));
+  }  // dropped uncommitted: aborted; the same writes again, committed
+  {
+    auto txn = store->BeginWrite();
+    ASSERT_TRUE(txn.ok());
+    std::string value;
+    ASSERT_TRUE((*txn)->Take(items, "b", &value).ok());
+    auto got = (*txn)->Get(items, "c");
+    ASSERT_TRUE(got.ok() && got->has_value());
+    ASSERT_TRUE((*txn)->Put(items, "c", "three, longer than before").ok());
+    ASSERT_TRUE((*txn)->Put(items, "z", "z").ok());
+    ASSERT_TRUE((*txn)->Append(view, "y", "1").ok());
+    ASSERT_TRUE((*txn)->Append(view, "yy", "2").ok());
+    ASSERT_TRUE((*txn)->Commit().ok());
+  }
+  EXPECT_EQ(ReadValue(*store, items, "a"), "1");
+  EXPECT_EQ(ReadValue(*store, items, "b"), "<absent>");
+  EXPECT_EQ(ReadValue(*store, items, "c"), "three, longer than before");
+  EXPECT_EQ(ReadValue(*store, items, "z"), "z");
+  EXPECT_EQ(ReadValue(*store, view, "yy"), "2");
+  // A new transaction has fresh cursors: writing again works.
+  ASSERT_TRUE(PutAndCommit(*store, items, {{"d", "4"}}).ok());
+  EXPECT_EQ(ReadValue(*store, items, "d"), "4");
+}
+
 TEST(StoreTest, KeyOverTheLimitIsInvalidArgument) {
   TempDir dir;
   std::unique_ptr<Store> store = OpenOrDie(Storage(dir.path()), Tables({}));
