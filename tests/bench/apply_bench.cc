@@ -1,11 +1,13 @@
 // apply_bench: the writer's throughput, and the raw LMDB ceiling for the same writes.
 //
-// 1. Generates the workload (tests/bench/workload.h) in memory, untimed.
+// 1. Generates the workload (tests/bench/workload.h) in memory, untimed. The views are the
+//    issue's six of examples/cdcview.yaml unless --views says otherwise.
 // 2. Applies it through Applier::ApplyBatch in batches into a fresh store: events/s, index
 //    writes per event, final store size.
-// 3. Replays the same LMDB writes (same databases, keys, values, order, batch boundaries and
-//    env flags) with bare mdb_put/mdb_del into a fresh environment: the ceiling the applier
-//    could reach if decoding images, diffing and encoding cost nothing.
+// 3. Replays the same LMDB writes (same databases, keys, values, batch boundaries and env
+//    flags, the change log's blocks included) with bare LMDB cursor calls into a fresh
+//    environment: the ceiling the applier could reach if decoding images, diffing and
+//    encoding cost nothing (see RunRawLmdb).
 // 4. Replays the same writes through a fresh HotKeyTracker, batch by batch as the writer does:
 //    the hot-key tracking's share of the apply time, and the events/s the applier would reach
 //    without it.
@@ -19,16 +21,20 @@
 #include <sys/vfs.h>
 #include <time.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <deque>
 #include <filesystem>
 #include <string>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "daemon/apply/hot_keys.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "daemon/apply/hot_keys.h"
+#include "daemon/store/change_log.h"
 #include "tests/bench/workload.h"
 
 namespace cdcview::bench {
@@ -58,7 +64,15 @@ struct Flags {
   bool skip_raw = false;
   bool skip_aggregates = false;
   std::string write_map = "config";  // on, off, or as the config says
+  // The six views of examples/cdcview.yaml (it also has VotesByDay, write-sharded):
+  // --views all takes every view of the config.
+  std::string views = "GSI1,OpenOrders,ByMember,ByEntity,ByLocation,ByScore";
 };
+
+std::vector<std::string> ViewNames(const Flags& flags) {
+  if (flags.views == "all") return {};
+  return absl::StrSplit(flags.views, ',', absl::SkipEmpty());
+}
 
 struct ApplyResult {
   double seconds = 0;
@@ -102,6 +116,7 @@ struct RawResult {
   double seconds = 0;
   double cpu_seconds = 0;
   uint64_t writes = 0;
+  uint64_t change_blocks = 0;
   uint64_t map_used_bytes = 0;
 };
 
@@ -110,10 +125,13 @@ absl::Status Check(int rc, const char* what) {
   return absl::InternalError(absl::StrCat("raw LMDB: ", what, ": ", mdb_strerror(rc)));
 }
 
-// Replays `log` with bare LMDB calls: the ceiling for the applier's writes.
+// Replays `log` with bare LMDB calls: the ceiling for the applier's writes. Done as well as
+// LMDB allows, so that the ceiling is one: a cursor per database kept for the transaction,
+// each batch's view writes in key order (sorted before the clock starts), the change log's
+// blocks appended (MDB_APPEND) and trimmed whole to `retain_changes`.
 absl::StatusOr<RawResult> RunRawLmdb(const WriteLog& log, const TableSpec& table, size_t batch,
                                      uint64_t map_size, unsigned int env_flags,
-                                     const std::string& dir) {
+                                     uint64_t retain_changes, const std::string& dir) {
   MDB_env* env = nullptr;
   if (absl::Status s = Check(mdb_env_create(&env), "mdb_env_create"); !s.ok()) return s;
   std::unique_ptr<MDB_env, void (*)(MDB_env*)> env_closer(env, mdb_env_close);
@@ -125,13 +143,14 @@ absl::StatusOr<RawResult> RunRawLmdb(const WriteLog& log, const TableSpec& table
       !s.ok()) {
     return s;
   }
-  // dbis[0] items, dbis[1 + v] view v, as LoggedWrite::db; plus meta for the positions.
+  // dbis[0] items, dbis[1 + v] view v, as LoggedWrite::db; then meta and changes.
   std::vector<MDB_dbi> dbis(1 + table.views.size());
-  MDB_dbi meta;
+  MDB_dbi meta, changes;
   {
     MDB_txn* txn;
     if (absl::Status s = Check(mdb_txn_begin(env, nullptr, 0, &txn), "begin"); !s.ok()) return s;
     mdb_dbi_open(txn, "meta", MDB_CREATE, &meta);
+    mdb_dbi_open(txn, "changes", MDB_CREATE, &changes);
     mdb_dbi_open(txn, ("items/" + table.name).c_str(), MDB_CREATE, &dbis[0]);
     for (size_t v = 0; v < table.views.size(); ++v) {
       mdb_dbi_open(txn, ("view/" + table.views[v].name).c_str(), MDB_CREATE, &dbis[1 + v]);
@@ -139,42 +158,104 @@ absl::StatusOr<RawResult> RunRawLmdb(const WriteLog& log, const TableSpec& table
     if (absl::Status s = Check(mdb_txn_commit(txn), "commit"); !s.ok()) return s;
   }
 
-  RawResult r;
+  // Untimed: each batch's writes in the applier's order (items in event order, then the view
+  // writes by database and key, stable), with the event each write belongs to.
   const size_t events = log.event_end.size();
   const size_t batches = (events + batch - 1) / batch;
+  std::vector<uint32_t> order(log.writes.size()), event_of(log.writes.size());
+  for (size_t e = 0, w = 0; e < events; ++e) {
+    for (; w < log.event_end[e]; ++w) event_of[w] = static_cast<uint32_t>(e);
+  }
+  for (size_t b = 0; b < batches; ++b) {
+    const uint64_t begin = b == 0 ? 0 : log.event_end[b * batch - 1];
+    const uint64_t end = log.event_end[std::min(events, (b + 1) * batch) - 1];
+    for (uint64_t w = begin; w < end; ++w) order[w] = static_cast<uint32_t>(w);
+    std::stable_sort(order.begin() + begin, order.begin() + end, [&](uint32_t x, uint32_t y) {
+      const LoggedWrite& a = log.writes[x];
+      const LoggedWrite& c = log.writes[y];
+      if ((a.db == 0) != (c.db == 0)) return a.db == 0;  // items first
+      if (a.db == 0) return false;                          // items: event order
+      return a.db != c.db ? a.db < c.db : log.key(a) < log.key(c);
+    });
+  }
+
+  RawResult r;
   const size_t tenth = std::max<size_t>(1, batches / 10);
-  std::string pos_key = "pos/bench/", pos_value;
+  const std::string source = "sample";
+  std::string pos_key = "pos/bench/", pos_value, block, old, position;
+  std::deque<uint64_t> blocks;  // first sequence of each change block, oldest first
+  uint64_t next_sequence = 1;
   auto start = Clock::now();
   const double cpu_start = ThreadCpuSeconds();
   uint64_t w = 0;
   for (size_t b = 0; b < batches; ++b) {
     MDB_txn* txn;
     if (absl::Status s = Check(mdb_txn_begin(env, nullptr, 0, &txn), "begin"); !s.ok()) return s;
-    size_t last_event = std::min(events, (b + 1) * batch) - 1;
+    std::vector<MDB_cursor*> cursors(dbis.size());
+    MDB_cursor* log_cursor;
+    for (size_t d = 0; d < dbis.size(); ++d) mdb_cursor_open(txn, dbis[d], &cursors[d]);
+    mdb_cursor_open(txn, changes, &log_cursor);
+    auto fail = [&](int rc, const char* what) {
+      mdb_txn_abort(txn);
+      return Check(rc, what);
+    };
+    uint64_t block_first = next_sequence;
+    auto write_block = [&](size_t size) {
+      const std::string key = ChangeKey(block_first);
+      MDB_val k{key.size(), const_cast<char*>(key.data())}, v{size, block.data()};
+      const int rc = mdb_cursor_put(log_cursor, &k, &v, MDB_APPEND);
+      blocks.push_back(block_first);
+      ++r.change_blocks;
+      block.erase(0, size);
+      block_first = next_sequence - (block.empty() ? 0 : 1);
+      return rc;
+    };
+    const size_t last_event = std::min(events, (b + 1) * batch) - 1;
     for (uint64_t end = log.event_end[last_event]; w < end; ++w) {
-      const LoggedWrite& lw = log.writes[w];
+      const LoggedWrite& lw = log.writes[order[w]];
       std::string_view k = log.key(lw), v = log.value(lw);
       MDB_val key{k.size(), const_cast<char*>(k.data())};
+      MDB_val val{v.size(), const_cast<char*>(v.data())};
       int rc;
+      bool logged = lw.db != 0;
       if (lw.is_delete) {
-        rc = mdb_del(txn, dbis[lw.db], &key, nullptr);
-        if (rc == MDB_NOTFOUND) rc = MDB_SUCCESS;
+        rc = mdb_cursor_get(cursors[lw.db], &key, &val, MDB_SET_KEY);
+        if (rc == MDB_SUCCESS) {
+          old.assign(static_cast<const char*>(val.mv_data), val.mv_size);
+          v = old;
+          rc = mdb_cursor_del(cursors[lw.db], 0);
+        } else if (rc == MDB_NOTFOUND) {
+          rc = MDB_SUCCESS;
+          logged = false;
+        }
       } else {
-        MDB_val val{v.size(), const_cast<char*>(v.data())};
-        rc = mdb_put(txn, dbis[lw.db], &key, &val, 0);
+        rc = mdb_cursor_put(cursors[lw.db], &key, &val, 0);
       }
-      if (rc != MDB_SUCCESS) {
-        mdb_txn_abort(txn);
-        return Check(rc, "put/del");
+      if (rc != MDB_SUCCESS) return fail(rc, "put/del");
+      if (logged) {
+        position = std::to_string(event_of[order[w]] + 1);
+        const size_t before = block.size();
+        AppendChange(table.views[lw.db - 1].name, lw.is_delete ? ChangeOp::kDelete : ChangeOp::kPut,
+                     k, v, source, "", position, &block);
+        ++next_sequence;
+        if (before > 0 && block.size() > kChangeBlockBytes) {
+          if (int rc = write_block(before); rc != MDB_SUCCESS) return fail(rc, "change log append");
+        }
       }
+    }
+    if (!block.empty()) {
+      if (int rc = write_block(block.size()); rc != MDB_SUCCESS) return fail(rc, "change log append");
+    }
+    while (blocks.size() > 1 && next_sequence - blocks[1] >= retain_changes) {
+      const std::string key = ChangeKey(blocks.front());
+      MDB_val k{key.size(), const_cast<char*>(key.data())};
+      if (int rc = mdb_del(txn, changes, &k, nullptr); rc != MDB_SUCCESS) return fail(rc, "trim");
+      blocks.pop_front();
     }
     // The applier stores the batch's source position in the same transaction.
     pos_value = std::to_string(last_event + 1);
     MDB_val pk{pos_key.size(), pos_key.data()}, pv{pos_value.size(), pos_value.data()};
-    if (absl::Status s = Check(mdb_put(txn, meta, &pk, &pv, 0), "position put"); !s.ok()) {
-      mdb_txn_abort(txn);
-      return s;
-    }
+    if (int rc = mdb_put(txn, meta, &pk, &pv, 0); rc != MDB_SUCCESS) return fail(rc, "position put");
     if (absl::Status s = Check(mdb_txn_commit(txn), "commit"); !s.ok()) return s;
     r.writes += 1;
     if ((b + 1) % tenth == 0) ReportProgress("apply_bench", "raw LMDB", double(b + 1) / batches);
@@ -237,7 +318,7 @@ int RunWithAggregates(const Flags& flags, const std::string& dir, const ApplyRes
   std::optional<bool> write_map;  // as for the views-only run
   if (flags.write_map != "config") write_map = flags.write_map == "on";
   auto bench = BenchStore::Open(flags.config, dir + "/store-aggregates", flags.map_mib << 20,
-                                /*aggregates=*/true, write_map);
+                                /*aggregates=*/true, write_map, ViewNames(flags));
   if (!bench.ok()) {
     fprintf(stderr, "apply_bench: %s\n", std::string(bench.status().message()).c_str());
     return 1;
@@ -290,7 +371,7 @@ int Run(const Flags& flags) {
     std::optional<bool> write_map;
     if (flags.write_map != "config") write_map = flags.write_map == "on";
     auto bench = BenchStore::Open(flags.config, store_dir, map_size, /*aggregates=*/false,
-                                  write_map);
+                                  write_map, ViewNames(flags));
     if (!bench.ok()) {
       fprintf(stderr, "apply_bench: %s\n", std::string(bench.status().message()).c_str());
       RemoveTree(*dir);
@@ -343,17 +424,20 @@ int Run(const Flags& flags) {
                (unsigned long long)a.index_writes);
       }
       auto raw = RunRawLmdb(log, table, flags.batch, map_size,
-                            StoreEnvFlags((*bench)->config().storage), raw_dir);
+                            StoreEnvFlags((*bench)->config().storage),
+                            (*bench)->config().watch.retain_changes, raw_dir);
       if (!raw.ok()) {
         fprintf(stderr, "apply_bench: %s\n", std::string(raw.status().message()).c_str());
         rc = 1;
       } else {
         const double ratio = raw->seconds / a.seconds;
         printf("raw LMDB : %llu writes (%llu view puts, %llu view deletes, %llu item puts, "
-               "%zu position puts) in %.2f s = %.0f writes/s = %.0f events/s; %s used\n",
+               "%zu position puts) + %llu change-log blocks in %.2f s = %.0f writes/s = %.0f "
+               "events/s; %s used\n",
                (unsigned long long)raw->writes, (unsigned long long)log.view_puts,
                (unsigned long long)log.view_deletes, (unsigned long long)log.item_puts,
-               (flags.events + flags.batch - 1) / flags.batch, raw->seconds,
+               (flags.events + flags.batch - 1) / flags.batch,
+               (unsigned long long)raw->change_blocks, raw->seconds,
                double(raw->writes) / raw->seconds, double(flags.events) / raw->seconds,
                Mib(raw->map_used_bytes).c_str());
         printf("           CPU: %.2f s = %.0f events per CPU second\n", raw->cpu_seconds,
@@ -393,6 +477,8 @@ int main(int argc, char** argv) {
   app.add_option("--write-map", flags.write_map,
                  "MDB_WRITEMAP for both stores: on, off, or config (storage.write_map)")
       ->check(CLI::IsMember({"on", "off", "config"}));
+  app.add_option("--views", flags.views,
+                 "comma-separated views of the config's first table to maintain, or all");
   app.add_flag("--skip-raw", flags.skip_raw, "skip the raw LMDB replay (for profiling the applier)");
   app.add_flag("--skip-aggregates", flags.skip_aggregates,
                "skip the second run that also maintains the config's aggregates");

@@ -162,7 +162,8 @@ absl::StatusOr<RunResult> RunOnce(const Flags& flags, const std::string& config,
     auto txn = (*bench)->store().BeginRead();
     if (!txn.ok()) return txn.status();
     auto bounds = ReadChangeLogBounds(**txn, (*bench)->store().changes());
-    commits.push_back({bounds ? bounds->newest : 0, at});
+    if (!bounds.ok()) return bounds.status();
+    commits.push_back({*bounds ? (*bounds)->newest : 0, at});
   }
   result.ingest_seconds = std::chrono::duration<double>(Clock::now() - start).count();
 
@@ -170,14 +171,12 @@ absl::StatusOr<RunResult> RunOnce(const Flags& flags, const std::string& config,
   {
     auto txn = (*bench)->store().BeginRead();
     if (!txn.ok()) return txn.status();
-    auto cursor = (*txn)->OpenCursor((*bench)->store().changes());
-    for (bool ok = cursor->SeekLast(); ok; ok = cursor->Prev()) {
-      auto c = DecodeChange(cursor->key(), cursor->value());
-      if (c.ok() && c->view == flags.view) {
-        target = c->sequence;
-        break;
-      }
+    ChangeLogReader log(**txn, (*bench)->store().changes());
+    absl::StatusOr<bool> ok = log.Seek(0);
+    for (; ok.ok() && *ok; ok = log.Next()) {
+      if (log.change().view == flags.view) target = log.change().sequence;
     }
+    if (!ok.ok()) return ok.status();
   }
   // Every watcher has the view's last change, or a minute passed: end the streams.
   for (int i = 0; i < 600; ++i) {

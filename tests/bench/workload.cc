@@ -2,6 +2,7 @@
 
 #include <stdlib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -371,11 +372,25 @@ class BenchStore::CountingSink : public DeadLetterSink {
 absl::StatusOr<std::unique_ptr<BenchStore>> BenchStore::Open(const std::string& config_path,
                                                              const std::string& dir,
                                                              uint64_t map_size, bool aggregates,
-                                                             std::optional<bool> write_map) {
+                                                             std::optional<bool> write_map,
+                                                             const std::vector<std::string>& views) {
   std::unique_ptr<BenchStore> b(new BenchStore());
   auto config = LoadConfig(config_path);
   if (!config.ok()) return config.status();
   b->config_ = std::make_unique<Config>(std::move(*config));
+  if (!views.empty()) {
+    std::vector<ViewSpec>& all = b->config_->tables.at(0).views;
+    std::vector<ViewSpec> kept;
+    for (const std::string& name : views) {
+      auto it = std::find_if(all.begin(), all.end(), [&](const ViewSpec& v) { return v.name == name; });
+      if (it == all.end()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "view ", name, " is not in ", config_path, "'s table ", b->config_->tables[0].name));
+      }
+      kept.push_back(*it);
+    }
+    all = std::move(kept);
+  }
   b->config_->storage.path = dir;
   b->config_->storage.map_size = map_size;
   b->config_->storage.max_map_size = std::max<uint64_t>(map_size * 4, 64ull << 30);

@@ -88,11 +88,12 @@ class BenchStore {
  public:
   // Loads `config_path`, points storage at `dir` (which must not hold a store) with an initial
   // map of `map_size` bytes; without `aggregates`, the config's aggregates are left out (the
-  // views-only baseline); `write_map` overrides storage.write_map. Errors name the step that
-  // failed.
+  // views-only baseline); `write_map` overrides storage.write_map; a non-empty `views` keeps
+  // only those views of the first table (each must exist). Errors name the step that failed.
   static absl::StatusOr<std::unique_ptr<BenchStore>> Open(
       const std::string& config_path, const std::string& dir, uint64_t map_size,
-      bool aggregates = false, std::optional<bool> write_map = std::nullopt);
+      bool aggregates = false, std::optional<bool> write_map = std::nullopt,
+      const std::vector<std::string>& views = {});
   ~BenchStore();
 
   const Config& config() const { return *config_; }
