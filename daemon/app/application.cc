@@ -1,5 +1,7 @@
 #include "daemon/app/application.h"
 
+#include <pthread.h>
+
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -112,6 +114,7 @@ absl::Status Application::Init() {
 }
 
 void Application::WriterMain() {
+  pthread_setname_np(pthread_self(), "cdcview-writer");  // for top -H, perf and the benches
   applier_->Run(queue_.get(), &stop_writer_);  // rebuilds changed views first
   writer_done_ = true;
 }

@@ -1,6 +1,7 @@
 #include "daemon/sources/file_source.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -245,6 +246,7 @@ bool FileSource::WaitForGrowth() {
 }
 
 void FileSource::Run(int fd, Cursor cursor, RecordQueue* queue) {
+  pthread_setname_np(pthread_self(), absl::StrCat("file:", config_.name).substr(0, 15).c_str());
   DynamoDbJsonDecoder decoder;
   std::string pending;  // bytes after cursor.offset that do not end a line yet
   std::vector<char> chunk(kReadChunk);

@@ -1,6 +1,7 @@
 #include "daemon/sources/kafka_source.h"
 
 #include <librdkafka/rdkafka.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <charconv>
@@ -26,9 +27,15 @@ namespace {
 
 constexpr int kPollMs = 100;
 constexpr int kPausedPollMs = 10;  // while holding records for a full queue
-// How long a message waits for room in a full queue before the partitions are paused; short
-// against max.poll.interval.ms, so the group does not notice.
-constexpr std::chrono::milliseconds kFullQueueWait(250);
+// How long a message waits for room in a full queue before the partitions are paused: longer
+// than the writer's longest normal batch (8,192 events of a backlog take 0.2-0.5 s of CPU, more
+// on a busy machine), short against max.poll.interval.ms so the group does not notice. A pause
+// makes librdkafka drop what it prefetched (up to queued.max.messages.kbytes per partition)
+// and fetch it again: with 250 ms, a writer in the middle of a batch caused it several times
+// per 300k events, and the refetches cost the broker more CPU than the reads themselves.
+constexpr std::chrono::milliseconds kFullQueueWait(5000);
+// The wait is taken in slices so that Stop is noticed promptly.
+constexpr std::chrono::milliseconds kFullQueueSlice(100);
 constexpr auto kPeriodic = std::chrono::seconds(1);  // offset commits, lag gauges
 constexpr int kDeadLetterTimeoutMs = 10000;
 
@@ -278,12 +285,10 @@ struct KafkaSource::Consumer {
         {"enable.auto.commit", "false", field},
         {"enable.auto.offset.store", "false", field},
         {"enable.partition.eof", "true", field},
-        // A caught-up consumer's fetch waits on the broker up to this long for new data.
-        // Measured (kafka_bench, 2k events/s, Kafka 4.1): the broker answered at the end of the
-        // wait rather than when data came, so librdkafka's 500 ms default put the replication
-        // lag's median at 500 ms; 10 ms gives 24 ms. An idle partition costs a few more fetch
-        // requests per second. properties.fetch.wait.max.ms overrides it.
-        {"fetch.wait.max.ms", "10", field},
+        // fetch.wait.max.ms stays librdkafka's 500 ms: the broker answers a waiting fetch as
+        // soon as data comes (kafka_bench, Kafka 4.1, 200 and 2k events/s: 4-5 ms median from
+        // the message timestamp to the consumer), while 10 ms made every idle source cost the
+        // broker about 0.25 CPU-seconds per second in empty fetches.
         {"auto.offset.reset",
          kafka.start == KafkaSourceConfig::Start::kLatest ? "latest" : "earliest", field + ".start"}};
     for (const auto& [name, value] : kafka.properties) {
@@ -489,12 +494,24 @@ struct KafkaSource::Consumer {
     // A full queue usually means the writer is in the middle of a batch: waiting for it a
     // moment is far cheaper than pausing, which makes librdkafka drop what it prefetched and
     // fetch it again on resume. Only a writer stalled for longer pauses the partitions.
-    if (held.empty() &&
-        queue->PushFor(&record, kFullQueueWait) == RecordQueue::PushResult::kPushed) {
-      return;
-    }
+    if (held.empty() && WaitForRoom(&record)) return;
     held.push_back(std::move(record));
     SetPaused(true);
+  }
+
+  // Queues `record` once there is room, waiting at most kFullQueueWait; false (the record
+  // untouched) if the queue stayed full, was closed or the source is stopping.
+  bool WaitForRoom(SourceRecord* record) {
+    for (auto waited = std::chrono::milliseconds(0); waited < kFullQueueWait;
+         waited += kFullQueueSlice) {
+      switch (queue->PushFor(record, kFullQueueSlice)) {
+        case RecordQueue::PushResult::kPushed: return true;
+        case RecordQueue::PushResult::kClosed: return false;
+        case RecordQueue::PushResult::kFull: break;
+      }
+      if (source->stop_.load()) return false;
+    }
+    return false;
   }
 
   SourceRecord Decode(const rd_kafka_message_t* m, const std::string& partition_key) {
@@ -679,6 +696,8 @@ absl::Status KafkaSource::Start(const std::map<std::string, std::string>& positi
 }
 
 void KafkaSource::Run() {
+  // librdkafka names its own threads rdk:*; this one decodes and queues. Names are <= 15 bytes.
+  pthread_setname_np(pthread_self(), absl::StrCat("kafka:", config_.name).substr(0, 15).c_str());
   Consumer& c = *consumer_;
   while (!stop_.load()) {
     if (!c.held.empty()) c.PushHeld();

@@ -16,15 +16,25 @@ Usage: .venv/bin/python tests/bench/kafka_bench.py [--events N] [--lag-seconds S
   --tmp DIR: where the broker's data and the stores live (default: the system's temp dir);
   /dev/shm puts them on tmpfs, where a commit's sync costs nothing (the CPU-bound figures).
 Environment: CDCVIEW_BUILD_DIR (cdcviewd, kafka_consume_bench), KAFKA_BOOTSTRAP (use a running
-broker instead of starting one with scripts/kafka.sh), KAFKA_BENCH_STORAGE (JSON merged into
-both daemons' storage section, e.g. '{"write_map": false}').
+broker instead of starting one with scripts/kafka.sh; KAFKA_BENCH_BROKER_PID then names its JVM
+for the CPU figures), KAFKA_BENCH_STORAGE (JSON merged into both daemons' storage section, e.g.
+'{"write_map": false}'), KAFKA_BENCH_PROPERTIES (JSON: librdkafka properties of the daemon's
+sources), KAFKA_BENCH_PERF (a directory: `perf record -g` of cdcviewd during the two bulk phases,
+kafka.data and file.data), KAFKA_BENCH_LOGS (a directory the daemons' logs are copied to).
+
+Each phase prints the CPU seconds of cdcviewd's threads (by name; the writer is cdcview-writer,
+the Kafka consumer threads kafka:<source>, librdkafka's rdk:*), how long each waited for a CPU
+and slept, the broker JVM's and the whole machine's CPU seconds, the load average and the mean
+batch the writer committed.
 """
 
 import argparse
+import glob
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -114,9 +124,14 @@ def quantile(before, after, q):
 def produce_paced(kafka, topic, records, rate, seconds):
     # linger.ms 1: the lag measured is what a latency-minded producer sees.
     p2 = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 1, "acks": "all"})
+    # Encoded before the clock starts: encoding 100k+ records takes seconds, and a pace that
+    # counted them would then catch up with a burst at full speed (seen: the first 14k events
+    # of a 2k/s run produced within 0.9 s, their lag up to 1 s: the whole p99).
+    messages = ddb_messages(records)
+    p2.list_topics(topic, timeout=10)  # connected, metadata known: the first message waits for neither
     start = time.monotonic()
     n = 0
-    for partition, key, value in ddb_messages(records):
+    for partition, key, value in messages:
         if time.monotonic() - start > seconds:
             break
         p2.produce(topic, value=value, key=key, partition=partition)
@@ -130,6 +145,119 @@ def produce_paced(kafka, topic, records, rate, seconds):
     return n, time.monotonic() - start
 
 
+def thread_times(pid):
+    """{tid: (name, cpu s, run-queue wait s, involuntary switches)} of process `pid`'s threads.
+
+    CPU from /proc/<pid>/task/<tid>/stat (utime + stime), the time spent runnable but not
+    running from .../schedstat: a thread that neither ran nor waited for a CPU was asleep
+    (for the writer: waiting on an empty queue)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    base = f"/proc/{pid}/task"
+    for tid in os.listdir(base):
+        try:
+            with open(f"{base}/{tid}/stat") as f:
+                stat = f.read()
+            with open(f"{base}/{tid}/schedstat") as f:
+                _, wait_ns, _ = f.read().split()
+            with open(f"{base}/{tid}/status") as f:
+                invol = next(int(line.split()[1]) for line in f
+                             if line.startswith("nonvoluntary_ctxt_switches"))
+        except (FileNotFoundError, ProcessLookupError, StopIteration):
+            continue  # the thread ended
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        cpu = (int(fields[11]) + int(fields[12])) / tick
+        out[tid] = (name, cpu, int(wait_ns) / 1e9, invol)
+    return out
+
+
+def process_cpu(pid):
+    """CPU seconds (user + system) of process `pid` and its reaped children, or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except (FileNotFoundError, ProcessLookupError, TypeError):
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()
+    return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_cpu():
+    """Busy CPU seconds of the whole machine (all cores) from /proc/stat."""
+    with open("/proc/stat") as f:
+        values = [int(v) for v in f.readline().split()[1:]]
+    idle = values[3] + values[4]  # idle + iowait
+    return (sum(values[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuWindow:
+    """CPU use during one phase: cdcviewd per thread (grouped by name), the broker's JVM, this
+    process (the producer, when there is one), everything else on the machine; the load average."""
+
+    def __init__(self, daemon_pid, broker_pid, perf_name=None):
+        self.daemon_pid, self.broker_pid = daemon_pid, broker_pid
+        self.perf = None
+        perf_dir = os.environ.get("KAFKA_BENCH_PERF")
+        if perf_dir and perf_name:  # a call-graph profile of cdcviewd over the phase
+            os.makedirs(perf_dir, exist_ok=True)
+            self.perf = subprocess.Popen(
+                ["perf", "record", "-g", "-F", "499", "-p", str(daemon_pid), "-o",
+                 os.path.join(perf_dir, f"{perf_name}.data")],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.threads = thread_times(daemon_pid)
+        self.daemon = process_cpu(daemon_pid)
+        self.broker = process_cpu(broker_pid)
+        self.me = process_cpu(os.getpid())
+        self.machine = machine_cpu()
+        self.start = time.monotonic()
+
+    def report(self, label, batch_sizes=None):
+        wall = time.monotonic() - self.start
+        if self.perf is not None:
+            self.perf.send_signal(signal.SIGINT)
+            self.perf.wait()
+        threads = thread_times(self.daemon_pid)
+        broker, me, machine = (process_cpu(self.broker_pid), process_cpu(os.getpid()),
+                               machine_cpu())
+        groups = {}
+        for tid, (name, cpu, wait, invol) in threads.items():
+            name0, cpu0, wait0, invol0 = self.threads.get(tid, (name, 0, 0, 0))
+            g = groups.setdefault(re.sub(r"\d+$", "#", name), [0, 0.0, 0.0, 0])
+            g[0] += 1
+            g[1] += cpu - cpu0
+            g[2] += wait - wait0
+            g[3] += invol - invol0
+        daemon = process_cpu(self.daemon_pid) - self.daemon
+        # A thread that ended (the file source's reader at the end of its file) leaves its
+        # CPU in the process's total only.
+        exited = daemon - sum(g[1] for g in groups.values())
+        if exited >= 0.05:
+            groups["(ended threads)"] = [0, exited, 0.0, 0]
+        log(f"{label}: {wall:.1f}s wall, load average {os.getloadavg()[0]:.2f}; CPU seconds: "
+            f"cdcviewd {daemon:.1f}, broker JVM "
+            f"{'-' if broker is None else f'{broker - self.broker:.1f}'}, bench (python) "
+            f"{me - self.me:.1f}, whole machine {machine - self.machine:.1f} "
+            f"(of {wall * os.cpu_count():.1f})")
+        for name, (n, cpu, wait, invol) in sorted(groups.items(), key=lambda g: -g[1][1]):
+            if cpu < 0.05 and wait < 0.05:
+                continue
+            log(f"  {name:<16} x{n}: cpu {cpu:6.2f}s ({100 * cpu / wall:3.0f}% of wall), "
+                f"waiting for a CPU {wait:5.2f}s, asleep {max(0.0, n * wall - cpu - wait):6.2f}s, "
+                f"{invol} preemptions" if n else f"  {name:<16}   : cpu {cpu:6.2f}s")
+        if batch_sizes:
+            log(f"  batches: {batch_sizes}")
+
+
+def batch_sizes(before, after):
+    """'<n> commits, mean <m> events' between two metric snapshots."""
+    def get(metrics, suffix):
+        return metrics.get((f"cdcview_apply_batch_size_{suffix}", frozenset()), 0.0)
+    n = get(after, "count") - get(before, "count")
+    total = get(after, "sum") - get(before, "sum")
+    return f"{n:.0f} commits, mean {total / n if n else 0:.0f} events"
+
+
 def filesystem(path):
     """The type of the filesystem holding `path`, from /proc/mounts (longest mount prefix)."""
     best, kind = "", "unknown"
@@ -141,6 +269,16 @@ def filesystem(path):
             if inside and len(mount) > len(best):
                 best, kind = mount, fields[2]
     return kind
+
+
+def broker_pid(run_dir):
+    """The broker's pid when this bench started it (else from KAFKA_BENCH_BROKER_PID)."""
+    try:
+        with open(os.path.join(run_dir, "kafka.pid")) as f:
+            return int(f.read().strip())
+    except (FileNotFoundError, ValueError):
+        pid = os.environ.get("KAFKA_BENCH_BROKER_PID")
+        return int(pid) if pid else None
 
 
 def main():
@@ -160,14 +298,20 @@ def main():
             raise SystemExit(f"scripts/kafka.sh start failed:\n{started.stderr}")
         bootstrap = started.stdout.strip().splitlines()[-1]
     try:
-        run(Kafka(bootstrap), work, args)
+        run(Kafka(bootstrap), work, args, broker_pid(run_dir))
     finally:
         if not os.environ.get("KAFKA_BOOTSTRAP"):
             subprocess.run([SCRIPT, "stop", run_dir], capture_output=True, text=True)
+        keep = os.environ.get("KAFKA_BENCH_LOGS")
+        if keep:  # the daemons' logs outlive the work directory
+            os.makedirs(keep, exist_ok=True)
+            for daemon in ("kafka-daemon", "file-daemon"):
+                for name in glob.glob(os.path.join(work, daemon, "*.log")):
+                    shutil.copy(name, os.path.join(keep, f"{daemon}.{os.path.basename(name)}"))
         shutil.rmtree(work, ignore_errors=True)  # on tmpfs it would hold gigabytes of memory
 
 
-def run(kafka, work, args):
+def run(kafka, work, args, broker_pid):
     os.makedirs(os.path.join(work, "stubs"))
     stubs = make_stubs(os.path.join(work, "stubs"))
     log(f"generating {args.events} events")
@@ -178,11 +322,17 @@ def run(kafka, work, args):
     log(f"produced {len(records)} events to {topic} in {time.monotonic() - t:.1f}s")
     want = {p: str(hw) for p, hw in kafka.high_watermarks(topic).items() if hw > 0}
 
+    broker0, machine0, t0 = process_cpu(broker_pid), machine_cpu(), time.monotonic()
     raw = subprocess.run([os.path.join(BUILD_DIR, "tests", "bench", "kafka_consume_bench"),
                           "--brokers", kafka.bootstrap, "--topic", topic],
                          capture_output=True, text=True, check=True).stdout.strip()
     raw_rate = float(re.search(r"= (\d+) msg/s", raw).group(1))
     log(raw)
+    broker1 = process_cpu(broker_pid)
+    log(f"raw consume: {time.monotonic() - t0:.1f}s wall (with start-up), load average "
+        f"{os.getloadavg()[0]:.2f}; CPU seconds: broker JVM "
+        f"{'-' if broker1 is None else f'{broker1 - broker0:.1f}'}, whole machine "
+        f"{machine_cpu() - machine0:.1f}")
 
     table = ref.EXAMPLE_TABLE
     props = dict({"heartbeat.interval.ms": "300", "session.timeout.ms": "6000"},
@@ -202,7 +352,9 @@ def run(kafka, work, args):
                               "map_size": "2GiB"}, **storage)), stubs=stubs)
     try:
         d.start()
+        window, metrics0 = CpuWindow(d.proc.pid, broker_pid, "kafka"), d.metrics()
         first, done = wait_positions(d, "bulk", want)
+        window.report("cdcviewd (kafka) bulk phase", batch_sizes(metrics0, d.metrics()))
         kafka_rate = args.events / (done - first)
         log(f"cdcviewd (kafka) applied {args.events} events in {done - first:.1f}s "
             f"= {kafka_rate:.0f} events/s")
@@ -210,18 +362,28 @@ def run(kafka, work, args):
         # Replication lag at half the rate cdcviewd sustained.
         time.sleep(2)
         before = histogram(d.metrics(), "cdcview_replication_lag_seconds")
-        count = int(max(kafka_rate, args.lag_rate or 0) * args.lag_seconds) + 1000
-        live = streams.generate(count, seed=2, replay_every=10**9)
+        lag_rate = args.lag_rate or kafka_rate / 2
+        live = streams.generate(int(lag_rate * args.lag_seconds * 1.1) + 1000, seed=2,
+                                replay_every=10**9)
+        # Copies: the generator shares image dicts between records (one event's NewImage is the
+        # next one's OldImage), so renaming in place renamed some keys twice and the daemon
+        # rejected most of these events (seen: 128k of 161k dead-lettered, none in the lag).
+        live = [json.loads(json.dumps(r)) for r in live]
         for r in live:  # creation time = the Kafka message timestamp (ms), not the record's
             r["dynamodb"].pop("ApproximateCreationDateTime", None)
             for image in ("Keys", "NewImage", "OldImage"):  # items of their own
                 if image in r["dynamodb"]:
                     r["dynamodb"][image]["PK"]["S"] = "LIVE" + r["dynamodb"][image]["PK"]["S"]
-        lag_rate = args.lag_rate or kafka_rate / 2
+        window, metrics0 = CpuWindow(d.proc.pid, broker_pid), d.metrics()
         sent, took = produce_paced(kafka, lag_topic, live, lag_rate, args.lag_seconds)
         lag_want = {p: str(hw) for p, hw in kafka.high_watermarks(lag_topic).items() if hw > 0}
         wait_positions(d, "live", lag_want, timeout=300)
-        after = histogram(d.metrics(), "cdcview_replication_lag_seconds")
+        metrics1 = d.metrics()
+        window.report("cdcviewd (kafka) lag phase", batch_sizes(metrics0, metrics1))
+        outcomes = {dict(labels)["result"]: value for (name, labels), value in metrics1.items()
+                    if name == "cdcview_events_total" and dict(labels).get("source") == "live"}
+        log(f"lag phase events: {outcomes} (only applied events have a replication lag)")
+        after = histogram(metrics1, "cdcview_replication_lag_seconds")
         p50, p99 = quantile(before, after, 0.5) * 1000, quantile(before, after, 0.99) * 1000
         d.stop()
     finally:
@@ -237,7 +399,9 @@ def run(kafka, work, args):
         stubs=stubs)
     try:
         f.start()
+        window, metrics0 = CpuWindow(f.proc.pid, broker_pid, "file"), f.metrics()
         first, done = wait_positions(f, "file", {"": expected_position(path)})
+        window.report("cdcviewd (file)", batch_sizes(metrics0, f.metrics()))
         file_rate = args.events / (done - first)
         f.stop()
     finally:
