@@ -26,6 +26,15 @@ size_t BacklogBatchSize(const ApplyConfig& cfg) {
                           std::max<size_t>(cfg.queue_capacity, cfg.batch_size));
 }
 
+}  // namespace
+
+std::chrono::microseconds WriterLinger(const ApplyConfig& cfg, std::chrono::microseconds last_batch) {
+  const std::chrono::microseconds most = std::chrono::milliseconds(cfg.max_delay_ms);
+  return std::clamp<std::chrono::microseconds>(last_batch, std::min(kMinLinger, most), most);
+}
+
+namespace {
+
 int64_t SystemNowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -755,14 +764,18 @@ void Applier::Run(RecordQueue* queue, const std::atomic<bool>* stop) {
   WatchQueue(queue);
   const ApplyConfig& cfg = catalog_.config().apply;
   std::vector<SourceRecord> batch;
+  std::chrono::microseconds last_batch = std::chrono::milliseconds(cfg.max_delay_ms);
   while (!(stop != nullptr && stop->load())) {
     batch.clear();
-    if (!queue->PopBatch(cfg.batch_size, std::chrono::milliseconds(cfg.max_delay_ms), &batch,
+    if (!queue->PopBatch(cfg.batch_size, WriterLinger(cfg, last_batch), &batch,
                          BacklogBatchSize(cfg))) {
       break;
     }
     for (auto backoff = kFirstBackoff;; backoff = std::min(backoff * 2, kMaxBackoff)) {
+      const auto started = std::chrono::steady_clock::now();
       absl::Status s = ApplyBatch(&batch);
+      last_batch = std::chrono::duration_cast<std::chrono::microseconds>(
+          std::chrono::steady_clock::now() - started);
       if (s.ok()) break;
       SetWriterError(s, failed_source_);
       if (probe_ != nullptr) probe_->RecordBatchFailure();

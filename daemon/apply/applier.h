@@ -47,6 +47,14 @@ struct AppliedPositionEntry {
 
 enum class ViewState { kBuilding, kReady };
 
+// How long the writer waits for a partial batch to fill (group commit): as long as the last
+// batch took to apply and commit, between kMinLinger and apply.max_delay_ms. Waiting longer
+// than a commit takes saves no commits (events pile up during the commit anyway) and only
+// adds latency: on tmpfs or a fast SSD a commit takes about a millisecond, so the linger is
+// one; where a sync takes tens of milliseconds, batches still gather max_delay_ms of events.
+inline constexpr std::chrono::microseconds kMinLinger{1000};
+std::chrono::microseconds WriterLinger(const ApplyConfig& cfg, std::chrono::microseconds last_batch);
+
 class Applier {
  public:
   struct SourceCounters {

@@ -44,7 +44,7 @@ struct ApplyConfig {
   // sources (more than this many queued) commits up to 8 times as many (at most
   // queue_capacity) per transaction, to pay fewer syncs while it catches up.
   uint32_t batch_size = 1024;
-  uint32_t max_delay_ms = 20;      // a partial batch is committed after this long
+  uint32_t max_delay_ms = 20;      // a partial batch waits at most this long (WriterLinger)
   uint32_t queue_capacity = 8192;  // events buffered between sources and the writer
 
   bool operator==(const ApplyConfig&) const = default;

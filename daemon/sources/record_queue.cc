@@ -66,7 +66,7 @@ bool RecordQueue::TryPush(SourceRecord&& record) {
   return true;
 }
 
-bool RecordQueue::PopBatch(size_t max, std::chrono::milliseconds linger,
+bool RecordQueue::PopBatch(size_t max, std::chrono::microseconds linger,
                            std::vector<SourceRecord>* out, size_t backlog_max) {
   if (max == 0) return true;
   std::unique_lock<std::mutex> lock(mu_);

@@ -43,7 +43,7 @@ class RecordQueue {
   // `linger` for more to fill the batch. If more than `max` records wait when it starts (the
   // consumer is behind), the batch may take up to `backlog_max` instead. Returns false once
   // closed and empty.
-  bool PopBatch(size_t max, std::chrono::milliseconds linger, std::vector<SourceRecord>* out,
+  bool PopBatch(size_t max, std::chrono::microseconds linger, std::vector<SourceRecord>* out,
                 size_t backlog_max = 0);
 
   // Like PopBatch but returns after at most `wait` with whatever is there (maybe nothing).

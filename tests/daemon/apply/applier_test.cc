@@ -874,5 +874,17 @@ TEST_F(ApplierTest, LagIsMeasuredAgainstTheInjectedClock) {
             (std::vector<std::string>{"cdcview_replication_lag_seconds_sum 4"}));
 }
 
+TEST(WriterLingerTest, AsLongAsTheLastBatchTookWithinOneMillisecondAndMaxDelay) {
+  using std::chrono::microseconds;
+  using std::chrono::milliseconds;
+  ApplyConfig cfg;
+  cfg.max_delay_ms = 20;
+  EXPECT_EQ(WriterLinger(cfg, microseconds(200)), milliseconds(1));   // tmpfs: a fast commit
+  EXPECT_EQ(WriterLinger(cfg, microseconds(7500)), microseconds(7500));
+  EXPECT_EQ(WriterLinger(cfg, milliseconds(80)), milliseconds(20));  // a slow sync: the cap
+  cfg.max_delay_ms = 0;  // no lingering at all, as configured
+  EXPECT_EQ(WriterLinger(cfg, milliseconds(5)), microseconds(0));
+}
+
 }  // namespace
 }  // namespace cdcview
