@@ -20,7 +20,7 @@ grpc::Status ToGrpc(const absl::Status& s) {
 
 constexpr const char* kServiceName = "cdcview.v1.ViewService";
 // Idle sync-server threads kept for the next calls (see Start).
-constexpr int kMaxIdleHandlerThreads = 16;
+constexpr int kMaxIdleHandlerThreads = 64;
 
 // The call's deadline on the steady clock (gRPC gives it on the system clock); max() if none.
 ViewReader::Deadline DeadlineOf(const grpc::ServerContext* context) {
@@ -124,11 +124,12 @@ absl::StatusOr<std::unique_ptr<ViewServer>> ViewServer::Start(const std::string&
   // gRPC's sync server keeps between MIN_POLLERS (1) and MAX_POLLERS (2) idle handler threads by
   // default: when the last idle one takes a call it starts a new thread, and a thread that
   // finishes a call while two others are idle exits. Under a steady stream of concurrent calls
-  // that creates and destroys a thread every few calls, and each creation stalls a call by
-  // tens of microseconds up to milliseconds on a loaded machine (the query latency tail). A
-  // higher MAX_POLLERS keeps the threads a burst needed for reuse; beyond it (long bursts of
-  // Watch streams, which hold a thread each) threads still exit once idle. Handlers are CPU-bound
-  // reads, so more runnable handler threads than that would not finish queries any sooner.
+  // that creates and destroys threads all the time (query_bench, 5k point QPS: about 6,700
+  // thread starts in 25 s), each start costing CPU and stalling a call on a busy machine. A
+  // higher MAX_POLLERS keeps the threads a burst needed for the next one (16: about 1,100-3,500;
+  // 64: 400-1,600, the rest from bursts of more concurrent calls). No cap on the threads
+  // themselves (ResourceQuota::SetMaxThreads): at the cap gRPC answers RESOURCE_EXHAUSTED,
+  // which would refuse Watch streams (each holds a thread).
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::NUM_CQS, 1);
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS, 1);
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, kMaxIdleHandlerThreads);
