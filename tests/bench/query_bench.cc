@@ -8,7 +8,7 @@
 //     previous answers: max QPS.
 // (b) open loop: an async client sends at a fixed rate; latency runs from the scheduled send
 //     time, so a stalled server is charged for the queries that waited (no coordinated
-//     omission). Point and range at --qps, then range at each of --range-rates.
+//     omission). Point at --qps, then range at each of --range-rates.
 // Client and server share the machine's cores; "cpu us/query" is the whole process's CPU time
 // (server and client) per query. Prints figures beside their targets; asserts nothing.
 // Progress goes to stderr.
@@ -292,14 +292,14 @@ int Run(const Flags& flags) {
       Print(k.name.c_str(), ClosedLoop(*stub, k, flags.threads, flags.closed_seconds));
       printf("\n");
     }
-    printf("open loop at %.0f QPS, %.0f s each, async client (one sender, one receiver thread; "
+    printf("open loop, point queries at %.0f QPS for %.0f s, async client (one sender, one receiver thread; "
            "latency from the scheduled send):\n",
            flags.qps, flags.open_seconds);
-    for (const QueryKind& k : kinds) {
-      ReportProgress("query_bench", "open loop " + k.name, 0);
-      double p99 = Print(k.name.c_str(), OpenLoop(*stub, k, flags.qps, flags.open_seconds));
-      printf("   target p99 < 1000 us at 5k QPS %s\n", p99 < 1000 ? "[met]" : "[below target]");
-    }
+    // Point only: a 100-row range answer takes most of a millisecond of CPU, so two cores
+    // cannot serve 5k of them; the sweep below finds the range rate that keeps the p99.
+    ReportProgress("query_bench", "open loop point", 0);
+    double p99 = Print("point", OpenLoop(*stub, kinds[0], flags.qps, flags.open_seconds));
+    printf("   target p99 < 1000 us at 5k QPS %s\n", p99 < 1000 ? "[met]" : "[below target]");
     printf("open loop, range queries at increasing rates, %.0f s each:\n", flags.open_seconds);
     double best_range_rate = 0;
     for (double rate : flags.range_rates) {
