@@ -695,7 +695,10 @@ absl::Status Applier::ApplyBatch(std::vector<SourceRecord>* batch) {
       counters_[i].skipped += s.skipped;
       counters_[i].rejected += s.rejected;
       if (s.newest_creation_ms > 0) counters_[i].lag_seconds = double(now - s.newest_creation_ms) / 1000.0;
-      if (in_flight_[i] > 0) counters_[i].last_commit_ms = now;
+      if (in_flight_[i] > 0) {
+        counters_[i].last_commit_ms = now;
+        counters_[i].committed = true;
+      }
       in_flight_[i] = 0;
       table_events_[catalog_.TableOfSource(i)] += s.applied;
     }

@@ -57,6 +57,9 @@ class Applier {
     // The writer's clock at the last commit of a batch with records of this source (at
     // construction before any): with lag_seconds, how stale the source can be now.
     int64_t last_commit_ms = 0;
+    // A batch with records of this source committed since start: until then lag_seconds says
+    // nothing about how far behind the source is.
+    bool committed = false;
   };
 
   // `dead_letters[i]` is source i's sink. `now_ms` is the clock (injected in tests).
