@@ -30,6 +30,7 @@
 #include "daemon/apply/aggregate_writer.h"
 #include "daemon/apply/catalog.h"
 #include "daemon/apply/hot_keys.h"
+#include "daemon/log/log_throttle.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/sources/change_source.h"
 #include "daemon/store/change_log.h"
@@ -123,6 +124,13 @@ class Applier {
   // view from the windows as of now (the readiness ticker calls it once a second, so the gauges
   // fall as a window slides past writes even when no batch comes). Any thread.
   void PublishHotKeyMetrics() const;
+  // Logs one summary line per source (rejected records) and per view or aggregate (items left
+  // out of a rebuild) whose warnings were throttled in the interval that ended: only the first
+  // kLoggedPerInterval of each are logged in full per kLogIntervalMs. Any thread; the
+  // readiness ticker calls it once a second.
+  void LogThrottledSummaries();
+  static constexpr uint32_t kLoggedPerInterval = 5;
+  static constexpr int64_t kLogIntervalMs = 10000;
 
  private:
   enum class Outcome { kApplied, kSkipped, kRejected };
@@ -177,6 +185,10 @@ class Applier {
   ApplyProbe* probe_;
   std::vector<DeadLetterSink*> dead_letters_;
   std::function<int64_t()> now_ms_;
+  // Warnings that would repeat per event: by source name (rejections), and by "view V" /
+  // "aggregate A" (items left out of a rebuild).
+  LogThrottle rejected_log_;
+  LogThrottle left_out_log_;
   std::vector<MDB_dbi> view_dbis_;  // by global view index
   std::vector<AggregateDbs> aggregate_dbs_;  // by global aggregate index
 
