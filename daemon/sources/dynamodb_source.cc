@@ -447,7 +447,12 @@ DynamoDbSource::StepResult DynamoDbSource::ReadStep(Shard shard) {
       return finish(std::chrono::milliseconds(0));
     }
   }
+  // An empty page is the shard's tip: nothing is waiting, so the age is 0 (not the last
+  // page's, which would freeze the gauge at whatever it was when the stream went quiet).
   if (probe_ && newest_ms > 0) probe_->SetIteratorAge(shard.id, double(NowMillis() - newest_ms) / 1000.0);
+  if (probe_ && page->records.empty() && !page->next_iterator.empty()) {
+    probe_->SetIteratorAge(shard.id, 0);
+  }
   result.had_records = !page->records.empty();
   shard.iterator = page->next_iterator;
   if (page->next_iterator.empty()) {
