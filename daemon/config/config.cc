@@ -258,15 +258,18 @@ int Loader::LineOf(const YAML::Node& node) {
 
 absl::Status Loader::Error(const YAML::Node& node, std::string_view path,
                            std::string_view problem) const {
-  // A node a setting created has no mark; the error is about that setting (its value, or an
-  // unknown field name under `path`).
-  if (node.Mark().is_null()) {
-    for (const auto& [set_path, origin] : settings_) {
-      if (set_path == path || (set_path.size() > path.size() && set_path.starts_with(path) &&
-                               (path.empty() || set_path[path.size()] == '.'))) {
-        if (path.empty()) return absl::InvalidArgumentError(Cat(origin, ": ", problem));
-        return absl::InvalidArgumentError(Cat(origin, ": ", path, ": ", problem));
-      }
+  // An error at or inside a set value is the setting's (a value parsed from "[a, b]" has marks
+  // of its own text); one above it only when the node has no mark: a key the setting created
+  // (an unknown field name), not one of the file's.
+  auto step_after = [](std::string_view longer, std::string_view prefix) {
+    return longer.size() > prefix.size() && longer.starts_with(prefix) &&
+           (prefix.empty() || longer[prefix.size()] == '.' || longer[prefix.size()] == '[');
+  };
+  for (const auto& [set_path, origin] : settings_) {
+    if (set_path == path || step_after(path, set_path) ||
+        (node.Mark().is_null() && step_after(set_path, path))) {
+      if (path.empty()) return absl::InvalidArgumentError(Cat(origin, ": ", problem));
+      return absl::InvalidArgumentError(Cat(origin, ": ", path, ": ", problem));
     }
   }
   return ErrorAtLine(LineOf(node), path, problem);

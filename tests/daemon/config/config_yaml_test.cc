@@ -366,6 +366,13 @@ TEST(ConfigSettingsTest, ErrorsNameTheSettingInsteadOfALine) {
   EXPECT_EQ(error({{"storage..path", "x", "--set storage..path=x"}}),
             "--set storage..path=x: expected a field path like apply.batch_size, got "
             "\"storage..path\"");
+  // Inside a YAML value (which has marks of its own text): still the setting.
+  EXPECT_EQ(error({{"storage.map_size", "[1]", "CDCVIEW_STORAGE_MAP_SIZE"}}),
+            "CDCVIEW_STORAGE_MAP_SIZE: storage.map_size: expected a size like 4GiB, 512MiB or "
+            "1048576, got a list");
+  EXPECT_EQ(error({{"sources.k.kafka.topics", "[a, [b]]", "--set sources.k.kafka.topics=[a, [b]]"}}),
+            "--set sources.k.kafka.topics=[a, [b]]: sources[1].kafka.topics[1]: expected a "
+            "non-empty string, got a list");
   // An error in the file itself still names its line.
   EXPECT_EQ(Text(ParseConfig("apply: { batch_size: 0 }\ntables: []\n", "t.yaml",
                              {{"apply.max_delay_ms", "5", "--set apply.max_delay_ms=5"}})
