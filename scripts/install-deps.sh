@@ -56,7 +56,7 @@ kustomize="$here/.cache/bin/kustomize"
 if command -v kubectl >/dev/null 2>&1; then
   echo "[install-deps] kustomize: kubectl's built-in one"
 elif [ -x "$kustomize" ]; then
-  echo "[install-deps] kustomize: $("$kustomize" version 2>/dev/null || echo present) in .cache/bin"
+  echo "[install-deps] kustomize: built already in .cache/bin"
 else
   go_bin="$(command -v go || true)"
   [ -z "$go_bin" ] && [ -x /usr/local/go/bin/go ] && go_bin=/usr/local/go/bin/go
