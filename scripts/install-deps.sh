@@ -46,3 +46,31 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
 else
   echo "[install-deps] Python test packages: up to date"
 fi
+
+# kustomize renders deploy/k8s for tests/integration/test_deploy.py. kubectl has it built in but
+# Debian 12 does not package kubectl, so where there is none the standalone kustomize (the same
+# engine, `kustomize build`) is built once from the Go module proxy into .cache/bin. v5.5.0 is
+# kubectl 1.32's kustomize; its go.mod needs Go 1.22.7, so with Debian's own Go (1.19) the
+# script takes v5.0.3, whose go.mod needs 1.19.
+kustomize="$here/.cache/bin/kustomize"
+if command -v kubectl >/dev/null 2>&1; then
+  echo "[install-deps] kustomize: kubectl's built-in one"
+elif [ -x "$kustomize" ]; then
+  echo "[install-deps] kustomize: built already in .cache/bin"
+else
+  go_bin="$(command -v go || true)"
+  [ -z "$go_bin" ] && [ -x /usr/local/go/bin/go ] && go_bin=/usr/local/go/bin/go
+  if [ -z "$go_bin" ]; then
+    echo "[install-deps] installing golang-go to build kustomize"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends golang-go
+    go_bin=/usr/bin/go
+  fi
+  go_minor="$("$go_bin" env GOVERSION | sed -E 's/^go1\.([0-9]+).*/\1/')"
+  version=v5.5.0
+  [ "$go_minor" -lt 22 ] && version=v5.0.3
+  echo "[install-deps] building kustomize $version with $("$go_bin" env GOVERSION) (a minute or two, once)"
+  mkdir -p "$here/.cache/bin"
+  GOBIN="$here/.cache/bin" GOFLAGS=-mod=mod "$go_bin" install "sigs.k8s.io/kustomize/kustomize/v5@$version"
+fi

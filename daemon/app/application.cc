@@ -125,10 +125,20 @@ void Application::WriterMain() {
 }
 
 void Application::ReadinessMain() {
+  const auto counts_interval = std::chrono::seconds(config_.apply.log_counts_seconds);
+  auto last_counts = std::chrono::steady_clock::now();
+  logged_counts_.assign(sources_.size(), EventCounts{});
+  logged_states_.assign(sources_.size(), "");
   std::unique_lock<std::mutex> lock(readiness_mu_);
   while (!stop_readiness_) {
     lock.unlock();
     UpdateViewHealth();
+    applier_->LogThrottledSummaries();
+    const auto now = std::chrono::steady_clock::now();
+    if (counts_interval.count() > 0 && now - last_counts >= counts_interval) {
+      LogEventCounts(std::chrono::duration<double>(now - last_counts).count());
+      last_counts = now;
+    }
     lock.lock();
     readiness_wake_.wait_for(lock, std::chrono::seconds(1), [this] { return stop_readiness_; });
   }
@@ -136,6 +146,9 @@ void Application::ReadinessMain() {
 
 void Application::UpdateViewHealth() {
   applier_->PublishHotKeyMetrics();
+  for (size_t i = 0; i < sources_.size(); ++i) {
+    apply_probe_->SetSourceState(i, ProgressOf(*applier_, i, sources_[i].get()).state);
+  }
   for (const ViewRef& view : catalog_->views()) {
     std::vector<SourceProgress> table_sources;
     for (size_t i = 0; i < sources_.size(); ++i) {
@@ -151,6 +164,20 @@ void Application::UpdateViewHealth() {
   }
 }
 
+void Application::LogEventCounts(double interval_seconds) {
+  for (size_t i = 0; i < sources_.size(); ++i) {
+    const Applier::SourceCounters c = applier_->Counters(i);
+    const EventCounts now{c.applied, c.skipped, c.rejected};
+    SourceProgress progress = ProgressOf(*applier_, i, sources_[i].get());
+    // An idle source says so once, not every interval.
+    if (now == logged_counts_[i] && progress.state == logged_states_[i]) continue;
+    LogInfo(IngestionLine(config_.sources[i].name, progress, logged_counts_[i], now,
+                          interval_seconds));
+    logged_counts_[i] = now;
+    logged_states_[i] = progress.state;
+  }
+}
+
 void Application::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
@@ -161,11 +188,16 @@ void Application::Shutdown() {
   }
   readiness_wake_.notify_all();
   if (readiness_.joinable()) readiness_.join();
-  for (auto& source : sources_) source->Stop();
+  // In parallel, so the drain time does not grow with the number of sources.
+  std::vector<std::thread> stopping;
+  for (auto& source : sources_) stopping.emplace_back([&source] { source->Stop(); });
+  for (std::thread& t : stopping) t.join();
   if (queue_) queue_->Close();
   // The writer drains what the sources had read; if it cannot (a batch keeps failing), it is
   // told to stop after a grace period and the unapplied events are read again next start.
-  for (int i = 0; i < 200 && !writer_done_.load() && writer_.joinable(); ++i) {
+  const auto writer_deadline = std::chrono::steady_clock::now() + kWriterDrainTimeout;
+  while (!writer_done_.load() && writer_.joinable() &&
+         std::chrono::steady_clock::now() < writer_deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   stop_writer_ = true;
@@ -175,7 +207,8 @@ void Application::Shutdown() {
   if (watch_hub_) watch_hub_->Shutdown();
   if (server_) {
     server_->SetServing(false);
-    server_->Shutdown(5000);
+    server_->Shutdown(static_cast<int>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(kServerDrainTimeout).count()));
   }
   // The drain time is what terminationGracePeriodSeconds must exceed (deploy/k8s).
   LogInfo(absl::StrCat("cdcviewd stopped; drained in ",

@@ -4,7 +4,7 @@
 //             -> gRPC server (health SERVING once the view states are loaded)
 //             -> sources start at the stored positions -> writer thread (rebuilds changed
 //             views, then applies batches)
-//   Shutdown: stop the sources -> close the queue -> the writer drains what was read and
+//   Shutdown: stop the sources (in parallel) -> close the queue -> the writer drains what was read and
 //             commits -> cancel Watch streams -> stop the gRPC server (grace period) -> close
 //             the store
 //
@@ -13,6 +13,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "daemon/app/ingestion_log.h"
 #include "daemon/apply/applier.h"
 #include "daemon/apply/catalog.h"
 #include "daemon/config/config.h"
@@ -35,6 +37,15 @@ namespace cdcview {
 
 class Application {
  public:
+  // Shutdown's bounds. The sources stop in parallel, each within kSourceStopTimeout (plus a
+  // poll interval); the writer then drains for at most kWriterDrainTimeout; the gRPC server
+  // then waits kServerDrainTimeout for calls in flight. kMaxDrainTime is their sum plus 1 s
+  // of slack: what terminationGracePeriodSeconds must exceed (cdcviewd --help prints it).
+  static constexpr std::chrono::seconds kWriterDrainTimeout{10};
+  static constexpr std::chrono::seconds kServerDrainTimeout{5};
+  static constexpr std::chrono::seconds kMaxDrainTime =
+      kSourceStopTimeout + kWriterDrainTimeout + kServerDrainTimeout + std::chrono::seconds(1);
+
   // Errors say which phase failed and what to do.
   static absl::StatusOr<std::unique_ptr<Application>> Start(Config config);
   ~Application();
@@ -52,9 +63,12 @@ class Application {
   Application() = default;
   absl::Status Init();
   void WriterMain();
-  // Once a second: each view's health service SERVING iff the view is caught up (readiness.h).
+  // Once a second: each view's health service SERVING iff the view is caught up (readiness.h);
+  // the throttled warnings' summaries; every apply.log_counts_seconds, the event counts.
   void ReadinessMain();
   void UpdateViewHealth();
+  // One info line per source whose counts or state changed since the last (ingestion_log.h).
+  void LogEventCounts(double interval_seconds);
 
   Config config_;
   std::unique_ptr<Store> store_;
@@ -76,6 +90,9 @@ class Application {
   std::mutex readiness_mu_;
   std::condition_variable readiness_wake_;
   bool stop_readiness_ = false;  // guarded by readiness_mu_
+  // What the last count lines said, by source (readiness thread only).
+  std::vector<EventCounts> logged_counts_;
+  std::vector<std::string> logged_states_;
   bool shut_down_ = false;
 };
 

@@ -72,6 +72,8 @@ Applier::Applier(const Catalog& catalog, Store* store, ApplyProbe* probe,
       probe_(probe),
       dead_letters_(std::move(dead_letters)),
       now_ms_(now_ms ? std::move(now_ms) : SystemNowMs),
+      rejected_log_(kLoggedPerInterval, kLogIntervalMs, [this] { return now_ms_(); }),
+      left_out_log_(kLoggedPerInterval, kLogIntervalMs, [this] { return now_ms_(); }),
       stats_(catalog.config().sources.size(), catalog.views().size()),
       change_log_(store->changes(), catalog.config().watch.retain_changes),
       counters_(catalog.config().sources.size()),
@@ -282,7 +284,10 @@ absl::Status Applier::RebuildFromItems(const std::string& what, MDB_dbi items,
       double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
       LogInfo(absl::StrFormat("%s: rebuild %s, %d of %d items (%.0f%%) in %.1fs%s", what,
                               finished ? "done" : "in progress", done, total, progress * 100, secs,
-                              skipped ? absl::StrCat(", ", skipped, " left out (see warnings)") : ""));
+                              skipped ? absl::StrCat(", ", skipped, " left out (the first ", kLoggedPerInterval,
+                                                     " per ", kLogIntervalMs / 1000,
+                                                     " s logged as warnings)")
+                                      : ""));
     }
   }
   return absl::OkStatus();
@@ -299,8 +304,10 @@ absl::Status Applier::RebuildView(const ViewRef& view, const std::atomic<bool>* 
         auto entry = builder.EntryFor(view.in_table, item);
         if (!entry.ok()) {
           *left_out = true;
-          LogWarning(absl::StrCat("view ", name, ": item left out of the rebuild: ",
-                                  entry.status().message()));
+          if (left_out_log_.Admit(absl::StrCat("view ", name))) {
+            LogWarning(absl::StrCat("view ", name, ": item left out of the rebuild: ",
+                                    entry.status().message()));
+          }
           return absl::OkStatus();
         }
         if (!*entry) return absl::OkStatus();
@@ -430,8 +437,10 @@ absl::Status Applier::RebuildAggregate(const AggregateRef& aggregate, const std:
         auto contribution = builder.ContributionOf(aggregate.in_table, item);
         if (!contribution.ok()) {
           *left_out = true;
-          LogWarning(absl::StrCat("aggregate ", name, ": item left out of the rebuild: ",
-                                  contribution.status().message()));
+          if (left_out_log_.Admit(absl::StrCat("aggregate ", name))) {
+            LogWarning(absl::StrCat("aggregate ", name, ": item left out of the rebuild: ",
+                                    contribution.status().message()));
+          }
           return absl::OkStatus();
         }
         if (!*contribution) return absl::OkStatus();
@@ -658,8 +667,10 @@ absl::Status Applier::ApplyBatch(std::vector<SourceRecord>* batch) {
           break;
         }
         dead_lettered_[index] = true;
-        LogWarning(absl::StrCat("source ", catalog_.config().sources[record.source].name,
-                                ": rejected ", why.message()));
+        const std::string& source = catalog_.config().sources[record.source].name;
+        if (rejected_log_.Admit(source)) {
+          LogWarning(absl::StrCat("source ", source, ": rejected ", why.message()));
+        }
       }
     }
     if (s.ok()) s = txn.Commit();
@@ -701,7 +712,10 @@ absl::Status Applier::ApplyBatch(std::vector<SourceRecord>* batch) {
       counters_[i].skipped += s.skipped;
       counters_[i].rejected += s.rejected;
       if (s.newest_creation_ms > 0) counters_[i].lag_seconds = double(now - s.newest_creation_ms) / 1000.0;
-      if (in_flight_[i] > 0) counters_[i].last_commit_ms = now;
+      if (in_flight_[i] > 0) {
+        counters_[i].last_commit_ms = now;
+        counters_[i].committed = true;
+      }
       in_flight_[i] = 0;
       table_events_[catalog_.TableOfSource(i)] += s.applied;
     }
@@ -858,6 +872,41 @@ bool Applier::WaitForCommitAfter(uint64_t since,
                                  std::chrono::steady_clock::time_point deadline) const {
   std::unique_lock lock(commit_mu_);
   return committed_.wait_until(lock, deadline, [&] { return commits_.load() > since; });
+}
+
+namespace {
+
+std::string DeadLetterPlace(const SourceConfig& source) {
+  switch (source.kind) {
+    case SourceConfig::Kind::kFile:
+      return absl::StrCat("the dead-letter file ", source.file.dead_letter_path);
+    case SourceConfig::Kind::kKafka:
+      return source.kafka.dead_letter_topic.empty()
+                 ? absl::StrCat("the dead-letter file ", source.kafka.dead_letter_path)
+                 : absl::StrCat("the dead-letter topic ", source.kafka.dead_letter_topic);
+    case SourceConfig::Kind::kDynamoDb:
+      return absl::StrCat("the dead-letter file ", source.dynamodb.dead_letter_path);
+  }
+  return "the dead letters";
+}
+
+}  // namespace
+
+void Applier::LogThrottledSummaries() {
+  for (const LogThrottle::Summary& s : rejected_log_.TakeSummaries()) {
+    std::string place = "the dead letters";
+    for (const SourceConfig& source : catalog_.config().sources) {
+      if (source.name == s.key) place = DeadLetterPlace(source);
+    }
+    LogWarning(absl::StrCat("source ", s.key, ": ", s.suppressed,
+                            " more rejected records in the last ", (s.interval_ms + 500) / 1000,
+                            " s (see ", place, " and cdcview_events_total{result=\"rejected\"})"));
+  }
+  for (const LogThrottle::Summary& s : left_out_log_.TakeSummaries()) {
+    LogWarning(absl::StrCat(s.key, ": ", s.suppressed,
+                            " more items left out of the rebuild in the last ",
+                            (s.interval_ms + 500) / 1000, " s"));
+  }
 }
 
 }  // namespace cdcview

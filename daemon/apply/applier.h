@@ -30,6 +30,7 @@
 #include "daemon/apply/aggregate_writer.h"
 #include "daemon/apply/catalog.h"
 #include "daemon/apply/hot_keys.h"
+#include "daemon/log/log_throttle.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/sources/change_source.h"
 #include "daemon/store/change_log.h"
@@ -65,6 +66,9 @@ class Applier {
     // The writer's clock at the last commit of a batch with records of this source (at
     // construction before any): with lag_seconds, how stale the source can be now.
     int64_t last_commit_ms = 0;
+    // A batch with records of this source committed since start: until then lag_seconds says
+    // nothing about how far behind the source is.
+    bool committed = false;
   };
 
   // `dead_letters[i]` is source i's sink. `now_ms` is the clock (injected in tests).
@@ -128,6 +132,13 @@ class Applier {
   // view from the windows as of now (the readiness ticker calls it once a second, so the gauges
   // fall as a window slides past writes even when no batch comes). Any thread.
   void PublishHotKeyMetrics() const;
+  // Logs one summary line per source (rejected records) and per view or aggregate (items left
+  // out of a rebuild) whose warnings were throttled in the interval that ended: only the first
+  // kLoggedPerInterval of each are logged in full per kLogIntervalMs. Any thread; the
+  // readiness ticker calls it once a second.
+  void LogThrottledSummaries();
+  static constexpr uint32_t kLoggedPerInterval = 5;
+  static constexpr int64_t kLogIntervalMs = 10000;
 
  private:
   enum class Outcome { kApplied, kSkipped, kRejected };
@@ -182,6 +193,10 @@ class Applier {
   ApplyProbe* probe_;
   std::vector<DeadLetterSink*> dead_letters_;
   std::function<int64_t()> now_ms_;
+  // Warnings that would repeat per event: by source name (rejections), and by "view V" /
+  // "aggregate A" (items left out of a rebuild).
+  LogThrottle rejected_log_;
+  LogThrottle left_out_log_;
   std::vector<MDB_dbi> view_dbis_;  // by global view index
   std::vector<AggregateDbs> aggregate_dbs_;  // by global aggregate index
 

@@ -28,6 +28,11 @@ size_t AppendBody(char* data, size_t size, size_t count, void* out) {
   return size * count;
 }
 
+// CURLOPT_XFERINFOFUNCTION: non-zero aborts the transfer (CURLE_ABORTED_BY_CALLBACK).
+int AbortWhenCancelled(void* cancel, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  return static_cast<const std::atomic<bool>*>(cancel)->load() ? 1 : 0;
+}
+
 // The one translation of libcurl's error codes.
 absl::Status CurlError(CURLcode code, const std::string& url, const char* detail) {
   std::string message = absl::StrCat("HTTP request to ", url, " failed: ", curl_easy_strerror(code),
@@ -89,7 +94,18 @@ absl::StatusOr<HttpResponse> HttpClient::Perform(const std::string& url, const H
     curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body->data());
     curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(body->size()));
   }
+  if (options_.cancel != nullptr) {
+    if (options_.cancel->load()) {
+      return absl::CancelledError(absl::StrCat("request to ", url, " not sent: stopping"));
+    }
+    curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, AbortWhenCancelled);
+    curl_easy_setopt(curl, CURLOPT_XFERINFODATA, options_.cancel);
+  }
   CURLcode code = curl_easy_perform(curl);
+  if (code == CURLE_ABORTED_BY_CALLBACK) {
+    return absl::CancelledError(absl::StrCat("request to ", url, " cancelled: stopping"));
+  }
   if (code != CURLE_OK) return CurlError(code, url, error);
   curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &response.status);
   return response;

@@ -6,6 +6,7 @@
 // libcurl's global state is initialised once, on the first HttpClient constructed.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <string>
 
@@ -24,13 +25,18 @@ class HttpClient {
   struct Options {
     std::chrono::milliseconds connect_timeout{5000};
     std::chrono::milliseconds request_timeout{30000};  // whole request, including the body
+    // When set, a request in flight ends with CANCELLED within about a second of it turning
+    // true (libcurl's progress callback runs at least once a second), so a stopping source
+    // does not wait out request_timeout. Must outlive the client.
+    const std::atomic<bool>* cancel = nullptr;
   };
   HttpClient() : HttpClient(Options{}) {}
   explicit HttpClient(Options options);
 
   // Any HTTP status is a response (the caller interprets 4xx/5xx). Errors only when no
   // response arrived: UNAVAILABLE for a refused or failed connection, a DNS failure or a
-  // reset; DEADLINE_EXCEEDED for a timeout; INVALID_ARGUMENT for a malformed URL. Messages
+  // reset; DEADLINE_EXCEEDED for a timeout; INVALID_ARGUMENT for a malformed URL; CANCELLED
+  // once Options::cancel is true. Messages
   // name the URL and libcurl's explanation.
   absl::StatusOr<HttpResponse> Post(const std::string& url, const HeaderList& headers,
                                     const std::string& body) const;

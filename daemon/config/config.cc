@@ -4,6 +4,7 @@
 #include <concepts>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <initializer_list>
 #include <limits>
 #include <memory>
@@ -15,6 +16,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "yaml-cpp/yaml.h"
 
 namespace cdcview {
@@ -154,7 +156,10 @@ struct RuleNodes {
 // more useful than a cascade of consequences.
 class Loader {
  public:
-  explicit Loader(std::string file) : file_(std::move(file)) {}
+  // `settings`: (loader path, origin) of each value a setting put in the tree, so an error
+  // about it names the flag or variable instead of a line of the file.
+  Loader(std::string file, std::vector<std::pair<std::string, std::string>> settings = {})
+      : file_(std::move(file)), settings_(std::move(settings)) {}
 
   absl::StatusOr<Config> Load(const YAML::Node& root);
 
@@ -237,6 +242,7 @@ class Loader {
                                          std::initializer_list<std::string_view> choices) const;
 
   std::string file_;
+  std::vector<std::pair<std::string, std::string>> settings_;
   // Name -> line of first use: view names are global (LMDB databases), so are sources.
   std::map<std::string, int, std::less<>> table_lines_;
   std::map<std::string, int, std::less<>> view_lines_;
@@ -252,6 +258,20 @@ int Loader::LineOf(const YAML::Node& node) {
 
 absl::Status Loader::Error(const YAML::Node& node, std::string_view path,
                            std::string_view problem) const {
+  // An error at or inside a set value is the setting's (a value parsed from "[a, b]" has marks
+  // of its own text); one above it only when the node has no mark: a key the setting created
+  // (an unknown field name), not one of the file's.
+  auto step_after = [](std::string_view longer, std::string_view prefix) {
+    return longer.size() > prefix.size() && longer.starts_with(prefix) &&
+           (prefix.empty() || longer[prefix.size()] == '.' || longer[prefix.size()] == '[');
+  };
+  for (const auto& [set_path, origin] : settings_) {
+    if (set_path == path || step_after(path, set_path) ||
+        (node.Mark().is_null() && step_after(set_path, path))) {
+      if (path.empty()) return absl::InvalidArgumentError(Cat(origin, ": ", problem));
+      return absl::InvalidArgumentError(Cat(origin, ": ", path, ": ", problem));
+    }
+  }
   return ErrorAtLine(LineOf(node), path, problem);
 }
 
@@ -453,17 +473,20 @@ absl::Status Loader::ParseServer(const Fields::Entry& entry, ServerConfig* serve
 
 absl::Status Loader::ParseApply(const Fields::Entry& entry, ApplyConfig* apply) const {
   absl::StatusOr<Fields> fields =
-      ReadFields(entry, "apply", {"batch_size", "max_delay_ms", "queue_capacity"});
+      ReadFields(entry, "apply", {"batch_size", "max_delay_ms", "queue_capacity",
+                                  "log_counts_seconds"});
   if (!fields.ok()) return fields.status();
   for (const Fields::Entry& field : fields->entries) {
     // A zero delay means "commit as soon as the queue runs dry"; zero-sized batches or
-    // queues would never move.
+    // queues would never move. No count lines is a valid choice too.
     bool is_delay = field.key == "max_delay_ms";
-    absl::StatusOr<uint32_t> value = ReadUint32(field, fields->PathOf(field.key), is_delay ? 0 : 1);
+    bool zero_ok = is_delay || field.key == "log_counts_seconds";
+    absl::StatusOr<uint32_t> value = ReadUint32(field, fields->PathOf(field.key), zero_ok ? 0 : 1);
     if (!value.ok()) return value.status();
     if (field.key == "batch_size") apply->batch_size = *value;
     if (is_delay) apply->max_delay_ms = *value;
     if (field.key == "queue_capacity") apply->queue_capacity = *value;
+    if (field.key == "log_counts_seconds") apply->log_counts_seconds = *value;
   }
   return absl::OkStatus();
 }
@@ -1379,7 +1402,85 @@ absl::StatusOr<Config> Loader::Load(const YAML::Node& root) {
 
 }  // namespace
 
-absl::StatusOr<Config> ParseConfig(const std::string& yaml, const std::string& file) {
+namespace {
+
+// Puts `setting` into the parsed file's tree, creating the mappings on its path; a
+// `sources.<name>` step picks the source of that name. Returns the loader's path of the value
+// ("sources[1].kafka.brokers") for its error messages.
+absl::StatusOr<std::string> PutSetting(YAML::Node& root, const ConfigSetting& setting) {
+  std::vector<std::string> steps = absl::StrSplit(Absl(setting.path), '.');
+  for (const std::string& step : steps) {
+    if (step.empty()) {
+      return absl::InvalidArgumentError(
+          Cat(setting.origin, ": expected a field path like apply.batch_size, got ",
+              Quote(setting.path)));
+    }
+  }
+  if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  if (!root.IsMap()) return std::string();  // the loader reports the document itself
+  YAML::Node value;
+  // A flow list or mapping (topics: [a, b]) is YAML; anything else is the scalar as given,
+  // so "true" or "" stay strings for string fields and parse as the field's type otherwise.
+  if (!setting.value.empty() && (setting.value.front() == '[' || setting.value.front() == '{')) {
+    try {
+      value = YAML::Load(setting.value);
+    } catch (const YAML::Exception& e) {
+      return absl::InvalidArgumentError(Cat(setting.origin, ": invalid YAML: ", e.msg));
+    }
+  } else {
+    value = YAML::Node(setting.value);
+  }
+  YAML::Node node = root;  // node.reset() moves it; assignment would overwrite the tree
+  std::string path;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const std::string& step = steps[i];
+    if (node.IsSequence() && i > 0 && steps[i - 1] == "sources") {
+      std::vector<std::string> names;
+      size_t found = node.size();
+      for (size_t n = 0; n < node.size(); ++n) {
+        YAML::Node name = node[n].IsMap() ? node[n]["name"] : YAML::Node();
+        if (!name.IsScalar()) continue;
+        names.push_back(name.Scalar());
+        if (name.Scalar() == step && found == node.size()) found = n;
+      }
+      if (found == node.size()) {
+        return absl::InvalidArgumentError(Cat(setting.origin, ": no source named ", Quote(step),
+                                              " (sources: ", absl::StrJoin(names, ", "), ")"));
+      }
+      if (i + 1 == steps.size()) {
+        return absl::InvalidArgumentError(
+            Cat(setting.origin, ": set a field of source ", Quote(step),
+                ", like sources.", step, ".kafka.brokers"));
+      }
+      path = Cat(path, "[", found, "]");
+      YAML::Node next = node[found];
+      node.reset(next);
+      continue;
+    }
+    if (!node.IsMap() && !node.IsNull()) {
+      return absl::InvalidArgumentError(
+          Cat(setting.origin, ": ", path, " is not a mapping in the file, so it has no field ",
+              Quote(step)));
+    }
+    path = path.empty() ? step : Cat(path, ".", step);
+    if (i + 1 == steps.size()) {
+      node[step] = value;
+      break;
+    }
+    YAML::Node next = node[step];
+    if (!next.IsDefined() || next.IsNull()) {
+      node[step] = YAML::Node(YAML::NodeType::Map);
+      next.reset(node[step]);
+    }
+    node.reset(next);
+  }
+  return path;
+}
+
+}  // namespace
+
+absl::StatusOr<Config> ParseConfig(const std::string& yaml, const std::string& file,
+                                   const std::vector<ConfigSetting>& settings) {
   YAML::Node root;
   try {
     root = YAML::Load(yaml);
@@ -1390,13 +1491,64 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml, const std::string& f
   // The loader only uses accessors that do not throw; this keeps a yaml-cpp surprise from
   // crossing the module boundary as an exception all the same.
   try {
-    return Loader(file).Load(root);
+    std::vector<std::pair<std::string, std::string>> origins;
+    for (const ConfigSetting& setting : settings) {
+      absl::StatusOr<std::string> path = PutSetting(root, setting);
+      if (!path.ok()) return path.status();
+      // The latest setting of a path is the one in the tree.
+      std::erase_if(origins, [&](const auto& o) { return o.first == *path; });
+      origins.emplace_back(*path, setting.origin);
+    }
+    return Loader(file, std::move(origins)).Load(root);
   } catch (const YAML::Exception& e) {
     return absl::InternalError(Cat(file, ": unexpected yaml-cpp error: ", e.what()));
   }
 }
 
-absl::StatusOr<Config> LoadConfig(const std::string& path) {
+const std::vector<std::string>& EnvironmentSettablePaths() {
+  // Every field of storage, server, apply and watch except those with their own flag and
+  // variable (--storage-path, --grpc, --metrics). config_yaml_test checks the list against
+  // what --print-config prints, so a new field cannot be forgotten here.
+  static const std::vector<std::string> paths = {
+      "storage.map_size",     "storage.max_map_size", "storage.write_map",
+      "server.ready_max_lag_seconds",
+      "apply.batch_size",     "apply.max_delay_ms",   "apply.queue_capacity",
+      "apply.log_counts_seconds",
+      "watch.retain_changes", "watch.max_lag_changes"};
+  return paths;
+}
+
+std::string EnvironmentName(std::string_view path) {
+  std::string name = Cat("CDCVIEW_", path);
+  for (char& c : name) c = c == '.' ? '_' : absl::ascii_toupper(static_cast<unsigned char>(c));
+  return name;
+}
+
+std::vector<ConfigSetting> SettingsFromEnvironment(
+    const std::function<const char*(const char*)>& getenv) {
+  std::vector<ConfigSetting> settings;
+  for (const std::string& path : EnvironmentSettablePaths()) {
+    const std::string name = EnvironmentName(path);
+    const char* value = getenv(name.c_str());
+    // Empty counts as unset, as for the flags' variables (CLI11).
+    if (value == nullptr || *value == '\0') continue;
+    settings.push_back({path, value, name});
+  }
+  return settings;
+}
+
+absl::StatusOr<ConfigSetting> ParseSetFlag(std::string_view text) {
+  size_t eq = text.find('=');
+  if (eq == std::string_view::npos || eq == 0) {
+    return absl::InvalidArgumentError(
+        Cat("--set ", Quote(text), ": expected <field path>=<value>, like apply.batch_size=512"));
+  }
+  return ConfigSetting{std::string(text.substr(0, eq)), std::string(text.substr(eq + 1)),
+                       Cat("--set ", text)};
+}
+
+absl::StatusOr<Config> LoadConfig(const std::string& path,
+                                  const std::vector<ConfigSetting>& settings) {
   auto unreadable = [&path](int error) {
     return absl::NotFoundError(
         Cat("cannot read config file ", Quote(path), ": ", std::strerror(error)));
@@ -1411,7 +1563,7 @@ absl::StatusOr<Config> LoadConfig(const std::string& path) {
   while ((n = std::fread(buffer, 1, sizeof buffer, file.get())) > 0) text.append(buffer, n);
   // Opening a directory succeeds; reading it fails (EISDIR) and must not look empty.
   if (std::ferror(file.get())) return unreadable(errno != 0 ? errno : EIO);
-  return ParseConfig(text, path);
+  return ParseConfig(text, path, settings);
 }
 
 absl::Status ApplyOverrides(const ConfigOverrides& overrides, Config* config) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -46,6 +47,9 @@ struct ApplyConfig {
   uint32_t batch_size = 1024;
   uint32_t max_delay_ms = 20;      // a partial batch waits at most this long (WriterLinger)
   uint32_t queue_capacity = 8192;  // events buffered between sources and the writer
+  // Every this many seconds, one info line per source with its event counts (applied,
+  // skipped, rejected: since the last line and in total) and lag; 0: none.
+  uint32_t log_counts_seconds = 30;
 
   bool operator==(const ApplyConfig&) const = default;
 };
@@ -135,11 +139,38 @@ struct Config {
   const TableSpec* FindTable(std::string_view name) const;
 };
 
-// Reads and validates `path`. INVALID_ARGUMENT with "FILE:LINE: FIELD: problem" for any
-// error, NOT_FOUND if the file cannot be read.
-absl::StatusOr<Config> LoadConfig(const std::string& path);
+// One field set outside the file (12-factor): `path` is the field's place in the file's
+// schema, dots between the steps ("apply.batch_size", "server.ready_max_lag_seconds"); a step
+// after "sources" names a source ("sources.orders.kafka.brokers"). `value` is what the file
+// would hold there (a scalar, or a flow list like "[a, b]"). `origin` names where it came
+// from for messages: "--set apply.batch_size=0", "CDCVIEW_APPLY_BATCH_SIZE".
+struct ConfigSetting {
+  std::string path;
+  std::string value;
+  std::string origin;
+};
+
+// Reads and validates `path`, with `settings` put into the file's tree first (in order; a
+// later one wins), so they are validated exactly like the file's own fields.
+// INVALID_ARGUMENT with "FILE:LINE: FIELD: problem" for an error in the file, "ORIGIN: FIELD:
+// problem" for one in a setting; NOT_FOUND if the file cannot be read.
+absl::StatusOr<Config> LoadConfig(const std::string& path,
+                                  const std::vector<ConfigSetting>& settings = {});
 // The same from YAML text; `file` is used in messages only.
-absl::StatusOr<Config> ParseConfig(const std::string& yaml, const std::string& file);
+absl::StatusOr<Config> ParseConfig(const std::string& yaml, const std::string& file,
+                                   const std::vector<ConfigSetting>& settings = {});
+
+// `--set <path>=<value>` -> a setting. INVALID_ARGUMENT without a '='.
+absl::StatusOr<ConfigSetting> ParseSetFlag(std::string_view text);
+// The fields an environment variable can set: every field of storage, server, apply and watch
+// but the three with their own flag (storage.path, server.grpc, server.metrics).
+const std::vector<std::string>& EnvironmentSettablePaths();
+// "apply.batch_size" -> "CDCVIEW_APPLY_BATCH_SIZE".
+std::string EnvironmentName(std::string_view path);
+// The settings the environment holds (`getenv`: ::getenv, or a fake in tests); a variable set
+// to "" counts as unset. Sources have no variables (their names are free text): use --set.
+std::vector<ConfigSetting> SettingsFromEnvironment(
+    const std::function<const char*(const char*)>& getenv);
 
 // Settings given as flags or environment variables (12-factor); each one set replaces the
 // file's value. main() resolves flag-over-environment precedence before filling this in.

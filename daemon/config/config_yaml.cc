@@ -46,6 +46,7 @@ void EmitStorageServerApply(YAML::Emitter& out, const Config& c) {
   Field(out, "path", c.storage.path);
   Field(out, "map_size", ByteSize(c.storage.map_size));
   Field(out, "max_map_size", ByteSize(c.storage.max_map_size));
+  Field(out, "write_map", c.storage.write_map);
   out << YAML::EndMap;
   out << YAML::Key << "server" << YAML::Value << YAML::BeginMap;
   Field(out, "grpc", c.server.grpc);
@@ -56,6 +57,7 @@ void EmitStorageServerApply(YAML::Emitter& out, const Config& c) {
   Field(out, "batch_size", c.apply.batch_size);
   Field(out, "max_delay_ms", c.apply.max_delay_ms);
   Field(out, "queue_capacity", c.apply.queue_capacity);
+  Field(out, "log_counts_seconds", c.apply.log_counts_seconds);
   out << YAML::EndMap;
   out << YAML::Key << "watch" << YAML::Value << YAML::BeginMap;
   Field(out, "retain_changes", c.watch.retain_changes);

@@ -68,6 +68,22 @@ ApplyProbe::ApplyProbe(MetricsRegistry& metrics, const Config& config)
                   .Help("Commit time minus creation time of the newest event applied from the "
                         "source, set at each batch.")
                   .Register(registry_);
+  auto& state = BuildGauge()
+                    .Name("cdcview_source_state")
+                    .Help("1 for the source's current state (as in GetStatus), 0 for the others: "
+                          "starting, running (has records to read), backfilling (a DynamoDB "
+                          "snapshot scan), caught_up, finished, error.")
+                    .Register(registry_);
+  // Which table each source feeds and which table each view indexes, for PromQL joins (index
+  // writes of a view per event of its own table).
+  auto& source_info = BuildGauge()
+                          .Name("cdcview_source_info")
+                          .Help("Always 1: the table a source feeds, and its kind.")
+                          .Register(registry_);
+  auto& view_info = BuildGauge()
+                        .Name("cdcview_view_info")
+                        .Help("Always 1: the table a view indexes.")
+                        .Register(registry_);
   for (const SourceConfig& s : config.sources) {
     source_names_.push_back(s.name);
     sources_.push_back(SourceMetrics{
@@ -76,7 +92,18 @@ ApplyProbe::ApplyProbe(MetricsRegistry& metrics, const Config& config)
         &events.Add({{"source", s.name}, {"result", "rejected"}}),
         &ttl.Add({{"source", s.name}}),
         &lag.Add({{"source", s.name}}),
+        {},
         {}});
+    for (std::string_view name : kSourceStates) {
+      sources_.back().states.push_back(&state.Add({{"source", s.name}, {"state", std::string(name)}}));
+    }
+    const char* kind = s.kind == SourceConfig::Kind::kFile    ? "file"
+                       : s.kind == SourceConfig::Kind::kKafka ? "kafka"
+                                                              : "dynamodb";
+    source_info.Add({{"source", s.name}, {"table", s.table}, {"kind", kind}}).Set(1);
+  }
+  for (const TableSpec& t : config.tables) {
+    for (const ViewSpec& v : t.views) view_info.Add({{"view", v.name}, {"table", t.name}}).Set(1);
   }
   auto& writes = BuildCounter()
                      .Name("cdcview_index_writes_total")
@@ -241,6 +268,13 @@ void ApplyProbe::SetHotKey(size_t view, double share, double writes_per_second) 
   if (view >= hot_key_share_.size()) return;
   hot_key_share_[view]->Set(share);
   hot_key_rate_[view]->Set(writes_per_second);
+}
+
+void ApplyProbe::SetSourceState(size_t source, std::string_view state) {
+  if (source >= sources_.size()) return;
+  for (size_t i = 0; i < std::size(kSourceStates); ++i) {
+    sources_[source].states[i]->Set(kSourceStates[i] == state ? 1 : 0);
+  }
 }
 
 void ApplyProbe::SetViewBuildProgress(size_t view, double fraction) {

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -92,6 +93,11 @@ class ApplyProbe {
   // cdcview_view_hot_key_share_ratio and cdcview_view_hot_key_writes_per_second of view
   // `view` (global index).
   void SetHotKey(size_t view, double share, double writes_per_second);
+  // cdcview_source_state{source, state}: 1 for `state` (ChangeSource::Health().state), 0 for
+  // the other kSourceStates. Set by the readiness ticker once a second.
+  void SetSourceState(size_t source, std::string_view state);
+  static constexpr std::string_view kSourceStates[] = {"starting",  "running",  "backfilling",
+                                                       "caught_up", "finished", "error"};
 
  private:
   struct SourceMetrics {
@@ -101,6 +107,7 @@ class ApplyProbe {
     prometheus::Counter* ttl_deletes;
     prometheus::Gauge* lag;
     std::map<std::string, prometheus::Counter*> rejected_by_reason;  // created on first use
+    std::vector<prometheus::Gauge*> states;  // by kSourceStates
   };
   struct AggregateMetrics {
     prometheus::Counter* updates;

@@ -8,9 +8,28 @@
 
 namespace cdcview {
 
+namespace {
+
+bool Idle(const SourceProgress& source) {
+  return (source.state == "finished" || source.state == "caught_up") && !source.unapplied;
+}
+
+}  // namespace
+
+std::string UnknownLagReason(const SourceProgress& source) {
+  if (source.state == "error" || Idle(source)) return "";
+  // Scan items have no creation time, so the lag of a snapshot's batches reads 0.
+  if (source.state == "backfilling") return "is backfilling (a snapshot scan)";
+  if (source.state == "starting") return "is starting";
+  // last_commit_ms is the start time until the first commit: not a measure of anything.
+  if (!source.committed) return "has applied no batch since the daemon started";
+  return "";
+}
+
 double EffectiveLagSeconds(const SourceProgress& source) {
   if (source.state == "error") return std::numeric_limits<double>::infinity();
-  if ((source.state == "finished" || source.state == "caught_up") && !source.unapplied) return 0;
+  if (Idle(source)) return 0;
+  if (!UnknownLagReason(source).empty()) return std::numeric_limits<double>::infinity();
   return source.lag_seconds + source.since_commit_seconds;
 }
 
@@ -23,6 +42,7 @@ SourceProgress ProgressOf(const Applier& applier, size_t source, const ChangeSou
   progress.since_commit_seconds =
       std::max<int64_t>(0, applier.NowMs() - counters.last_commit_ms) / 1000.0;
   progress.unapplied = applier.HasUnapplied(source);
+  progress.committed = counters.committed;
   return progress;
 }
 

@@ -2,7 +2,10 @@
 // behind ReadConsistency.max_staleness_seconds (ViewReader), so both mean the same lag.
 //
 // A view is ready to answer "fresh enough" reads when it is READY (not being rebuilt) and
-// every source feeding its table is within server.ready_max_lag_seconds. The rules are pure
+// every source feeding its table is within server.ready_max_lag_seconds. A source whose lag
+// is unknown counts as infinitely behind: one reading a DynamoDB snapshot (its Scan items
+// carry no creation time, and the table is partial until the scan ends), one still starting,
+// and one with records to read that has committed none since the daemon started. The rules are pure
 // functions; ProgressOf gathers their inputs, for the Application's readiness ticker (once a
 // second) and for ViewReader alike.
 #pragma once
@@ -22,6 +25,7 @@ struct SourceProgress {
   double lag_seconds = 0;    // Applier::Counters(source).lag_seconds (of its last batch)
   double since_commit_seconds = 0;  // since the last commit with records of the source
   bool unapplied = false;    // records read but not committed (Applier::HasUnapplied)
+  bool committed = false;    // a batch with its records committed since start
 };
 
 // The lag that counts for readiness:
@@ -31,8 +35,14 @@ struct SourceProgress {
 //     lag plus the time since that commit: what was behind then is at least that much behind
 //     now if nothing newer arrived, so a source that stops delivering without an error does
 //     not stay "fresh" forever;
-//   * infinite for a failed source, whatever its last lag was.
+//   * infinite for a failed source, whatever its last lag was, and for one whose lag is not
+//     known yet (UnknownLagReason).
 double EffectiveLagSeconds(const SourceProgress& source);
+
+// Why the source's lag is not known yet ("" when it is known, or the source is idle or failed):
+// "is backfilling (a snapshot scan)", "is starting", "has records to read and has applied
+// none since the start". Used in messages next to EffectiveLagSeconds's infinity.
+std::string UnknownLagReason(const SourceProgress& source);
 
 // Source `source`'s progress as the writer and the source report it now; `change_source` may
 // be null (tests without sources: "running").

@@ -778,6 +778,7 @@ absl::Status ViewReader::CheckStaleness(double max_staleness_seconds, size_t tab
   double worst = 0;
   size_t worst_source = 0;
   std::string worst_error;
+  std::string worst_unknown;  // why the worst source's lag is not known yet
   for (size_t i = 0; i < sources.size(); ++i) {
     if (catalog_.TableOfSource(i) != table) continue;
     SourceProgress progress =
@@ -789,6 +790,7 @@ absl::Status ViewReader::CheckStaleness(double max_staleness_seconds, size_t tab
       worst = lag;
       worst_source = i;
       worst_error = std::move(error);
+      worst_unknown = UnknownLagReason(progress);
     }
   }
   if (worst <= max_staleness_seconds) return absl::OkStatus();
@@ -796,6 +798,11 @@ absl::Status ViewReader::CheckStaleness(double max_staleness_seconds, size_t tab
     return absl::FailedPreconditionError(absl::StrCat(
         what, " cannot be shown fresh: source ", sources[worst_source].name, " is in error (",
         worst_error, "); max_staleness_seconds is ", max_staleness_seconds));
+  }
+  if (!worst_unknown.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, " cannot be shown fresh: source ", sources[worst_source].name, " ",
+                     worst_unknown, "; max_staleness_seconds is ", max_staleness_seconds));
   }
   return absl::FailedPreconditionError(
       absl::StrCat(what, " is ", absl::StrFormat("%.1f", worst), " s behind (source ",

@@ -6,6 +6,7 @@
 // source resumes from those positions. Implementations are thread-safe for Start/Stop/Health.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -18,6 +19,11 @@
 namespace cdcview {
 
 class RecordQueue;
+
+// How long ChangeSource::Stop takes at most (plus one poll interval): Kafka waits this long to
+// leave its consumer group, DynamoDB cancels a request in flight within about a second, a
+// file source stops at once. Part of the daemon's drain time (Application::kMaxDrainTime).
+inline constexpr std::chrono::seconds kSourceStopTimeout{5};
 
 // One record read from a source: an event to apply, or a rejection to dead-letter.
 struct SourceRecord {
@@ -68,7 +74,7 @@ class ChangeSource {
   // stored by the writer; empty for a fresh store), and pushing records to `queue`.
   virtual absl::Status Start(const std::map<std::string, std::string>& positions,
                              RecordQueue* queue) = 0;
-  // Stops reading and joins the source's threads. Idempotent.
+  // Stops reading and joins the source's threads, within kSourceStopTimeout. Idempotent.
   virtual void Stop() = 0;
   virtual SourceHealth Health() const = 0;
   virtual DeadLetterSink* dead_letters() = 0;

@@ -67,8 +67,9 @@ DynamoDbSource::DynamoDbSource(uint32_t source_index, const SourceConfig& config
       config_(config),
       table_(table),
       dead_letters_(config.name, config.dynamodb.dead_letter_path),
+      // Stop cancels a request in flight (stop_ outlives http_'s use: readers join first).
       http_(aws::HttpClient::Options{std::chrono::milliseconds(5000),
-                                     std::chrono::milliseconds(20000)}),
+                                     std::chrono::milliseconds(20000), &stop_}),
       credentials_(&http_, config.dynamodb.region, std::move(getenv)) {
   if (metrics != nullptr) probe_ = std::make_unique<DynamoDbProbe>(*metrics, config.name);
   aws::DynamoDbStreamsClient::Options options;
@@ -107,6 +108,7 @@ absl::Status DynamoDbSource::Start(const std::map<std::string, std::string>& pos
       return status;
     }
   }
+  stop_ = false;  // before the first request: a set stop_ cancels requests (http_)
   if (auto key = credentials_.Get(); !key.ok()) {
     absl::Status status(key.status().code(),
                         absl::StrCat("source ", config_.name, ": ", key.status().message()));
@@ -153,6 +155,7 @@ void DynamoDbSource::SetError(std::string message) {
 }
 
 void DynamoDbSource::SetTransientError(std::string message) {
+  if (stopping()) return;  // a request Stop cancelled is no error
   LogWarning(absl::StrCat("source ", config_.name, ": ", message));
   std::lock_guard<std::mutex> lock(mu_);
   transient_error_ = std::move(message);
@@ -444,7 +447,12 @@ DynamoDbSource::StepResult DynamoDbSource::ReadStep(Shard shard) {
       return finish(std::chrono::milliseconds(0));
     }
   }
+  // An empty page is the shard's tip: nothing is waiting, so the age is 0 (not the last
+  // page's, which would freeze the gauge at whatever it was when the stream went quiet).
   if (probe_ && newest_ms > 0) probe_->SetIteratorAge(shard.id, double(NowMillis() - newest_ms) / 1000.0);
+  if (probe_ && page->records.empty() && !page->next_iterator.empty()) {
+    probe_->SetIteratorAge(shard.id, 0);
+  }
   result.had_records = !page->records.empty();
   shard.iterator = page->next_iterator;
   if (page->next_iterator.empty()) {

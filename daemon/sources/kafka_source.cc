@@ -38,6 +38,7 @@ constexpr std::chrono::milliseconds kFullQueueWait(5000);
 constexpr std::chrono::milliseconds kFullQueueSlice(100);
 constexpr auto kPeriodic = std::chrono::seconds(1);  // offset commits, lag gauges
 constexpr int kDeadLetterTimeoutMs = 10000;
+constexpr std::chrono::seconds kKafkaCloseTimeout = kSourceStopTimeout;
 
 absl::string_view ToAbsl(std::string_view text) { return {text.data(), text.size()}; }
 
@@ -245,8 +246,43 @@ struct KafkaSource::Consumer {
   bool broker_error = false;
   std::chrono::steady_clock::time_point next_periodic;
 
+  bool closed = false;  // Close ran: destroying must not close again (and wait unbounded)
+
   ~Consumer() {
-    if (rk != nullptr) rd_kafka_destroy(rk);
+    if (rk == nullptr) return;
+    if (closed) {
+      rd_kafka_destroy_flags(rk, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+    } else {
+      rd_kafka_destroy(rk);
+    }
+  }
+
+  // Leaves the group (revoking our partitions through the rebalance callback) so the others
+  // take them over at once instead of after session.timeout.ms, but waits at most
+  // kKafkaCloseTimeout: rd_kafka_consumer_close has no bound of its own (an unreachable
+  // coordinator), and the daemon's drain time must have one (Application::kMaxDrainTime).
+  void Close() {
+    closed = true;
+    rd_kafka_queue_t* close_queue = rd_kafka_queue_new(rk);
+    rd_kafka_error_t* error = rd_kafka_consumer_close_queue(rk, close_queue);
+    if (error != nullptr) {
+      LogWarning(absl::StrCat("source ", Name(), ": leaving the consumer group: ",
+                              rd_kafka_error_string(error)));
+      rd_kafka_error_destroy(error);
+    } else {
+      const auto deadline = std::chrono::steady_clock::now() + kKafkaCloseTimeout;
+      while (!rd_kafka_consumer_closed(rk) && std::chrono::steady_clock::now() < deadline) {
+        rd_kafka_queue_poll_callback(close_queue, kPollMs);  // serves OnRebalance
+      }
+      if (!rd_kafka_consumer_closed(rk)) {
+        LogWarning(absl::StrCat(
+            "source ", Name(), ": leaving the consumer group took more than ",
+            std::chrono::duration_cast<std::chrono::seconds>(kKafkaCloseTimeout).count(),
+            " s; stopped without it (the group reassigns the partitions after "
+            "session.timeout.ms)"));
+      }
+    }
+    rd_kafka_queue_destroy(close_queue);
   }
 
   const std::string& Name() const { return source->config_.name; }
@@ -708,9 +744,7 @@ void KafkaSource::Run() {
     }
     c.Periodic();
   }
-  // Leaves the group (revoking our partitions through the rebalance callback) so the others
-  // take them over at once instead of after session.timeout.ms.
-  rd_kafka_consumer_close(c.rk);
+  c.Close();
 }
 
 void KafkaSource::Stop() {

@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/log/log.h"
 #include "index_builders/item_codec.h"
 
 namespace cdcview {
@@ -54,7 +55,7 @@ Cursor::Cursor(MDB_txn* txn, MDB_dbi dbi) {
   int rc = mdb_cursor_open(txn, dbi, &cursor_);
   if (rc != MDB_SUCCESS) {
     // Only fails for an invalid txn/dbi: a programming error.
-    fprintf(stderr, "cdcview: mdb_cursor_open failed: %s\n", mdb_strerror(rc));
+    LogError(absl::StrCat("mdb_cursor_open failed: ", mdb_strerror(rc)));
     abort();
   }
 }

@@ -352,6 +352,28 @@ def parse_metrics(text):
     return out
 
 
+def dashboard_metric_names(prefix):
+    """Every metric name starting with `prefix` that dashboards/cdcview.json or
+    dashboards/alerts.yaml uses (histogram series as their _bucket/_sum/_count names)."""
+    text = ""
+    for name in ("cdcview.json", "alerts.yaml"):
+        with open(os.path.join(REPO, "dashboards", name), encoding="utf-8") as f:
+            text += f.read()
+    return sorted({n for n in re.findall(r"\b(cdcview_[a-zA-Z0-9_]+)\b", text)
+                   if n.startswith(prefix)})
+
+
+def health(channel, service):
+    """The grpc.health.v1 status of `service` (SERVING=1, NOT_SERVING=2) or the error code."""
+    request = b"\x0a" + bytes([len(service)]) + service.encode() if service else b""
+    check = channel.unary_unary("/grpc.health.v1.Health/Check")
+    try:
+        response = check(request, timeout=5)
+    except grpc.RpcError as e:
+        return e.code()
+    return response[1] if response else 0  # field 1 (varint): 08 <status>
+
+
 def metric(metrics, name, **labels):
     key = (name, frozenset(labels.items()))
     assert key in metrics, (f"no metric {name}{labels}; have "

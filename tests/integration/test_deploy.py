@@ -3,16 +3,22 @@
 * Alerts: `promtool check rules`, `promtool test rules` (every alert has a firing test case),
   a runbook section per alert.
 * Dashboard and rules: every metric they name is in cdcviewd's /metrics after ingesting the
-  sample (minus SKIPPED_METRICS), label matchers name labels the metric has, every panel's
-  PromQL parses; `promtool check metrics` accepts /metrics.
-* A real Prometheus scrapes a running cdcviewd; its answers equal the daemon's.
-* Kubernetes: `kubectl kustomize` renders every overlay; probes, ports, health service names,
-  config (parsed by `cdcviewd --print-config` with the container's args and environment), flags
-  and environment variables agree with the binary; terminationGracePeriodSeconds exceeds the
-  measured drain time and the daemon's drain bound.
+  sample (the Kafka- and DynamoDB-only ones: in their probes here, in real output in
+  test_kafka.py and test_dynamodb.py), label matchers name labels the metric has, every
+  panel's PromQL parses, the write-amplification panel joins per table (promtool);
+  `promtool check metrics` accepts /metrics.
+* A real Prometheus scrapes a running cdcviewd; its counts, lag sum, per-source lag and p99
+  equal the daemon's.
+* Kubernetes: `kubectl kustomize` (or the standalone `kustomize build`) renders every overlay;
+  probes, ports, health service names, config (parsed by `cdcviewd --print-config` with the
+  container's args and environment), flags and environment variables agree with the binary;
+  terminationGracePeriodSeconds exceeds the measured drain time and the drain bound that
+  `cdcviewd --help` states; a hanging DynamoDB request does not hold the drain.
 * Dockerfile (static: docker cannot run here): the runtime stage installs a package for every
-  shared library the binaries load.
-* Config from flags and environment: precedence, --print-config, CDCVIEW_LOG_JSON.
+  shared library the binaries load; the build stage copies what CMake builds and installs the
+  -dev packages.
+* Config from flags and environment: precedence, --set and CDCVIEW_<PATH>, --print-config,
+  CDCVIEW_LOG_JSON, JSON start-up errors, event-count lines and throttled rejection warnings.
 """
 
 import json
@@ -30,8 +36,8 @@ import grpc
 import pytest
 import yaml
 
-from conftest import (CLI_BIN, DAEMON_BIN, EXAMPLE_CONFIG, REPO, SAMPLE, Daemon, metric,
-                      parse_metrics, wait_for)
+from conftest import (CLI_BIN, DAEMON_BIN, EXAMPLE_CONFIG, REPO, SAMPLE, Daemon, health,
+                      metric, parse_metrics, wait_for)
 
 DASHBOARDS = os.path.join(REPO, "dashboards")
 DASHBOARD = os.path.join(DASHBOARDS, "cdcview.json")
@@ -58,10 +64,6 @@ SOURCE_SPECIFIC_METRICS = {
 PLANNED_METRICS = set()
 SKIPPED_METRICS = SOURCE_SPECIFIC_METRICS | PLANNED_METRICS
 
-# Application::Shutdown waits up to 10 s for the writer to drain, then up to 5 s for running
-# gRPC calls (daemon/app/application.cc): the longest a SIGTERM can take, plus a margin.
-DRAIN_BOUND_SECONDS = 10 + 5
-
 # Prometheus adds these to every scraped series; they are not in /metrics.
 TARGET_LABELS = {"instance", "job"}
 
@@ -77,9 +79,7 @@ def tool(name):
     path = shutil.which(name)
     if path is None:
         # promtool and prometheus come with Debian's prometheus package (install-deps.sh).
-        hint = ("install kubectl (with its built-in kustomize)" if name == "kubectl"
-                else "run scripts/install-deps.sh")
-        pytest.fail(f"{name} not found on PATH: {hint}", pytrace=False)
+        pytest.fail(f"{name} not found on PATH: run scripts/install-deps.sh", pytrace=False)
     return path
 
 
@@ -245,6 +245,53 @@ def test_every_metric_a_panel_or_rule_uses_is_exported(sampled):
         assert name in used and name in exported, name
 
 
+def test_source_specific_metrics_are_registered_by_their_probes():
+    """The skipped metrics are not simply absent from the sample run: each is registered by
+    its source's probe (the Kafka and DynamoDB tests check them in real /metrics output, see
+    test_kafka.py and test_dynamodb.py)."""
+    registered = {}
+    for probe in ("kafka_probe.cc", "dynamodb_probe.cc"):
+        with open(os.path.join(REPO, "daemon", "metrics", probe), encoding="utf-8") as f:
+            for name in re.findall(r'\.Name\("(cdcview_[a-z_]+)"\)', f.read()):
+                registered[name] = probe
+    assert sorted(SOURCE_SPECIFIC_METRICS - set(registered)) == []
+    used = {n for _, expr in all_exprs() for n in METRIC_NAME.findall(expr)}
+    assert SOURCE_SPECIFIC_METRICS <= used
+
+
+def test_write_amplification_divides_by_the_views_own_table(tmp_path):
+    """Two tables: App (source a, 100 events/min, views V1 and V2) and Other (source b,
+    1000 events/min, view W). Each view's writes per event are over its table's events only."""
+    [expr] = [e for title, _, e in panel_exprs(dashboard())
+              if title == "Index writes per event (write amplification)"]
+    t = 'instance="i:1", job="cdcview"'
+    series = [
+        (f'cdcview_events_total{{{t}, source="a", result="applied"}}', "0+100x20"),
+        (f'cdcview_events_total{{{t}, source="b", result="applied"}}', "0+1000x20"),
+        (f'cdcview_source_info{{{t}, source="a", table="App", kind="file"}}', "1x20"),
+        (f'cdcview_source_info{{{t}, source="b", table="Other", kind="kafka"}}', "1x20"),
+        (f'cdcview_view_info{{{t}, view="V1", table="App"}}', "1x20"),
+        (f'cdcview_view_info{{{t}, view="V2", table="App"}}', "1x20"),
+        (f'cdcview_view_info{{{t}, view="W", table="Other"}}', "1x20"),
+        (f'cdcview_index_writes_total{{{t}, view="V1", op="put"}}', "0+200x20"),
+        (f'cdcview_index_writes_total{{{t}, view="V1", op="delete"}}', "0+50x20"),
+        (f'cdcview_index_writes_total{{{t}, view="V2", op="put"}}', "0+100x20"),
+        (f'cdcview_index_writes_total{{{t}, view="W", op="put"}}', "0+1000x20"),
+    ]
+    test = {"rule_files": [], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m",
+        "input_series": [{"series": s, "values": v} for s, v in series],
+        "promql_expr_test": [{
+            "expr": substitute(expr), "eval_time": "15m",
+            "exp_samples": [{"labels": '{instance="i:1", view="V1"}', "value": 2.5},
+                            {"labels": '{instance="i:1", view="V2"}', "value": 1},
+                            {"labels": '{instance="i:1", view="W"}', "value": 1}]}]}]}
+    path = tmp_path / "write_amplification_test.yaml"
+    path.write_text(yaml.safe_dump(test))
+    p = run([tool("promtool"), "test", "rules", str(path)])
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
 def test_label_matchers_name_labels_the_metric_has(sampled):
     exported = metric_labels(metrics_text(sampled))
     wrong, checked = [], 0
@@ -302,6 +349,21 @@ def test_dashboard_has_the_variables_and_panels(sampled):
 
 
 # ---------------------------------------------------------------- a real Prometheus
+
+def quantile(q, buckets):
+    """Prometheus's histogram_quantile over [(le, cumulative count)], sorted by le: linear
+    interpolation inside the bucket that holds the rank."""
+    total = buckets[-1][1]
+    rank = q * total
+    lower_le, lower_count = 0.0, 0.0
+    for le, count in buckets:
+        if count >= rank:
+            if le == float("inf"):
+                return lower_le
+            return lower_le + (le - lower_le) * (rank - lower_count) / (count - lower_count)
+        lower_le, lower_count = le, count
+    return buckets[-2][0]
+
 
 class Prometheus:
     def __init__(self, workdir, scrape_port):
@@ -380,6 +442,22 @@ def test_prometheus_scraping_cdcviewd_sees_what_the_daemon_reports(sampled, tmp_
             frozenset(target | {("source", "bad"), ("result", "applied")}): 0.0,
         }
         assert prom.query("cdcview_replication_lag_seconds_count") == {frozenset(target): lag_count}
+        # The lag values themselves, not only how many events had one: the histogram's sum and
+        # the per-source gauge are the daemon's own, and the gauge is GetStatus's lag_seconds.
+        lag_sum = metric(daemon_metrics, "cdcview_replication_lag_seconds_sum")
+        assert lag_sum > 0
+        assert prom.query("cdcview_replication_lag_seconds_sum") == {frozenset(target): lag_sum}
+        source_lag = metric(daemon_metrics, "cdcview_source_lag_seconds", source="sample")
+        assert source_lag == pytest.approx(status["sample"].lag_seconds, abs=1e-9)
+        assert source_lag > 0
+        assert prom.query('cdcview_source_lag_seconds{source="sample"}') == {
+            frozenset(target | {("source", "sample")}): source_lag}
+        # p99 from the recording rule equals the quantile of the daemon's own buckets.
+        buckets = sorted((float(dict(labels)["le"]), value) for (name, labels), value in
+                         daemon_metrics.items() if name == "cdcview_replication_lag_seconds_bucket")
+        assert buckets[-1] == (float("inf"), lag_count)
+        want = prom.query('histogram_quantile(0.99, cdcview_replication_lag_seconds_bucket)')
+        assert want == {frozenset(target): pytest.approx(quantile(0.99, buckets))}
         assert prom.query('cdcview_events_total{result="rejected", source="bad"}') == {
             frozenset(target | {("source", "bad"), ("result", "rejected")}): 1.0}
         # The rules load and evaluate against the real series.
@@ -392,16 +470,6 @@ def test_prometheus_scraping_cdcviewd_sees_what_the_daemon_reports(sampled, tmp_
 
 
 # ---------------------------------------------------------------- health services
-
-def health(channel, service):
-    """The grpc.health.v1 status of `service` (SERVING=1, NOT_SERVING=2) or the error code."""
-    request = b"\x0a" + bytes([len(service)]) + service.encode() if service else b""
-    check = channel.unary_unary("/grpc.health.v1.Health/Check")
-    try:
-        response = check(request, timeout=5)
-    except grpc.RpcError as e:
-        return e.code()
-    return response[1] if response else 0  # field 1 (varint): 08 <status>
 
 
 def test_health_names_each_view_and_turn_serving_when_caught_up(sampled):
@@ -441,6 +509,22 @@ def test_a_view_whose_source_failed_is_not_serving(daemon_factory, tmp_path):
 
 # ---------------------------------------------------------------- drain time
 
+def drain_bound_seconds():
+    """The daemon's worst-case drain time, as its --help states it (Application::kMaxDrainTime:
+    sources stop, the writer drains, gRPC calls finish)."""
+    m = re.search(r"SIGTERM drains within at most (\d+) s", help_text())
+    assert m, help_text()
+    return int(m.group(1))
+
+
+def test_the_drain_bound_is_the_sum_of_its_parts_and_documented():
+    bound = drain_bound_seconds()
+    assert bound == 21  # 5 s sources + 10 s writer + 5 s gRPC + 1 s slack (application.h)
+    for doc in ("README.md", os.path.join("docs", "ARCHITECTURE.md")):
+        with open(os.path.join(REPO, doc), encoding="utf-8") as f:
+            assert f"at most {bound} s" in f.read(), doc
+
+
 def measured_drain_seconds(daemon_factory):
     """SIGTERM to exit while the sample is being ingested: the longest ordinary drain."""
     d = daemon_factory({"sources": [{"name": "sample", "table": "App", "file": {"path": SAMPLE}}],
@@ -455,11 +539,57 @@ def measured_drain_seconds(daemon_factory):
     return elapsed
 
 
+def test_a_hanging_dynamodb_request_does_not_hold_the_drain(daemon_factory):
+    """A DynamoDB call in flight (here: an endpoint that accepts and never answers; the
+    request timeout is 20 s) is cancelled by SIGTERM instead of waited for."""
+    import dynamodb_env  # test credentials in the environment
+
+    with socket.socket() as endpoint:
+        endpoint.bind(("127.0.0.1", 0))
+        endpoint.listen(8)
+        endpoint.settimeout(30)
+        d = daemon_factory({"sources": [dynamodb_env.source_config(
+                                f"http://127.0.0.1:{endpoint.getsockname()[1]}")],
+                            "tables": [{"name": "App", "key": {"partition": "PK"}}]},
+                           name="hang")
+        d.start()
+        conn, _ = endpoint.accept()  # the source's first request, never answered
+        with conn:
+            conn.settimeout(30)
+            assert conn.recv(4096).startswith(b"POST "), "no request arrived"
+            time.sleep(0.5)
+            start = time.monotonic()
+            d.stop()
+            elapsed = time.monotonic() - start
+    assert elapsed < 5, f"drained in {elapsed:.1f} s; log:\n{d.log()[-2000:]}"
+    assert "cancelled" not in d.log()  # a stop is not reported as a source error
+
+
 # ---------------------------------------------------------------- Kubernetes manifests
 
+KUSTOMIZE_CACHE = os.path.join(REPO, ".cache", "bin", "kustomize")  # scripts/install-deps.sh
+
+
+def kustomize_commands():
+    """The renderers at hand: `kubectl kustomize` (kubectl is not in Debian 12) and the
+    standalone `kustomize build` that scripts/install-deps.sh builds (the same engine)."""
+    found = []
+    if shutil.which("kubectl"):
+        found.append([shutil.which("kubectl"), "kustomize"])
+    for candidate in (shutil.which("kustomize"), KUSTOMIZE_CACHE):
+        if candidate and os.access(candidate, os.X_OK):
+            found.append([candidate, "build"])
+            break
+    if not found:
+        pytest.fail("neither kubectl nor kustomize found: run scripts/install-deps.sh (it builds "
+                    f"kustomize into {KUSTOMIZE_CACHE})", pytrace=False)
+    return found
+
+
 def render(overlay):
-    p = run([tool("kubectl"), "kustomize", os.path.join(DEPLOY, "k8s", "overlays", overlay)])
-    assert p.returncode == 0, f"kubectl kustomize {overlay}:\n{p.stderr}"
+    command = kustomize_commands()[0]
+    p = run(command + [os.path.join(DEPLOY, "k8s", "overlays", overlay)])
+    assert p.returncode == 0, f"{' '.join(command)} {overlay}:\n{p.stderr}"
     return [doc for doc in yaml.safe_load_all(p.stdout) if doc]
 
 
@@ -522,6 +652,20 @@ def config_bytes(text):
         if str(text).endswith(unit):
             return int(text[:-3]) * factor
     return int(text)
+
+
+def test_every_overlay_is_tested():
+    assert sorted(OVERLAYS) == sorted(os.listdir(os.path.join(DEPLOY, "k8s", "overlays")))
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_kubectl_and_standalone_kustomize_render_the_same(overlay):
+    commands = kustomize_commands()
+    if len(commands) < 2:
+        pytest.skip("only one of kubectl and kustomize is installed")
+    outputs = [run(c + [os.path.join(DEPLOY, "k8s", "overlays", overlay)]) for c in commands]
+    assert [o.returncode for o in outputs] == [0, 0], [o.stderr for o in outputs]
+    assert outputs[0].stdout == outputs[1].stdout
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -622,7 +766,7 @@ def test_manifests_agree_with_the_binary(overlay, tmp_path, daemon_factory):
 
     # SIGTERM drains within the grace period: above the daemon's bound and what it took here.
     grace = spec["terminationGracePeriodSeconds"]
-    assert grace > DRAIN_BOUND_SECONDS
+    assert grace > drain_bound_seconds()
     assert grace > measured_drain_seconds(daemon_factory)
 
 
@@ -747,6 +891,43 @@ def test_runtime_stage_installs_every_shared_library_and_nothing_else(binaries):
     assert sorted(listed - direct - {"ca-certificates"}) == [], "not needed by the binaries"
 
 
+def source_package(pkg):
+    q = run(["dpkg-query", "-W", "-f=${source:Package}", pkg])
+    assert q.returncode == 0, f"{pkg} is not a Debian 12 package installed here: {q.stderr}"
+    return q.stdout.strip()
+
+
+def test_build_stage_copies_what_cmake_builds_and_installs_every_dev_package(binaries):
+    """Without a docker daemon the image cannot be built here; this checks the build stage
+    statically against the tree and the host's (same Debian 12) packages: a missing source
+    directory, build dependency or ignore rule fails."""
+    (_, build), (_, runtime) = dockerfile_stages()
+    copied = [line.split()[1] for line in build if line.upper().startswith("COPY ")]
+    for src in copied:
+        assert os.path.exists(os.path.join(REPO, src)), src
+    # CMake's subdirectories outside the tests block are all copied; the tests are off.
+    with open(os.path.join(REPO, "CMakeLists.txt"), encoding="utf-8") as f:
+        cmake = f.read()
+    product = cmake.split("if(CDCVIEW_BUILD_TESTS)")[0]
+    subdirs = re.findall(r"add_subdirectory\((\w+)\)", product)
+    assert subdirs and sorted(set(subdirs) - set(copied)) == []
+    assert any("-DCDCVIEW_BUILD_TESTS=OFF" in line for line in build)
+    assert "scripts/build.sh" in copied
+    # The build context lets through exactly what is copied.
+    with open(DOCKERFILE + ".dockerignore", encoding="utf-8") as f:
+        rules = [line.strip() for line in f if line.strip() and not line.startswith("#")]
+    assert rules[0] == "*"
+    assert sorted(r[1:] for r in rules[1:]) == sorted(copied)
+    # Every runtime library has its -dev package (same Debian source) in the build stage.
+    build_pkgs = apt_installed(build)
+    build_sources = {source_package(p) for p in build_pkgs}
+    runtime_pkgs = apt_installed(runtime) - {"ca-certificates"}
+    missing = {p: source_package(p) for p in runtime_pkgs
+               if source_package(p) not in build_sources}
+    assert not missing, f"no -dev package in the build stage for {missing}"
+    assert {"cmake", "ninja-build", "protobuf-compiler-grpc", "libcli11-dev"} <= build_pkgs
+
+
 # ---------------------------------------------------------------- flags and environment
 
 def print_config(args, env=None, cwd=REPO):
@@ -764,7 +945,7 @@ def test_flags_override_environment_which_overrides_the_file(binaries):
     assert got["server"] == {"grpc": "127.0.0.1:7001", "metrics": "127.0.0.1:7100",
                              "ready_max_lag_seconds": 60}
     assert got["storage"] == {"path": "/tmp/env-store", "map_size": "4GiB",
-                              "max_map_size": "64GiB"}
+                              "max_map_size": "64GiB", "write_map": True}
     # The default dead-letter file moves with the store.
     assert got["sources"][0]["file"]["dead_letter_path"] == "/tmp/env-store/dead-letters/sample.ndjson"
     plain = yaml.safe_load(print_config(["--config", EXAMPLE_CONFIG]).stdout)
@@ -816,3 +997,117 @@ def test_log_json_from_the_environment(binaries, tmp_path):
     records = [json.loads(line) for line in lines]  # every line is one JSON object
     assert [sorted(r) for r in records] == [["level", "msg", "ts"]] * len(records)
     assert any(r["msg"].startswith("cdcviewd serving gRPC on port") for r in records)
+
+
+def test_any_field_from_set_flags_and_environment_variables(binaries):
+    env = {"CDCVIEW_STORAGE_MAP_SIZE": "1GiB", "CDCVIEW_STORAGE_MAX_MAP_SIZE": "8GiB",
+           "CDCVIEW_SERVER_READY_MAX_LAG_SECONDS": "15", "CDCVIEW_APPLY_BATCH_SIZE": "256",
+           "CDCVIEW_APPLY_MAX_DELAY_MS": "5", "CDCVIEW_APPLY_LOG_COUNTS_SECONDS": "0",
+           "CDCVIEW_WATCH_RETAIN_CHANGES": "1000", "CDCVIEW_WATCH_MAX_LAG_CHANGES": "10"}
+    p = print_config(["--config", EXAMPLE_CONFIG, "--set", "apply.batch_size=512",
+                      "--set", "sources.sample.file.follow=true",
+                      "--set", "storage.write_map=false"], env)
+    assert p.returncode == 0, p.stderr
+    got = yaml.safe_load(p.stdout)
+    assert got["storage"] == {"path": "./data", "map_size": "1GiB", "max_map_size": "8GiB",
+                              "write_map": False}
+    assert got["server"]["ready_max_lag_seconds"] == 15
+    # --set wins over the variable.
+    assert got["apply"] == {"batch_size": 512, "max_delay_ms": 5, "queue_capacity": 8192,
+                            "log_counts_seconds": 0}
+    assert got["watch"] == {"retain_changes": 1000, "max_lag_changes": 10}
+    assert got["sources"][0]["file"]["follow"] is True
+
+
+def test_every_variable_in_help_sets_its_field(binaries):
+    """--help lists a variable per settable field; each one really reaches that field (an
+    invalid value is rejected naming the variable and the field)."""
+    listed = re.findall(r"^\s+(CDCVIEW_[A-Z_]+)\s+\((\S+)\)$", help_text(), re.M)
+    assert len(listed) == 10, help_text()
+    for name, path in listed:
+        assert name == "CDCVIEW_" + path.upper().replace(".", "_")
+        p = print_config(["--config", EXAMPLE_CONFIG], {name: "[]"})
+        assert p.returncode == 2, (name, p.stdout)
+        assert p.stderr.startswith(f"cdcviewd: {name}: {path}: expected "), p.stderr
+
+
+@pytest.mark.parametrize("args,env,message", [
+    ([], {"CDCVIEW_APPLY_BATCH_SIZE": "0"},
+     'CDCVIEW_APPLY_BATCH_SIZE: apply.batch_size: expected a whole number from 1 to 4294967295, '
+     'got "0"'),
+    (["--set", "apply.bogus=1"], {},
+     '--set apply.bogus=1: apply: unknown field "bogus" (expected one of batch_size, '
+     'max_delay_ms, queue_capacity, log_counts_seconds)'),
+    (["--set", "sources.nope.file.follow=true"], {},
+     '--set sources.nope.file.follow=true: no source named "nope" (sources: sample)'),
+    (["--set", "apply"], {},
+     '--set "apply": expected <field path>=<value>, like apply.batch_size=512'),
+])
+def test_a_bad_setting_names_where_it_came_from(binaries, args, env, message):
+    p = print_config(["--config", EXAMPLE_CONFIG] + args, env)
+    assert (p.returncode, p.stdout, p.stderr) == (2, "", f"cdcviewd: {message}\n")
+
+
+def test_start_up_errors_are_json_lines_with_log_json(binaries, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("nope: 1\ntables: []\n")
+    p = subprocess.run([DAEMON_BIN, "--config", str(bad), "--log-json"], capture_output=True,
+                       text=True, timeout=30)
+    assert p.returncode == 2
+    [line] = p.stderr.splitlines()
+    record = json.loads(line)
+    assert sorted(record) == ["level", "msg", "ts"]
+    assert record["level"] == "error"
+    assert record["msg"] == (f'cdcviewd: {bad}:1: unknown field "nope" (expected one of storage, '
+                             'server, apply, watch, sources, tables)')
+    # A failure after the config: the store cannot be opened (its path is a file).
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    p = subprocess.run([DAEMON_BIN, "--config", EXAMPLE_CONFIG, "--storage-path", str(blocker),
+                        "--log-json"], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 1
+    records = [json.loads(line) for line in p.stderr.splitlines()]
+    assert records[-1]["level"] == "error"
+    assert records[-1]["msg"].startswith("cdcviewd: opening the store: "), records
+
+
+def test_event_counts_at_info_level_never_a_line_per_event(binaries, tmp_path):
+    bad = tmp_path / "bad.ndjson"
+    bad.write_text("not json\n" * 50)
+    config = tmp_path / "c.yaml"
+    config.write_text(json.dumps({
+        "storage": {"path": str(tmp_path / "s"), "map_size": "64MiB"},
+        "server": {"grpc": "127.0.0.1:0", "metrics": "127.0.0.1:0"},
+        "sources": [{"name": "sample", "table": "App", "file": {"path": SAMPLE}},
+                    {"name": "bad", "table": "App", "file": {"path": str(bad)}}],
+        "tables": load_yaml(EXAMPLE_CONFIG)["tables"]}))
+    log = tmp_path / "log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([DAEMON_BIN, "--config", str(config), "--log-json",
+                                 "--set", "apply.log_counts_seconds=1"],
+                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        def counted():
+            msgs = [json.loads(line)["msg"] for line in log.read_text().splitlines()]
+            return (any(m.startswith("source sample (finished)") and "totals 3134 applied" in m
+                        for m in msgs)
+                    and any(m.startswith("source bad (finished)") and "50 rejected; " in m
+                            for m in msgs))
+        wait_for("both count lines", counted, describe=lambda: log.read_text()[-2000:])
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    counts = [r for r in records if r["msg"].startswith("source ") and " applied, " in r["msg"]]
+    assert {r["level"] for r in counts} == {"info"}
+    last = {r["msg"].split(" ")[1]: r["msg"] for r in counts}
+    assert re.fullmatch(r"source sample \(finished\): \+\d+ applied, \+0 skipped, \+0 rejected in "
+                        r"the last \d+ s; totals 3134 applied, 0 skipped, 0 rejected; lag "
+                        r"\d+\.\d s", last["sample"]), last
+    assert re.fullmatch(r"source bad \(finished\): \+\d+ applied, \+0 skipped, \+\d+ rejected in "
+                        r"the last \d+ s; totals 0 applied, 0 skipped, 50 rejected; lag 0\.0 s",
+                        last["bad"]), last
+    # 50 rejected records: 5 warnings, not 50 (the rest are summed up after 10 s).
+    rejected = [r for r in records if r["msg"].startswith("source bad: rejected ")]
+    assert len(rejected) == 5, rejected
+    assert len(records) < 40, [r["msg"] for r in records]

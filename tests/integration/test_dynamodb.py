@@ -9,7 +9,7 @@ from decimal import Decimal
 
 import pytest
 
-from conftest import metric, to_typed, wait_for
+from conftest import dashboard_metric_names, health, metric, to_typed, wait_for
 from dynamodb_env import MotoServer, create_table, source_config
 from fake_streams_endpoint import FakeStreams
 
@@ -560,8 +560,20 @@ def snapshot_phase(d, seen, ddb, moto, finish_writes):
     for k, v in before_kill.items():
         if k.startswith("scan/") and v != "DONE":
             assert restarted_scans.get(k) is not None
-    wait_for("the snapshot done", lambda: d.source("app").state in ("running", "caught_up"),
-             describe=lambda: str(d.source("app")))
+    # While the scan runs the view answers from a partial table: its health name is not
+    # SERVING, although the Scan's batches carry no creation time (a lag of 0).
+    backfill_health = []
+
+    def snapshot_done():
+        s = d.source("app")
+        if s.state == "backfilling":
+            backfill_health.append((time.monotonic(), health(d.channel, "cdcview.view.GSI1")))
+        return s.state in ("running", "caught_up")
+
+    wait_for("the snapshot done", snapshot_done, interval=0.1, describe=lambda: str(d.source("app")))
+    assert backfill_health and {h for _, h in backfill_health} == {2}, backfill_health
+    # Long enough for the once-a-second readiness ticker to have judged the view.
+    assert backfill_health[-1][0] - backfill_health[0][0] > 2, backfill_health
     finish_writes()
     assert all(d.positions("app")[f"scan/{i}"] == "DONE" for i in range(4))
     wait_caught_up(d, moto, "Snap")
@@ -579,10 +591,18 @@ def snapshot_phase(d, seen, ddb, moto, finish_writes):
             if not start:
                 break
     assert metric(m, "cdcview_dynamodb_requests_total", source="app", call="Scan", result="ok") < full_scan_pages
+    # Every DynamoDB metric a dashboard panel or alert names is in the real output.
+    exported = {name for name, _ in m}
+    ddb_metrics = dashboard_metric_names("cdcview_dynamodb_")
+    assert ddb_metrics == ["cdcview_dynamodb_iterator_age_seconds", "cdcview_dynamodb_requests_total",
+                           "cdcview_dynamodb_shards", "cdcview_dynamodb_trimmed_data_total"]
+    assert [n for n in ddb_metrics if n not in exported] == []
     for g in range(7):
         theirs = dynamo_query(ddb, "Snap", "GSI1", "GSI1PK", S(f"G{g}"))
         ours = query_all(d, "GSI1", av(d.stubs, S(f"G{g}")))
         assert same_answer(ours, theirs), g
     assert d.stub.DescribeView(d.stubs.vs.DescribeViewRequest(view="GSI1"), timeout=10).state == \
         d.stubs.vs.ViewDescription.READY
+    wait_for("cdcview.view.GSI1 SERVING once caught up",
+             lambda: health(d.channel, "cdcview.view.GSI1") == 1)
     d.stop()

@@ -19,7 +19,7 @@ import pytest
 
 import reference as ref
 import streams
-from conftest import Daemon, expected_position, metric, wait_for
+from conftest import Daemon, dashboard_metric_names, expected_position, metric, wait_for
 from kafka_fixture import PARTITIONS, kafka, partition_of  # noqa: F401 (fixture)
 
 EVENTS = int(os.environ.get("CDCVIEW_KAFKA_EVENTS", "100000"))
@@ -234,6 +234,11 @@ def test_three_formats_build_the_views_the_file_source_builds(kafka, topics, ref
                           topic=topics[fmt], partition=str(p)) == 0
                    for fmt in FORMATS for p in range(PARTITIONS))
     wait_for("consumer lag 0 on every partition", lag_is_zero, timeout=30)
+    # Every Kafka metric a dashboard panel or alert names is in the real output.
+    exported = {name for name, _ in d.metrics()}
+    kafka_metrics = dashboard_metric_names("cdcview_kafka_")
+    assert kafka_metrics == ["cdcview_kafka_consumer_lag_messages", "cdcview_kafka_rebalances_total"]
+    assert [n for n in kafka_metrics if n not in exported] == []
     for fmt in FORMATS:  # the group's committed offsets follow the store (informational)
         group = f"all-{topics[fmt]}"
         want = expected_positions(kafka, topics[fmt])

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "daemon/apply/catalog.h"
 #include "daemon/config/config.h"
 #include "daemon/log/log.h"
@@ -532,6 +533,42 @@ TEST_F(ApplierTest, RejectedRecordsAreDeadLetteredCountedAndTheRestApplies) {
                 "cdcview_rejected_events_total{reason=\"key_too_large\",source=\"sample\"} 1",
                 "cdcview_rejected_events_total{reason=\"malformed_json\",source=\"sample\"} 1",
             }));
+}
+
+// Never a line per event: the first 5 rejections of a source per 10 s are logged in full, the
+// rest once as a count when the interval ends.
+TEST_F(ApplierTest, RejectionWarningsAreThrottledPerSourceAndSummarized) {
+  ASSERT_TRUE(Open().ok());
+  std::vector<SourceRecord> batch;
+  for (int i = 1; i <= 50; ++i) {
+    std::string line = absl::StrCat("line ", i);
+    batch.push_back(test::Rejected(absl::InvalidArgumentError(line + ": malformed JSON"),
+                                   "malformed_json", At(std::to_string(i)).Locator(line)));
+  }
+  batch.push_back(test::Rejected(absl::InvalidArgumentError("s@1: malformed JSON"),
+                                 "malformed_json", At("1").Source(1).Locator("s@1")));
+  testing::internal::CaptureStderr();
+  ASSERT_TRUE(applier_->ApplyBatch(&batch).ok());
+  applier_->LogThrottledSummaries();  // the interval has not ended: nothing yet
+  now_ms_ += 10'000;
+  applier_->LogThrottledSummaries();
+  applier_->LogThrottledSummaries();  // once only
+  std::vector<std::string> lines = absl::StrSplit(testing::internal::GetCapturedStderr(), '\n',
+                                                  absl::SkipEmpty());
+  for (std::string& line : lines) line = line.substr(25);  // the timestamp
+  EXPECT_EQ(lines, (std::vector<std::string>{
+                       "warning source sample: rejected line 1: malformed JSON",
+                       "warning source sample: rejected line 2: malformed JSON",
+                       "warning source sample: rejected line 3: malformed JSON",
+                       "warning source sample: rejected line 4: malformed JSON",
+                       "warning source sample: rejected line 5: malformed JSON",
+                       "warning source second: rejected s@1: malformed JSON",
+                       "warning source sample: 45 more rejected records in the last 10 s (see "
+                       "the dead-letter file ./data/dead-letters/sample.ndjson and "
+                       "cdcview_events_total{result=\"rejected\"})",
+                   }));
+  EXPECT_EQ(sample_sink_.letters().size(), 50u);  // every one dead-lettered all the same
+  EXPECT_EQ(applier_->Counters(0).rejected, 50u);
 }
 
 TEST_F(ApplierTest, AFailingDeadLetterSinkFailsTheBatchAndAppliesNothing) {

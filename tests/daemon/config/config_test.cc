@@ -335,7 +335,7 @@ TEST(ConfigErrorTest, UnknownFieldsAreErrorsEverywhere) {
   EXPECT_EQ(ErrorOf("apply: { batch_sise: 3 }\n"
                     "tables: [ { name: T, key: { partition: PK } } ]\n"),
             "t.yaml:1: apply: unknown field \"batch_sise\" (expected one of batch_size, "
-            "max_delay_ms, queue_capacity)");
+            "max_delay_ms, queue_capacity, log_counts_seconds)");
 }
 
 TEST(ConfigErrorTest, RepeatedYamlKeyIsAnError) {

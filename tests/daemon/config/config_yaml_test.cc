@@ -3,6 +3,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -62,6 +64,7 @@ void ExpectRoundTrip(const Config& config) {
   EXPECT_EQ(again->storage, config.storage);
   EXPECT_EQ(again->server, config.server);
   EXPECT_EQ(again->apply, config.apply);
+  EXPECT_EQ(again->watch, config.watch);
   EXPECT_EQ(again->sources, config.sources) << yaml;
   ExpectSameTables(again->tables, config.tables);
   // A fixpoint too: printing the re-read config gives the same text.
@@ -116,6 +119,78 @@ TEST(ConfigToYamlTest, EverySourceKindAndViewFormRoundTrips) {
   ExpectRoundTrip(*config);
 }
 
+// Every settable field at a value other than its default, so a field ConfigToYaml leaves out
+// comes back as the default and fails the round trip (storage.write_map once did). A field
+// added to a config struct belongs in this file and in the list below.
+TEST(ConfigToYamlTest, EveryFieldAtANonDefaultValueRoundTrips) {
+  absl::StatusOr<Config> config = ParseConfig(
+      "storage: { path: /srv/x, map_size: 1MiB, max_map_size: 2MiB, write_map: false }\n"
+      "server: { grpc: \"0.0.0.0:7\", metrics: \"0.0.0.0:8\", ready_max_lag_seconds: 3 }\n"
+      "apply: { batch_size: 5, max_delay_ms: 6, queue_capacity: 70, log_counts_seconds: 0 }\n"
+      "watch: { retain_changes: 100, max_lag_changes: 10 }\n"
+      "sources:\n"
+      "  - { name: f, table: T, file: { path: in.ndjson, follow: true,\n"
+      "                                dead_letter_path: /dl/f.ndjson } }\n"
+      "  - name: k\n"
+      "    table: T\n"
+      "    kafka: { brokers: \"b:1\", topics: [t], group: g, format: debezium-json,\n"
+      "             dead_letter_topic: dlq, dead_letter_path: /dl/k.ndjson, start: latest,\n"
+      "             key_attributes: [id], properties: { fetch.min.bytes: 1 } }\n"
+      "  - name: d\n"
+      "    table: T\n"
+      "    dynamodb: { table_name: T1, region: eu-west-1, endpoint: \"http://127.0.0.1:1\",\n"
+      "                start: latest, poll_interval_ms: 11, shard_concurrency: 2,\n"
+      "                discovery_interval_ms: 1300, snapshot: scan, scan_segments: 3,\n"
+      "                scan_read_units_per_second: 17, dead_letter_path: /dl/d.ndjson }\n"
+      "  - name: a\n"
+      "    table: T\n"
+      "    dynamodb: { stream_arn: \"arn:aws:dynamodb:eu-west-1:1:table/T/stream/x\" }\n"
+      "tables: [ { name: T, key: { partition: id } } ]\n",
+      "t.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  const Config& c = *config;
+  const StorageConfig storage;
+  EXPECT_NE(c.storage.path, storage.path);
+  EXPECT_NE(c.storage.map_size, storage.map_size);
+  EXPECT_NE(c.storage.max_map_size, storage.max_map_size);
+  EXPECT_NE(c.storage.write_map, storage.write_map);
+  const ServerConfig server;
+  EXPECT_NE(c.server.grpc, server.grpc);
+  EXPECT_NE(c.server.metrics, server.metrics);
+  EXPECT_NE(c.server.ready_max_lag_seconds, server.ready_max_lag_seconds);
+  const ApplyConfig apply;
+  EXPECT_NE(c.apply.batch_size, apply.batch_size);
+  EXPECT_NE(c.apply.max_delay_ms, apply.max_delay_ms);
+  EXPECT_NE(c.apply.queue_capacity, apply.queue_capacity);
+  EXPECT_NE(c.apply.log_counts_seconds, apply.log_counts_seconds);
+  const WatchConfig watch;
+  EXPECT_NE(c.watch.retain_changes, watch.retain_changes);
+  EXPECT_NE(c.watch.max_lag_changes, watch.max_lag_changes);
+  const FileSourceConfig file;
+  EXPECT_NE(c.sources[0].file.follow, file.follow);
+  EXPECT_NE(c.sources[0].file.dead_letter_path, file.dead_letter_path);
+  const KafkaSourceConfig kafka;
+  const KafkaSourceConfig& k = c.sources[1].kafka;
+  EXPECT_TRUE(k.format != kafka.format && k.start != kafka.start);
+  EXPECT_FALSE(k.dead_letter_topic.empty() || k.key_attributes.empty() || k.properties.empty());
+  EXPECT_NE(k.dead_letter_path, "/srv/x/dead-letters/k.ndjson");
+  const DynamoDbSourceConfig dynamodb;
+  const DynamoDbSourceConfig& d = c.sources[2].dynamodb;
+  EXPECT_NE(d.region, dynamodb.region);
+  EXPECT_NE(d.endpoint, dynamodb.endpoint);
+  EXPECT_TRUE(d.start != dynamodb.start && d.snapshot != dynamodb.snapshot);
+  EXPECT_NE(d.poll_interval_ms, dynamodb.poll_interval_ms);
+  EXPECT_NE(d.shard_concurrency, dynamodb.shard_concurrency);
+  EXPECT_NE(d.discovery_interval_ms, dynamodb.discovery_interval_ms);
+  EXPECT_NE(d.scan_segments, dynamodb.scan_segments);
+  EXPECT_NE(d.scan_read_units_per_second, dynamodb.scan_read_units_per_second);
+  EXPECT_NE(d.dead_letter_path, "/srv/x/dead-letters/d.ndjson");
+  EXPECT_FALSE(c.sources[3].dynamodb.stream_arn.empty());
+  ExpectRoundTrip(c);
+  // And the field the round trip once lost, in the text itself.
+  EXPECT_NE(ConfigToYaml(c).find("  write_map: false\n"), std::string::npos);
+}
+
 TEST(ConfigToYamlTest, PrintsEveryDefaultExactly) {
   absl::StatusOr<Config> config = ParseConfig(
       "sources: [ { name: s, table: T, file: { path: in.ndjson } } ]\n"
@@ -130,6 +205,7 @@ TEST(ConfigToYamlTest, PrintsEveryDefaultExactly) {
             "  path: \"./data\"\n"
             "  map_size: \"4GiB\"\n"
             "  max_map_size: \"64GiB\"\n"
+            "  write_map: true\n"
             "server:\n"
             "  grpc: \"127.0.0.1:50051\"\n"
             "  metrics: \"127.0.0.1:9464\"\n"
@@ -138,6 +214,7 @@ TEST(ConfigToYamlTest, PrintsEveryDefaultExactly) {
             "  batch_size: 1024\n"
             "  max_delay_ms: 20\n"
             "  queue_capacity: 8192\n"
+            "  log_counts_seconds: 30\n"
             "watch:\n"
             "  retain_changes: 1000000\n"
             "  max_lag_changes: 500000\n"
@@ -236,6 +313,119 @@ TEST(ApplyOverridesTest, InvalidValuesNameFieldFlagAndVariable) {
             "got \"\"");
   // A rejected override leaves the config as it was.
   EXPECT_EQ(ConfigToYaml(config), ConfigToYaml(Sample()));
+}
+
+// ---- settings (--set and CDCVIEW_<PATH>) ----
+
+constexpr char kSettingsYaml[] =
+    "storage: { path: /srv/a }\n"
+    "sources:\n"
+    "  - { name: s, table: T, file: { path: in.ndjson } }\n"
+    "  - { name: k, table: T, kafka: { brokers: \"a:1\", topics: [t], group: g } }\n"
+    "tables: [ { name: T, key: { partition: PK } } ]\n";
+
+TEST(ConfigSettingsTest, SettingsReplaceOrAddFieldsAndALaterOneWins) {
+  absl::StatusOr<Config> config = ParseConfig(
+      kSettingsYaml, "t.yaml",
+      {{"apply.batch_size", "64", "CDCVIEW_APPLY_BATCH_SIZE"},
+       {"apply.batch_size", "128", "--set apply.batch_size=128"},
+       {"storage.max_map_size", "8GiB", "CDCVIEW_STORAGE_MAX_MAP_SIZE"},
+       {"storage.write_map", "false", "--set storage.write_map=false"},
+       {"server.ready_max_lag_seconds", "5", "--set server.ready_max_lag_seconds=5"},
+       {"sources.k.kafka.brokers", "b:2,c:3", "--set sources.k.kafka.brokers=b:2,c:3"},
+       {"sources.k.kafka.topics", "[x, y]", "--set sources.k.kafka.topics=[x, y]"},
+       {"storage.path", "/srv/b", "--set storage.path=/srv/b"}});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->apply.batch_size, 128u);
+  EXPECT_EQ(config->storage.max_map_size, 8ull << 30);
+  EXPECT_FALSE(config->storage.write_map);
+  EXPECT_EQ(config->server.ready_max_lag_seconds, 5u);
+  EXPECT_EQ(config->sources[1].kafka.brokers, "b:2,c:3");
+  EXPECT_EQ(config->sources[1].kafka.topics, (std::vector<std::string>{"x", "y"}));
+  // Validated as the file's own: the default dead-letter path follows the set storage.path.
+  EXPECT_EQ(config->sources[0].file.dead_letter_path, "/srv/b/dead-letters/s.ndjson");
+}
+
+TEST(ConfigSettingsTest, ErrorsNameTheSettingInsteadOfALine) {
+  auto error = [](std::vector<ConfigSetting> settings) {
+    return Text(ParseConfig(kSettingsYaml, "t.yaml", settings).status());
+  };
+  EXPECT_EQ(error({{"apply.batch_size", "0", "CDCVIEW_APPLY_BATCH_SIZE"}}),
+            "CDCVIEW_APPLY_BATCH_SIZE: apply.batch_size: expected a whole number from 1 to "
+            "4294967295, got \"0\"");
+  EXPECT_EQ(error({{"apply.bogus", "1", "--set apply.bogus=1"}}),
+            "--set apply.bogus=1: apply: unknown field \"bogus\" (expected one of batch_size, "
+            "max_delay_ms, queue_capacity, log_counts_seconds)");
+  EXPECT_EQ(error({{"bogus.x", "1", "--set bogus.x=1"}}),
+            "--set bogus.x=1: unknown field \"bogus\" (expected one of storage, server, apply, "
+            "watch, sources, tables)");
+  EXPECT_EQ(error({{"sources.nope.file.follow", "true", "--set sources.nope.file.follow=true"}}),
+            "--set sources.nope.file.follow=true: no source named \"nope\" (sources: s, k)");
+  EXPECT_EQ(error({{"sources.s", "x", "--set sources.s=x"}}),
+            "--set sources.s=x: set a field of source \"s\", like sources.s.kafka.brokers");
+  EXPECT_EQ(error({{"storage..path", "x", "--set storage..path=x"}}),
+            "--set storage..path=x: expected a field path like apply.batch_size, got "
+            "\"storage..path\"");
+  // Inside a YAML value (which has marks of its own text): still the setting.
+  EXPECT_EQ(error({{"storage.map_size", "[1]", "CDCVIEW_STORAGE_MAP_SIZE"}}),
+            "CDCVIEW_STORAGE_MAP_SIZE: storage.map_size: expected a size like 4GiB, 512MiB or "
+            "1048576, got a list");
+  EXPECT_EQ(error({{"sources.k.kafka.topics", "[a, [b]]", "--set sources.k.kafka.topics=[a, [b]]"}}),
+            "--set sources.k.kafka.topics=[a, [b]]: sources[1].kafka.topics[1]: expected a "
+            "non-empty string, got a list");
+  // An error in the file itself still names its line.
+  EXPECT_EQ(Text(ParseConfig("apply: { batch_size: 0 }\ntables: []\n", "t.yaml",
+                             {{"apply.max_delay_ms", "5", "--set apply.max_delay_ms=5"}})
+                     .status()),
+            "t.yaml:1: apply.batch_size: expected a whole number from 1 to 4294967295, got \"0\"");
+}
+
+TEST(ConfigSettingsTest, SetFlagAndEnvironment) {
+  absl::StatusOr<ConfigSetting> set = ParseSetFlag("sources.k.kafka.brokers=a:1=b");
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->path, "sources.k.kafka.brokers");
+  EXPECT_EQ(set->value, "a:1=b");
+  EXPECT_EQ(set->origin, "--set sources.k.kafka.brokers=a:1=b");
+  EXPECT_EQ(Text(ParseSetFlag("apply").status()),
+            "--set \"apply\": expected <field path>=<value>, like apply.batch_size=512");
+  EXPECT_EQ(EnvironmentName("server.ready_max_lag_seconds"),
+            "CDCVIEW_SERVER_READY_MAX_LAG_SECONDS");
+  std::map<std::string, std::string> env = {{"CDCVIEW_APPLY_BATCH_SIZE", "9"},
+                                            {"CDCVIEW_STORAGE_MAP_SIZE", ""},
+                                            {"CDCVIEW_SERVICE_HOST", "10.0.0.1"}};
+  std::vector<ConfigSetting> settings = SettingsFromEnvironment([&](const char* name) {
+    auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  });
+  // Empty counts as unset; Kubernetes' service variables are not settings.
+  ASSERT_EQ(settings.size(), 1u);
+  EXPECT_EQ(settings[0].path, "apply.batch_size");
+  EXPECT_EQ(settings[0].value, "9");
+  EXPECT_EQ(settings[0].origin, "CDCVIEW_APPLY_BATCH_SIZE");
+}
+
+// The variables cover every field --print-config prints for storage, server, apply and watch,
+// but the three with their own flag and variable.
+TEST(ConfigSettingsTest, EveryScalarSectionFieldHasAVariable) {
+  absl::StatusOr<Config> config =
+      ParseConfig("tables: [ { name: T, key: { partition: PK } } ]\n", "t.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  std::vector<std::string> printed;
+  std::string section;
+  std::istringstream yaml(ConfigToYaml(*config));
+  for (std::string line; std::getline(yaml, line);) {
+    if (!line.empty() && line[0] != ' ' && line.back() == ':') {
+      section = line.substr(0, line.size() - 1);
+    } else if (line.starts_with("  ") && line[2] != ' ' && line[2] != '-' &&
+               (section == "storage" || section == "server" || section == "apply" ||
+                section == "watch")) {
+      std::string path = section + "." + line.substr(2, line.find(':') - 2);
+      if (path != "storage.path" && path != "server.grpc" && path != "server.metrics") {
+        printed.push_back(path);
+      }
+    }
+  }
+  EXPECT_EQ(printed, EnvironmentSettablePaths());
 }
 
 }  // namespace

@@ -488,6 +488,26 @@ TEST_F(KafkaSourceTest, BrokerOutageIsAnErrorUntilItIsBack) {
   EXPECT_EQ(more[0].offset, 1);
 }
 
+// Leaving the group needs the coordinator; with the broker down, Stop still returns within
+// kSourceStopTimeout (part of the daemon's drain bound) instead of waiting for it.
+TEST_F(KafkaSourceTest, StopIsBoundedWhenTheBrokerIsGone) {
+  const std::string topic = Topic();
+  kafka_.CreateTopic(topic, 1);
+  kafka_.Produce(topic, 0, "k", Record("P#1", 1));
+  SourceConfig config = Config(topic, topic);
+  KafkaSource source(0, config, nullptr);
+  RecordQueue queue(100);
+  ASSERT_TRUE(source.Start({}, &queue).ok());
+  ASSERT_EQ(Take(&queue, 1).size(), 1u);
+  ASSERT_EQ(rd_kafka_mock_broker_set_down(kafka_.cluster(), 1), RD_KAFKA_RESP_ERR_NO_ERROR);
+  const auto start = std::chrono::steady_clock::now();
+  source.Stop();
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_LT(took, kSourceStopTimeout + std::chrono::seconds(2))
+      << std::chrono::duration_cast<milliseconds>(took).count() << " ms";
+  ASSERT_EQ(rd_kafka_mock_broker_set_up(kafka_.cluster(), 1), RD_KAFKA_RESP_ERR_NO_ERROR);
+}
+
 TEST_F(KafkaSourceTest, RefusesPositionsItDidNotWrite) {
   KafkaSource source(0, Config("t", "g"), nullptr);
   RecordQueue queue(10);
