@@ -214,8 +214,7 @@ std::chrono::milliseconds DynamoDbStreamsClient::Backoff(int attempt) {
   thread_local std::mt19937_64 random(std::random_device{}());
   int64_t cap = std::min<int64_t>(options_.max_backoff.count(),
                                   options_.base_backoff.count() << std::min(attempt, 20));
-  return std::chrono::milliseconds(
-      std::uniform_int_distribution<int64_t>(cap / 2, std::max<int64_t>(cap, 1))(random));
+  return std::chrono::milliseconds(std::uniform_int_distribution<int64_t>(0, cap)(random));
 }
 
 absl::StatusOr<std::string> DynamoDbStreamsClient::Attempt(bool streams, const std::string& call,
