@@ -467,7 +467,11 @@ DynamoDbSource::StepResult DynamoDbSource::ReadStep(Shard shard) {
       return finish(std::chrono::milliseconds(0));
     }
   }
-  if (probe_ && newest_ms > 0) probe_->SetIteratorAge(shard.id, double(NowMillis() - newest_ms) / 1000.0);
+  if (probe_ && newest_ms > 0) {
+    probe_->SetIteratorAge(shard.id, double(NowMillis() - newest_ms) / 1000.0);
+  } else if (probe_ && page->records.empty()) {
+    probe_->SetIteratorAge(shard.id, 0);  // caught up: nothing newer waits in the shard
+  }
   result.had_records = !page->records.empty();
   shard.iterator = page->next_iterator;
   if (page->next_iterator.empty()) {

@@ -518,10 +518,14 @@ def test_start_latest_iterator_age_lag_and_idle_polling(daemon_factory, fake):
     # A fresh store with start: latest: the closed shard is skipped, the open one starts at LATEST.
     assert [(b["ShardId"], b["ShardIteratorType"]) for b in fake.bodies("GetShardIterator")] == \
         [("shard-1", "LATEST")]
+    # One GetRecords gets the new record; the next one waits, so the age stays the record's.
+    fake.hold("GetRecords")
     started = time.time()
     seq = fake.append("shard-1", "INSERT", keys("z", "1"), item("z", "1", n=1),
                       created=int(started) - 30)
+    fake.release("GetRecords", 1)
     wait_for("the new record applied", lambda: d.positions("app").get("shard-1") == str(seq))
+    wait_for("the next GetRecords held", lambda: len(fake.gates_waiting("GetRecords")) == 1)
     assert gsi(d) == [("z#1", "1")]  # x and y were written before the start
     m = d.metrics()
     bound = time.time() - started + 31  # the record was 30 s to 31 s old when read
@@ -533,6 +537,7 @@ def test_start_latest_iterator_age_lag_and_idle_polling(daemon_factory, fake):
     assert 30 <= metric(m, "cdcview_replication_lag_seconds_sum") <= bound
     assert metric(m, "cdcview_replication_lag_seconds_bucket", le="30") == 0
     assert metric(m, "cdcview_replication_lag_seconds_bucket", le="60") == 1
+    fake.release("GetRecords")
 
     # An idle stream costs one GetRecords per shard per poll interval, and one DescribeStream
     # round (two pages here) per discovery interval.
@@ -541,6 +546,8 @@ def test_start_latest_iterator_age_lag_and_idle_polling(daemon_factory, fake):
     time.sleep(3)
     window = time.monotonic() - t0
     records, describes = fake.count("GetRecords") - records, fake.count("DescribeStream") - describes
+    # Caught up, the shard's iterator age is 0 (not the age of the last record, frozen).
+    assert gauge(d, "cdcview_dynamodb_iterator_age_seconds", shard="shard-1") == 0
     print(f"idle stream: {records} GetRecords and {describes} DescribeStream in {window:.2f} s")
     assert 0.5 * window / 0.2 <= records <= window / 0.2 + 1, (records, window)
     assert describes <= 2 * (window / 1.0 + 1), (describes, window)
