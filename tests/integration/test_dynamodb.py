@@ -502,6 +502,35 @@ def test_lineage_expiry_throttling_errors_ttl_and_signatures(daemon_factory, fak
     assert (s.kind, s.events_applied, s.events_skipped, s.events_rejected) == ("dynamodb", 8, 0, 0)
     assert s.state in ("running", "caught_up"), s
     assert fake.bad_signatures == [] and fake.signatures_checked > 10
+
+    # A restart skips the shards stored as END and resumes the open ones after their stored
+    # sequence numbers.
+    stored = d.positions("app")
+    d.stop()
+    n = len(fake.call_log())
+    d.start()
+    wait_for("caught up after the restart", lambda: d.source("app").state == "caught_up")
+    calls = [(c, s) for i, c, s in shard_calls(fake) if i >= n]
+    assert {s for _, s in calls} == {"shard-child", "shard-split"}, calls
+    resumed = [b for c, b, _ in fake.call_log()[n:] if c == "GetShardIterator"]
+    assert sorted((b["ShardId"], b["ShardIteratorType"], b["SequenceNumber"]) for b in resumed) == \
+        [(sid, "AFTER_SEQUENCE_NUMBER", stored[sid]) for sid in ("shard-child", "shard-split")]
+    assert d.source("app").events_applied == 0  # nothing read again
+    d.stop()
+
+
+def test_shard_concurrency_bounds_the_reads_in_flight(daemon_factory, fake):
+    for i in range(3):
+        fake.add_shard(f"shard-{i}")
+        fake.append(f"shard-{i}", "INSERT", keys(f"k{i}", "1"), item(f"k{i}", "1", n=i))
+    fake.hold("GetRecords")
+    d = daemon_factory(fake_config(fake, shard_concurrency=2))
+    d.start()
+    wait_for("two reads in flight", lambda: len(fake.gates_waiting("GetRecords")) == 2)
+    time.sleep(0.5)
+    assert len(fake.gates_waiting("GetRecords")) == 2  # the third shard waits for a reader
+    fake.release("GetRecords")
+    wait_for("all three applied", lambda: len(gsi(d)) == 3)
     d.stop()
 
 
