@@ -729,6 +729,7 @@ def test_trimmed_data_is_reported_loudly_and_reading_continues(daemon_factory, f
     s = d.source("app")
     assert (s.state, s.error) == ("error", error)
     assert d.positions("app")["trimmed"] == error
+    assert_token_round_trip(d, {"trimmed": error})
     d.stop()
 
 
@@ -771,7 +772,20 @@ def test_snapshot_killed_after_the_shard_positions_before_any_scan_page_still_sc
     assert gsi(d) == [("s#1", "1")] + [(f"t{i}#1", str(i)) for i in range(6)]
     assert d.positions("app") == {"snapshot": "done", "shard-1": str(seq),
                                   "scan/0": "DONE", "scan/1": "DONE"}
+    assert_token_round_trip(d, {"snapshot": "done", "scan/0": "DONE"})
     d.stop()
+
+
+def assert_token_round_trip(d, markers):
+    """A Query's applied-position token, markers included, is accepted as min_position."""
+    vs = d.stubs.vs
+    r = d.stub.Query(vs.QueryRequest(view="GSI1", partition_key=av(d.stubs, S("G"))), timeout=10)
+    got = {e.partition: e.position for e in r.applied.entries if e.source == "app"}
+    assert {k: got.get(k) for k in markers} == markers, got
+    again = d.stub.Query(vs.QueryRequest(view="GSI1", partition_key=av(d.stubs, S("G")),
+                                         consistency=vs.ReadConsistency(min_position=r.applied.token)),
+                         timeout=10)
+    assert len(again.entries) == len(r.entries)
 
 
 def test_snapshot_resumes_each_segment_after_its_stored_key(daemon_factory, fake):
