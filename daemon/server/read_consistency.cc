@@ -155,7 +155,9 @@ absl::StatusOr<bool> PositionReached(SourceConfig::Kind kind, std::string_view p
       if (partition.starts_with("scan/")) return applied == wanted || applied == "DONE";
       if (partition == "trimmed") return true;  // a report, not a position
       if (partition == "snapshot") {
-        if (wanted != "started" && wanted != "done") return bad("a snapshot marker (started, done)");
+        if (wanted != "started" && wanted != "done") {
+          return bad("a snapshot marker (started, done)");
+        }
         return applied == wanted || applied == "done";
       }
       const int want = ShardRank(wanted), have = ShardRank(applied);
