@@ -214,8 +214,7 @@ std::chrono::milliseconds DynamoDbStreamsClient::Backoff(int attempt) {
   thread_local std::mt19937_64 random(std::random_device{}());
   int64_t cap = std::min<int64_t>(options_.max_backoff.count(),
                                   options_.base_backoff.count() << std::min(attempt, 20));
-  return std::chrono::milliseconds(
-      std::uniform_int_distribution<int64_t>(cap / 2, std::max<int64_t>(cap, 1))(random));
+  return std::chrono::milliseconds(std::uniform_int_distribution<int64_t>(0, cap)(random));
 }
 
 absl::StatusOr<std::string> DynamoDbStreamsClient::Attempt(bool streams, const std::string& call,
@@ -343,15 +342,25 @@ absl::StatusOr<ScanPage> DynamoDbStreamsClient::Scan(const std::string& table, u
   return ParseScan(*body);
 }
 
-absl::StatusOr<uint64_t> DynamoDbStreamsClient::ItemCount(const std::string& table) {
+absl::StatusOr<TableDescription> DynamoDbStreamsClient::DescribeTable(const std::string& table) {
   auto body = Call(false, "DescribeTable", absl::StrCat("{\"TableName\":", Quote(table), "}"));
   if (!body.ok()) return body.status();
   simdjson::dom::parser parser;
-  uint64_t count = 0;
-  if (parser.parse(*body)["Table"]["ItemCount"].get_uint64().get(count) != simdjson::SUCCESS) {
+  simdjson::dom::element doc;
+  if (parser.parse(*body).get(doc) != simdjson::SUCCESS) {
+    return BadResponse("DescribeTable", "not JSON");
+  }
+  TableDescription out;
+  if (doc["Table"]["ItemCount"].get_uint64().get(out.item_count) != simdjson::SUCCESS) {
     return BadResponse("DescribeTable", "no Table.ItemCount");
   }
-  return count;
+  // On-demand tables report 0 (or no ProvisionedThroughput at all).
+  uint64_t units = 0;
+  if (doc["Table"]["ProvisionedThroughput"]["ReadCapacityUnits"].get_uint64().get(units) ==
+      simdjson::SUCCESS) {
+    out.read_capacity_units = units;
+  }
+  return out;
 }
 
 }  // namespace cdcview::aws

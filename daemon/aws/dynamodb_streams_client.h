@@ -58,6 +58,11 @@ struct ScanPage {
   double consumed_read_units = 0;       // ConsumedCapacity.CapacityUnits
 };
 
+struct TableDescription {
+  uint64_t item_count = 0;            // approximate
+  uint64_t read_capacity_units = 0;   // provisioned; 0 for an on-demand table
+};
+
 class DynamoDbStreamsClient {
  public:
   struct Options {
@@ -91,8 +96,9 @@ class DynamoDbStreamsClient {
   absl::StatusOr<ScanPage> Scan(const std::string& table, uint32_t segment,
                                 uint32_t total_segments, const std::string& exclusive_start_key,
                                 int limit);
-  // DescribeTable's ItemCount (DynamoDB updates it about every six hours).
-  absl::StatusOr<uint64_t> ItemCount(const std::string& table);
+  // DescribeTable: the ItemCount (DynamoDB updates it about every six hours) and the
+  // provisioned read capacity (0 for an on-demand table).
+  absl::StatusOr<TableDescription> DescribeTable(const std::string& table);
 
   // One call with retries: exposed for tests. `streams` picks the Streams endpoint and target.
   absl::StatusOr<std::string> Call(bool streams, const std::string& call, const std::string& body);

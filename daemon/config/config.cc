@@ -1320,7 +1320,8 @@ absl::Status Loader::ParseDynamoDbSource(const Fields::Entry& entry, const std::
       ReadFields(entry, path,
                  {"table_name", "stream_arn", "region", "endpoint", "start", "poll_interval_ms",
                   "shard_concurrency", "discovery_interval_ms", "snapshot", "scan_segments",
-                  "scan_read_units_per_second", "dead_letter_path"});
+                  "scan_read_capacity_percent", "scan_read_units_per_second",
+                  "dead_letter_path"});
   if (!fields.ok()) return fields.status();
   for (auto [key, out] : {std::pair<const char*, std::string*>{"table_name", &ddb->table_name},
                           {"stream_arn", &ddb->stream_arn},
@@ -1341,12 +1342,18 @@ absl::Status Loader::ParseDynamoDbSource(const Fields::Entry& entry, const std::
         {"shard_concurrency", &ddb->shard_concurrency, 1},
         {"discovery_interval_ms", &ddb->discovery_interval_ms, 100},
         {"scan_segments", &ddb->scan_segments, 1},
+        {"scan_read_capacity_percent", &ddb->scan_read_capacity_percent, 1},
         {"scan_read_units_per_second", &ddb->scan_read_units_per_second, 0}}) {
     if (const Fields::Entry* field = fields->Find(key)) {
       absl::StatusOr<uint32_t> n = ReadUint32(*field, fields->PathOf(key), min);
       if (!n.ok()) return n.status();
       *out = *n;
     }
+  }
+  if (ddb->scan_read_capacity_percent > 100) {
+    return Error(fields->Find("scan_read_capacity_percent")->value,
+                 fields->PathOf("scan_read_capacity_percent"),
+                 "expected a percentage of the table's read capacity, 1 to 100");
   }
   if (const Fields::Entry* start = fields->Find("start")) {
     absl::StatusOr<std::string> choice =

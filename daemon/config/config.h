@@ -108,7 +108,10 @@ struct DynamoDbSourceConfig {
   uint32_t discovery_interval_ms = 10000;    // DescribeStream for new shards
   Snapshot snapshot = Snapshot::kNone;
   uint32_t scan_segments = 4;                // parallel Scan segments
-  uint32_t scan_read_units_per_second = 0;   // 0: unthrottled
+  // The Scan's read budget: a share of the table's provisioned read capacity (DescribeTable)
+  // or, for an on-demand table (no provisioned capacity), an absolute rate (0: unthrottled).
+  uint32_t scan_read_capacity_percent = 50;  // 1..100, of provisioned ReadCapacityUnits
+  uint32_t scan_read_units_per_second = 0;   // on-demand tables; 0: unthrottled
   std::string dead_letter_path;              // default: <storage.path>/dead-letters/<source>.ndjson
 
   bool operator==(const DynamoDbSourceConfig&) const = default;

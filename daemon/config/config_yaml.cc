@@ -96,6 +96,7 @@ void EmitDynamoDb(YAML::Emitter& out, const DynamoDbSourceConfig& d) {
   Field(out, "discovery_interval_ms", d.discovery_interval_ms);
   Field(out, "snapshot", Str(d.snapshot == DynamoDbSourceConfig::Snapshot::kScan ? "scan" : "none"));
   Field(out, "scan_segments", d.scan_segments);
+  Field(out, "scan_read_capacity_percent", d.scan_read_capacity_percent);
   Field(out, "scan_read_units_per_second", d.scan_read_units_per_second);
   Field(out, "dead_letter_path", d.dead_letter_path);
 }

@@ -24,9 +24,8 @@ DynamoDbProbe::DynamoDbProbe(MetricsRegistry& metrics, std::string source)
                   .Add({{"source", source_}});
   age_family_ = &prometheus::BuildGauge()
                      .Name("cdcview_dynamodb_iterator_age_seconds")
-                     .Help("Now minus the creation time of the newest record read from a shard "
-                           "by its last GetRecords; 0 when that returned none (the shard's "
-                           "tip).")
+                     .Help("Now minus the creation time of the newest record read from a shard, at "
+                           "the read; 0 once a read finds no record (caught up).")
                      .Register(registry_);
   request_family_ = &prometheus::BuildCounter()
                          .Name("cdcview_dynamodb_requests_total")

@@ -3,7 +3,8 @@
 //
 //   cdcview_dynamodb_shards{source,state="open|closed|waiting_parent"}   gauge
 //   cdcview_dynamodb_iterator_age_seconds{source,shard}   gauge: now - creation time of the
-//                                                         newest record read from the shard
+//                                                         newest record read from the shard;
+//                                                         0 once a read finds none (caught up)
 //   cdcview_dynamodb_requests_total{source,call,result}   counter: every API attempt
 //   cdcview_dynamodb_trimmed_data_total{source}           counter: TrimmedDataAccessException
 //                                                         (records lost upstream)

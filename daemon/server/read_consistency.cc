@@ -72,6 +72,11 @@ bool IsScanPartition(SourceConfig::Kind kind, std::string_view partition) {
   return kind == SourceConfig::Kind::kDynamoDb && partition.starts_with("scan/");
 }
 
+bool IsMarkerPartition(SourceConfig::Kind kind, std::string_view partition) {
+  return kind == SourceConfig::Kind::kDynamoDb &&
+         (partition == "snapshot" || partition == "trimmed");
+}
+
 std::string_view SourceKindName(SourceConfig::Kind kind) {
   switch (kind) {
     case SourceConfig::Kind::kFile: return "file";
@@ -148,6 +153,13 @@ absl::StatusOr<bool> PositionReached(SourceConfig::Kind kind, std::string_view p
     }
     case SourceConfig::Kind::kDynamoDb: {
       if (partition.starts_with("scan/")) return applied == wanted || applied == "DONE";
+      if (partition == "trimmed") return true;  // a report, not a position
+      if (partition == "snapshot") {
+        if (wanted != "started" && wanted != "done") {
+          return bad("a snapshot marker (started, done)");
+        }
+        return applied == wanted || applied == "done";
+      }
       const int want = ShardRank(wanted), have = ShardRank(applied);
       if (want < 0) return bad("a DynamoDB shard position (TRIM_HORIZON, a sequence number, END)");
       if (have != want) return have > want;
@@ -180,7 +192,10 @@ absl::StatusOr<std::vector<PositionRequirement>> RequirementsFor(
         return absl::InvalidArgumentError(absl::StrCat("consistency.min_position: source ",
                                                        it->name, ": ", reached.status().message()));
       }
-      if (it->table != table_name || IsScanPartition(it->kind, e.partition())) continue;
+      if (it->table != table_name || IsScanPartition(it->kind, e.partition()) ||
+          IsMarkerPartition(it->kind, e.partition())) {
+        continue;
+      }
       out.push_back({static_cast<size_t>(it - config.sources.begin()), e.partition(),
                      e.position(), e.position()});
     }

@@ -49,6 +49,10 @@ struct PositionRequirement {
 // A DynamoDB snapshot Scan segment ("scan/<i>"): a backfill's progress, not a stream a client
 // writes into.
 bool IsScanPartition(SourceConfig::Kind kind, std::string_view partition);
+// A DynamoDB source's own markers, not streams a client writes into either: "snapshot"
+// (started / done) and "trimmed" (the last data-loss report, any text). Like scan segments,
+// they are never awaited by a consistency token.
+bool IsMarkerPartition(SourceConfig::Kind kind, std::string_view partition);
 
 // The requirements of `consistency` that concern `table` (sources of other tables do not
 // matter to its reads): min_position's entries of its sources, except Scan segments (a token

@@ -18,6 +18,14 @@ using aws::IteratorType;
 constexpr std::string_view kEnd = "END";
 constexpr std::string_view kTrimHorizon = "TRIM_HORIZON";
 constexpr std::string_view kScanDone = "DONE";
+// The snapshot's own partition: "started" before the first shard position, "done" once the
+// stream replay after the scan has caught up (see the header).
+constexpr std::string_view kSnapshotPartition = "snapshot";
+constexpr std::string_view kSnapshotStarted = "started";
+constexpr std::string_view kSnapshotDone = "done";
+// Data lost upstream (TrimmedDataAccessException): the last report, kept with the views so
+// the loss stays visible after a restart (only a new store repairs it).
+constexpr std::string_view kTrimmedPartition = "trimmed";
 constexpr std::chrono::milliseconds kLineageInterval{100};
 constexpr std::chrono::milliseconds kErrorRetry{1000};
 constexpr int kRecordsPerCall = 1000;
@@ -36,6 +44,11 @@ int64_t NowMillis() {
 }
 
 std::string ScanPartition(uint32_t segment) { return absl::StrCat("scan/", segment); }
+
+bool IsShardPartition(std::string_view partition) {
+  return !partition.starts_with("scan/") && partition != kSnapshotPartition &&
+         partition != kTrimmedPartition;
+}
 
 // The SequenceNumber of a record the decoder refused (the API's JSON is well-formed, so it
 // usually has one), so the position still moves past it.
@@ -67,9 +80,8 @@ DynamoDbSource::DynamoDbSource(uint32_t source_index, const SourceConfig& config
       config_(config),
       table_(table),
       dead_letters_(config.name, config.dynamodb.dead_letter_path),
-      // Stop cancels a request in flight (stop_ outlives http_'s use: readers join first).
       http_(aws::HttpClient::Options{std::chrono::milliseconds(5000),
-                                     std::chrono::milliseconds(20000), &stop_}),
+                                     std::chrono::milliseconds(20000)}),
       credentials_(&http_, config.dynamodb.region, std::move(getenv)) {
   if (metrics != nullptr) probe_ = std::make_unique<DynamoDbProbe>(*metrics, config.name);
   aws::DynamoDbStreamsClient::Options options;
@@ -96,19 +108,20 @@ absl::Status DynamoDbSource::Start(const std::map<std::string, std::string>& pos
   }
   for (const auto& [partition, position] : positions) {
     bool scan = partition.starts_with("scan/");
-    bool valid = scan ? !position.empty()
-                      : position.empty() || position == kEnd || position == kTrimHorizon ||
-                            IsDigits(position);
+    bool valid = partition == kSnapshotPartition
+                     ? position == kSnapshotStarted || position == kSnapshotDone
+                 : scan || partition == kTrimmedPartition ? !position.empty()
+                        : position.empty() || position == kEnd || position == kTrimHorizon ||
+                              IsDigits(position);
     if (!valid) {
       absl::Status status = absl::InvalidArgumentError(absl::StrCat(
           "stored position \"", position, "\" of partition \"", partition, "\" of source \"",
           config_.name, "\" is not a DynamoDB Streams position (sequence number, TRIM_HORIZON, "
-          "END, or a scan segment's key)"));
+          "END, a scan segment's key, or the snapshot's started/done)"));
       SetError(ToStd(status.message()));
       return status;
     }
   }
-  stop_ = false;  // before the first request: a set stop_ cancels requests (http_)
   if (auto key = credentials_.Get(); !key.ok()) {
     absl::Status status(key.status().code(),
                         absl::StrCat("source ", config_.name, ": ", key.status().message()));
@@ -116,6 +129,10 @@ absl::Status DynamoDbSource::Start(const std::map<std::string, std::string>& pos
     return status;
   }
   start_positions_ = positions;
+  if (auto it = positions.find(std::string(kTrimmedPartition)); it != positions.end()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    sticky_error_ = it->second;
+  }
   queue_ = queue;
   stop_ = false;
   discovery_ = std::thread(&DynamoDbSource::DiscoveryMain, this);
@@ -155,7 +172,6 @@ void DynamoDbSource::SetError(std::string message) {
 }
 
 void DynamoDbSource::SetTransientError(std::string message) {
-  if (stopping()) return;  // a request Stop cancelled is no error
   LogWarning(absl::StrCat("source ", config_.name, ": ", message));
   std::lock_guard<std::mutex> lock(mu_);
   transient_error_ = std::move(message);
@@ -201,6 +217,7 @@ void DynamoDbSource::DiscoveryMain() {
                                               : kErrorRetry);
     }
     if (!first) AdvanceLineage();
+    if (!first) AdvanceReplay();
     UpdateShardMetrics();
     Sleep(kLineageInterval);
   }
@@ -377,8 +394,11 @@ void DynamoDbSource::ReportTrimmed(const std::string& shard, const absl::Status&
       "); continuing from TRIM_HORIZON; to repair, start a new store with snapshot: scan");
   LogError(absl::StrCat("source ", config_.name, ": ", message));
   if (probe_) probe_->CountTrimmedData();
-  std::lock_guard<std::mutex> lock(mu_);
-  sticky_error_ = std::move(message);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    sticky_error_ = message;
+  }
+  PushPositionOnly(std::string(kTrimmedPartition), message);  // false only when stopping
 }
 
 DynamoDbSource::StepResult DynamoDbSource::ReadStep(Shard shard) {
@@ -447,11 +467,10 @@ DynamoDbSource::StepResult DynamoDbSource::ReadStep(Shard shard) {
       return finish(std::chrono::milliseconds(0));
     }
   }
-  // An empty page is the shard's tip: nothing is waiting, so the age is 0 (not the last
-  // page's, which would freeze the gauge at whatever it was when the stream went quiet).
-  if (probe_ && newest_ms > 0) probe_->SetIteratorAge(shard.id, double(NowMillis() - newest_ms) / 1000.0);
-  if (probe_ && page->records.empty() && !page->next_iterator.empty()) {
-    probe_->SetIteratorAge(shard.id, 0);
+  if (probe_ && newest_ms > 0) {
+    probe_->SetIteratorAge(shard.id, double(NowMillis() - newest_ms) / 1000.0);
+  } else if (probe_ && page->records.empty()) {
+    probe_->SetIteratorAge(shard.id, 0);  // caught up: nothing newer waits in the shard
   }
   result.had_records = !page->records.empty();
   shard.iterator = page->next_iterator;
@@ -482,7 +501,12 @@ bool DynamoDbSource::PushPositionOnly(const std::string& partition, const std::s
 bool DynamoDbSource::SnapshotNeeded() const {
   if (config_.dynamodb.snapshot != DynamoDbSourceConfig::Snapshot::kScan) return false;
   if (start_positions_.empty()) return true;  // a fresh store
-  // Resume a snapshot this store began; a store filled from the stream alone has no scan/<i>.
+  if (auto it = start_positions_.find(std::string(kSnapshotPartition));
+      it != start_positions_.end()) {
+    return it->second != kSnapshotDone;  // resume the scan or the replay after it
+  }
+  // A store written before the marker existed: resume a snapshot it began (it has scan/<i>);
+  // a store filled from the stream alone has none.
   bool began = false, finished = true;
   for (uint32_t i = 0; i < config_.dynamodb.scan_segments; ++i) {
     auto it = start_positions_.find(ScanPartition(i));
@@ -493,7 +517,18 @@ bool DynamoDbSource::SnapshotNeeded() const {
 }
 
 absl::Status DynamoDbSource::RunSnapshot() {
-  if (start_positions_.empty()) {
+  // The marker first, then the shard positions, in one ordered run of position records: a
+  // committed prefix that holds a shard position holds the marker too, so a restart always
+  // knows that the scan is unfinished (without it, a store with shard positions and no
+  // scan/<i> yet would look like a store filled from the stream alone).
+  if (!start_positions_.contains(std::string(kSnapshotPartition))) {
+    if (!PushPositionOnly(std::string(kSnapshotPartition), std::string(kSnapshotStarted))) {
+      return absl::CancelledError("stopping");
+    }
+    start_positions_[std::string(kSnapshotPartition)] = std::string(kSnapshotStarted);
+  }
+  if (std::none_of(start_positions_.begin(), start_positions_.end(),
+                   [](const auto& p) { return IsShardPartition(p.first); })) {
     // The stream positions first: every change from here on is read after the scan.
     absl::StatusOr<aws::StreamDescription> description;
     while (!(description = client_->DescribeStream(stream_arn_)).ok()) {
@@ -507,7 +542,17 @@ absl::Status DynamoDbSource::RunSnapshot() {
       start_positions_[shard.shard_id] = std::string(kTrimHorizon);
     }
   }
-  if (auto count = client_->ItemCount(table_name_); count.ok()) item_count_estimate_ = *count;
+  // The read budget: a share of the provisioned capacity, or the configured rate when the
+  // table is on demand (or DescribeTable failed: the snapshot does not wait for it).
+  scan_rate_ = config_.dynamodb.scan_read_units_per_second;
+  if (auto table = client_->DescribeTable(table_name_); table.ok()) {
+    item_count_estimate_ = table->item_count;
+    if (table->read_capacity_units > 0) {
+      scan_rate_ = std::max<uint32_t>(
+          1, uint32_t(table->read_capacity_units * config_.dynamodb.scan_read_capacity_percent /
+                      100));
+    }
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     backfilling_ = true;
@@ -516,7 +561,10 @@ absl::Status DynamoDbSource::RunSnapshot() {
   }
   LogInfo(absl::StrCat("source ", config_.name, ": snapshot of table ", table_name_, " by ",
                        config_.dynamodb.scan_segments, " Scan segments (about ",
-                       item_count_estimate_, " items)"));
+                       item_count_estimate_, " items, ",
+                       scan_rate_ == 0 ? std::string("unthrottled")
+                                       : absl::StrCat(scan_rate_, " read units per second"),
+                       ")"));
   std::vector<std::thread> segments;
   for (uint32_t i = 0; i < config_.dynamodb.scan_segments; ++i) {
     std::string position;
@@ -529,18 +577,50 @@ absl::Status DynamoDbSource::RunSnapshot() {
   for (std::thread& t : segments) t.join();
   while (!stopping() && !ScanCommitted()) Sleep(kLineageInterval);
   if (stopping()) return absl::CancelledError("stopping");
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    backfilling_ = false;
-    backfill_progress_ = 1;
-  }
-  LogInfo(absl::StrCat("source ", config_.name, ": snapshot done, ", scanned_items_.load(),
-                       " items scanned; reading the stream"));
+  replay_ = Replay::kReplaying;  // still backfilling: AdvanceReplay ends it
+  LogInfo(absl::StrCat("source ", config_.name, ": scan done, ", scanned_items_.load(),
+                       " items scanned; replaying the stream from the positions taken before"));
   return absl::OkStatus();
 }
 
+// After the scan, the stream is replayed from the positions taken before it. The views are
+// complete only when that replay has reached what the stream held when the scan ended: every
+// shard read to its end (an empty GetRecords, or closed) by a read that began after the scan.
+// Then the "done" marker is pushed behind every record read so far; once the writer applies
+// it, those records are applied too and backfilling ends.
+void DynamoDbSource::AdvanceReplay() {
+  if (replay_ == Replay::kReplaying) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!streaming_) return;
+      for (const auto& [id, shard] : shards_) {
+        bool read_to_end = shard.phase == Phase::kEnded ||
+                           (shard.phase != Phase::kWaitingParent && !shard.had_records);
+        if (!read_to_end) return;
+      }
+    }
+    if (!PushPositionOnly(std::string(kSnapshotPartition), std::string(kSnapshotDone))) return;
+    replay_ = Replay::kMarked;
+  }
+  if (replay_ == Replay::kMarked) {
+    if (lookup_) {
+      auto committed = Committed();
+      auto it = committed.find(std::string(kSnapshotPartition));
+      if (it == committed.end() || it->second != kSnapshotDone) return;
+    }
+    replay_ = Replay::kNone;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      backfilling_ = false;
+      backfill_progress_ = 1;
+    }
+    LogInfo(absl::StrCat("source ", config_.name,
+                         ": snapshot done: the stream replay has caught up with the scan"));
+  }
+}
+
 // Progress: the segments applied, or the items scanned against DescribeTable's (approximate)
-// count, whichever says more; never 100% before every segment is applied.
+// count, whichever says more; at most 99% until the replay after the scan has caught up.
 bool DynamoDbSource::ScanCommitted() {
   std::map<std::string, std::string> committed = Committed();
   uint32_t done = 0;
@@ -554,13 +634,13 @@ bool DynamoDbSource::ScanCommitted() {
     progress = std::max(progress, double(scanned_items_.load()) / double(item_count_estimate_));
   }
   std::lock_guard<std::mutex> lock(mu_);
-  backfill_progress_ = std::min(progress, done == total ? 1.0 : 0.99);
+  backfill_progress_ = std::min(progress, 0.99);
   return !lookup_ || done == total;
 }
 
 void DynamoDbSource::ScanSegment(uint32_t segment, std::string start_key) {
   DynamoDbJsonDecoder decoder;
-  const uint32_t rate = config_.dynamodb.scan_read_units_per_second;
+  const uint32_t rate = scan_rate_;
   const int limit = rate == 0 ? 1000 : int(std::clamp<uint32_t>(rate, 1, 1000));
   if (start_key == "{}") start_key.clear();  // the position of a segment's first page
   while (!stopping()) {
@@ -590,7 +670,7 @@ void DynamoDbSource::ScanSegment(uint32_t segment, std::string start_key) {
 }
 
 bool DynamoDbSource::ThrottleScan(double consumed_units) {
-  const uint32_t rate = config_.dynamodb.scan_read_units_per_second;
+  const uint32_t rate = scan_rate_;
   if (rate == 0) return true;
   Clock::time_point until;
   {

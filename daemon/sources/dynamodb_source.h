@@ -8,6 +8,9 @@
 //                "END"           the shard is closed and every record of it is applied
 //   scan/<i>     JSON            the LastEvaluatedKey after which segment i continues
 //                "DONE"          segment i is fully applied
+//   snapshot     "started"       a snapshot is under way (the scan, or the replay after it)
+//                "done"          the snapshot and the replay after it are applied
+//   trimmed      text            the last data-loss report (see Failures)
 // After the last record of a closed shard the source pushes a record with no event whose
 // next_position is "END"; a child shard starts only once its parent's stored position is
 // END (asked through the PositionLookup: "applied" means committed by the writer), so an
@@ -19,18 +22,25 @@
 // if not, so an idle stream costs one call per shard per poll interval. A shard is read by
 // one thread at a time, so its records are pushed in order.
 //
-// Failures: throttling and 5xx are retried by the client with jittered back-off. An expired
-// iterator is obtained again from the last sequence number read. TrimmedDataAccessException
-// means records were lost upstream: Health turns "error" with the shard named and stays so,
-// cdcview_dynamodb_trimmed_data_total counts it, it is logged, and the shard continues from
-// TRIM_HORIZON.
+// Failures: throttling and 5xx are retried by the client with full-jitter back-off. An
+// expired iterator is obtained again from the last sequence number read.
+// TrimmedDataAccessException means records were lost upstream: Health turns "error" with the
+// shard named, cdcview_dynamodb_trimmed_data_total counts it, it is logged, and the shard
+// continues from TRIM_HORIZON. The message is also stored as the position of the partition
+// "trimmed", so the error survives restarts (only a new store repairs the loss).
 //
 // Snapshot (snapshot: scan, on a store with no position of this source, or resuming one):
-// every listed shard gets the position TRIM_HORIZON first, then scan_segments threads Scan the
-// table (consistent reads, throttled to scan_read_units_per_second by the consumed capacity),
-// pushing each item as an INSERT with partition scan/<i>; then the stream is read from the
-// shard positions. Health is "backfilling" with the progress until every segment's DONE is
-// applied.
+// the marker partition "snapshot" gets "started" and every listed shard TRIM_HORIZON first
+// (one ordered run of position records, so a store with shard positions always has the
+// marker), then scan_segments threads Scan the table (consistent reads, throttled by the
+// consumed capacity to scan_read_capacity_percent of the provisioned read capacity, or to
+// scan_read_units_per_second on an on-demand table), pushing each item as an INSERT with
+// partition scan/<i>; then the stream is read from the shard positions. Once every shard has
+// been read to its end (a GetRecords with no records, or the shard closed) after the scan,
+// the marker "done" is pushed; Health is "backfilling" with the progress until that marker is
+// applied, so views are not READY while the replay still moves items through older states.
+// A restart with the marker "started" resumes the scan (segments at DONE are not read again)
+// or the replay.
 //
 // Threading: Start, Stop, Health, dead_letters and SetPositionLookup may be called from any
 // thread (SetPositionLookup before Start). Stop joins every thread the source owns; a thread
@@ -110,6 +120,7 @@ class DynamoDbSource : public ChangeSource {
   // Snapshot.
   bool SnapshotNeeded() const;
   absl::Status RunSnapshot();
+  void AdvanceReplay();
   void ScanSegment(uint32_t segment, std::string start_key);
   bool ThrottleScan(double consumed_units);
   bool PushScanItem(uint32_t segment, const std::string& item_json, std::string next_position,
@@ -147,9 +158,14 @@ class DynamoDbSource : public ChangeSource {
   std::string transient_error_;                  // guarded by mu_: cleared by a success
   bool backfilling_ = false;                     // guarded by mu_
   double backfill_progress_ = 0;                 // guarded by mu_
+  // After the scan: kReplaying until every shard was read to its end, kMarked once the
+  // "done" marker is pushed, kNone when it is applied (or no snapshot).
+  enum class Replay { kNone, kReplaying, kMarked };
+  Replay replay_ = Replay::kNone;                // discovery thread only
   bool streaming_ = false;                       // guarded by mu_: readers may take shards
   std::atomic<uint64_t> scanned_items_{0};
   uint64_t item_count_estimate_ = 0;             // set before the scan threads start
+  uint32_t scan_rate_ = 0;                       // read units per second, 0: unthrottled; idem
 
   std::mutex throttle_mu_;
   std::chrono::steady_clock::time_point throttle_next_;  // guarded by throttle_mu_

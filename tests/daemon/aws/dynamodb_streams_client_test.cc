@@ -20,7 +20,9 @@ CredentialsProvider::Getenv Env(std::map<std::string, std::string> vars) {
 }
 
 struct Harness {
-  explicit Harness(std::vector<FakeHttpServer::Response> script, int max_attempts = 4)
+  explicit Harness(std::vector<FakeHttpServer::Response> script, int max_attempts = 4,
+                   std::chrono::milliseconds base_backoff = std::chrono::milliseconds(1),
+                   std::chrono::milliseconds max_backoff = std::chrono::milliseconds(5000))
       : server(std::move(script)),
         credentials(&http, "eu-west-1",
                     Env({{"AWS_ACCESS_KEY_ID", "AKID"}, {"AWS_SECRET_ACCESS_KEY", "SECRET"},
@@ -29,7 +31,8 @@ struct Harness {
     options.region = "eu-west-1";
     options.endpoint = server.url();
     options.max_attempts = max_attempts;
-    options.base_backoff = std::chrono::milliseconds(1);
+    options.base_backoff = base_backoff;
+    options.max_backoff = max_backoff;
     client = std::make_unique<DynamoDbStreamsClient>(
         options, &credentials, &http,
         [this](std::chrono::milliseconds d) {
@@ -105,6 +108,29 @@ TEST(DynamoDbStreamsClientTest, ServerErrorsGiveUpAfterMaxAttempts) {
   EXPECT_EQ(page.status().message(), "GetRecords: InternalServerError (HTTP 500): boom");
   EXPECT_EQ(h.server.requests().size(), 3u);
   EXPECT_EQ(h.sleeps.size(), 2u);
+}
+
+// Full jitter: the n-th back-off is uniform in [0, min(max, base * 2^n)]. Each sleep is
+// checked against its own cap; and over many sleeps some fall below half the cap, which the
+// "equal jitter" [cap/2, cap] never does (the chance that none of 240 full-jitter draws at a
+// cap of 100 ms or more falls below half is below 2^-200).
+TEST(DynamoDbStreamsClientTest, BackoffIsFullJitterUnderAnExponentialCap) {
+  Harness h({{503, R"({"__type":"ServiceUnavailable","message":"busy"})"}}, /*max_attempts=*/9,
+            std::chrono::milliseconds(100), std::chrono::milliseconds(1600));
+  constexpr int kCalls = 30;
+  for (int call = 0; call < kCalls; ++call) {
+    ASSERT_FALSE(h.client->GetRecords("it", 10).ok());
+  }
+  ASSERT_EQ(h.sleeps.size(), size_t(kCalls * 8));
+  int below_half = 0;
+  for (size_t i = 0; i < h.sleeps.size(); ++i) {
+    const int attempt = int(i % 8);
+    const int64_t cap = std::min<int64_t>(1600, int64_t(100) << attempt);
+    EXPECT_GE(h.sleeps[i].count(), 0) << "attempt " << attempt;
+    EXPECT_LE(h.sleeps[i].count(), cap) << "attempt " << attempt;
+    if (h.sleeps[i].count() < cap / 2) ++below_half;
+  }
+  EXPECT_GT(below_half, 0);
 }
 
 TEST(DynamoDbStreamsClientTest, ExpiredIteratorIsTypedAndNotRetried) {

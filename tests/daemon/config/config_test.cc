@@ -542,7 +542,23 @@ TEST(ConfigTest, DynamoDbSource) {
   EXPECT_EQ(s.dynamodb.scan_segments, 8u);
   EXPECT_EQ(s.dynamodb.poll_interval_ms, 250u);
   EXPECT_EQ(s.dynamodb.shard_concurrency, 8u);
+  EXPECT_EQ(s.dynamodb.scan_read_capacity_percent, 50u);
+  EXPECT_EQ(s.dynamodb.scan_read_units_per_second, 0u);
   EXPECT_EQ(s.dynamodb.dead_letter_path, "./data/dead-letters/app.ndjson");
+}
+
+TEST(ConfigTest, DynamoDbScanReadBudget) {
+  absl::StatusOr<Config> config = ParseConfig(
+      "sources:\n"
+      "  - name: app\n"
+      "    table: App\n"
+      "    dynamodb: { table_name: App, snapshot: scan, scan_read_capacity_percent: 25,\n"
+      "                scan_read_units_per_second: 40 }\n"
+      "tables: [ { name: App, key: { partition: PK } } ]\n",
+      "t.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->sources.at(0).dynamodb.scan_read_capacity_percent, 25u);
+  EXPECT_EQ(config->sources.at(0).dynamodb.scan_read_units_per_second, 40u);
 }
 
 TEST(ConfigErrorTest, DynamoDbSource) {
@@ -559,6 +575,13 @@ TEST(ConfigErrorTest, DynamoDbSource) {
                     "tables: [ { name: App, key: { partition: PK } } ]\n"),
             "t.yaml:4: sources[0].dynamodb.start: expected one of trim_horizon, latest, got "
             "\"beginning\"");
+  EXPECT_EQ(ErrorOf("sources:\n"
+                    "  - name: x\n"
+                    "    table: App\n"
+                    "    dynamodb: { table_name: App, scan_read_capacity_percent: 150 }\n"
+                    "tables: [ { name: App, key: { partition: PK } } ]\n"),
+            "t.yaml:4: sources[0].dynamodb.scan_read_capacity_percent: expected a percentage of "
+            "the table's read capacity, 1 to 100");
 }
 
 TEST(ConfigErrorTest, SizesAndLimits) {

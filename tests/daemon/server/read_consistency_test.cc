@@ -170,6 +170,10 @@ TEST(PositionReachedTest, ComparesPositionsPerSourceKind) {
   EXPECT_TRUE(reached(Kind::kDynamoDb, "scan/0", "DONE", "{\"PK\":{\"S\":\"a\"}}"));
   EXPECT_TRUE(reached(Kind::kDynamoDb, "scan/0", "{\"PK\":{\"S\":\"a\"}}", "{\"PK\":{\"S\":\"a\"}}"));
   EXPECT_FALSE(reached(Kind::kDynamoDb, "scan/0", "{\"PK\":{\"S\":\"b\"}}", "{\"PK\":{\"S\":\"a\"}}"));
+  EXPECT_TRUE(reached(Kind::kDynamoDb, "snapshot", "done", "started"));
+  EXPECT_TRUE(reached(Kind::kDynamoDb, "snapshot", "started", "started"));
+  EXPECT_FALSE(reached(Kind::kDynamoDb, "snapshot", "started", "done"));
+  EXPECT_TRUE(reached(Kind::kDynamoDb, "trimmed", "", "shard s of arn: records were trimmed"));
 
   EXPECT_EQ(Text(PositionReached(Kind::kKafka, "t/0", "1", "x1").status()),
             "position \"x1\" of partition \"t/0\" is not a Kafka next offset");
@@ -178,6 +182,9 @@ TEST(PositionReachedTest, ComparesPositionsPerSourceKind) {
   EXPECT_EQ(Text(PositionReached(Kind::kDynamoDb, "s", "1", "LATEST").status()),
             "position \"LATEST\" of partition \"s\" is not a DynamoDB shard position "
             "(TRIM_HORIZON, a sequence number, END)");
+  EXPECT_EQ(Text(PositionReached(Kind::kDynamoDb, "snapshot", "", "halfway").status()),
+            "position \"halfway\" of partition \"snapshot\" is not a snapshot marker "
+            "(started, done)");
 }
 
 // A token taken during a backfill carries the Scan segments' LastEvaluatedKeys; waiting for
@@ -200,6 +207,8 @@ TEST(RequirementsForTest, DynamoDbScanSegmentsAreNotAwaited) {
   };
   add("scan/0", "{\"PK\":{\"S\":\"k17\"}}");
   add("scan/1", "DONE");
+  add("snapshot", "started");
+  add("trimmed", "shard shardId-0000 of arn: stream records were trimmed before they were read");
   add("shardId-0001", "4200");
   v1::ReadConsistency consistency;
   consistency.set_min_position(EncodePositionToken(applied));
@@ -210,6 +219,10 @@ TEST(RequirementsForTest, DynamoDbScanSegmentsAreNotAwaited) {
   EXPECT_EQ((*requirements)[0].position, "4200");
   EXPECT_TRUE(IsScanPartition(Kind::kDynamoDb, "scan/3"));
   EXPECT_FALSE(IsScanPartition(Kind::kKafka, "scan/3"));  // a Kafka topic may be called scan
+  EXPECT_TRUE(IsMarkerPartition(Kind::kDynamoDb, "snapshot"));
+  EXPECT_TRUE(IsMarkerPartition(Kind::kDynamoDb, "trimmed"));
+  EXPECT_FALSE(IsMarkerPartition(Kind::kDynamoDb, "shardId-0001"));
+  EXPECT_FALSE(IsMarkerPartition(Kind::kKafka, "snapshot"));
 }
 
 TEST_F(ReadConsistencyTest, EveryResponseCarriesATokenOfItsAppliedPositions) {
