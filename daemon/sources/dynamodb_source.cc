@@ -80,8 +80,9 @@ DynamoDbSource::DynamoDbSource(uint32_t source_index, const SourceConfig& config
       config_(config),
       table_(table),
       dead_letters_(config.name, config.dynamodb.dead_letter_path),
+      // Stop cancels a request in flight (stop_ outlives http_'s use: readers join first).
       http_(aws::HttpClient::Options{std::chrono::milliseconds(5000),
-                                     std::chrono::milliseconds(20000)}),
+                                     std::chrono::milliseconds(20000), &stop_}),
       credentials_(&http_, config.dynamodb.region, std::move(getenv)) {
   if (metrics != nullptr) probe_ = std::make_unique<DynamoDbProbe>(*metrics, config.name);
   aws::DynamoDbStreamsClient::Options options;
@@ -122,6 +123,7 @@ absl::Status DynamoDbSource::Start(const std::map<std::string, std::string>& pos
       return status;
     }
   }
+  stop_ = false;  // before the first request: a set stop_ cancels requests (http_)
   if (auto key = credentials_.Get(); !key.ok()) {
     absl::Status status(key.status().code(),
                         absl::StrCat("source ", config_.name, ": ", key.status().message()));
@@ -172,6 +174,7 @@ void DynamoDbSource::SetError(std::string message) {
 }
 
 void DynamoDbSource::SetTransientError(std::string message) {
+  if (stopping()) return;  // a request Stop cancelled is no error
   LogWarning(absl::StrCat("source ", config_.name, ": ", message));
   std::lock_guard<std::mutex> lock(mu_);
   transient_error_ = std::move(message);
