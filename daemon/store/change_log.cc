@@ -100,6 +100,7 @@ absl::StatusOr<bool> ChangeLogReader::Seek(uint64_t from) {
     valid = valid ? cursor_->Prev() : cursor_->SeekLast();
     if (!valid) valid = cursor_->SeekFirst();  // `from` is older than the log
   }
+  next_sequence_ = 0;  // a new start: no block to follow on from
   absl::StatusOr<bool> ok = EnterBlock(valid);
   while (ok.ok() && *ok && change_.sequence < from) ok = Next();
   return ok;

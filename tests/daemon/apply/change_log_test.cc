@@ -222,6 +222,18 @@ TEST_F(ChangeLogTest, ABatchsChangesShareBlocksAndAReaderStartsInsideOne) {
     EXPECT_EQ(tail[0].substr(0, tail[0].find(' ')), absl::StrCat(from));
   }
   EXPECT_TRUE(Log(83).empty());
+  {  // one reader, sought again backwards and forwards
+    auto txn = store_->BeginRead();
+    ASSERT_TRUE(txn.ok());
+    ChangeLogReader reader(**txn, store_->changes());
+    for (uint64_t from : {50u, 3u, 81u, 1u}) {
+      auto ok = reader.Seek(from);
+      ASSERT_TRUE(ok.ok() && *ok) << from << ": " << ok.status();
+      EXPECT_EQ(reader.change().sequence, from);
+      ASSERT_TRUE(*reader.Next());
+      EXPECT_EQ(reader.change().sequence, from + 1);
+    }
+  }
   // Trimming cuts inside a block and keeps exactly the newest `retain` changes.
   Close();
   Open(10);
