@@ -948,7 +948,8 @@ def snapshot_phase(d, seen, ddb, moto, finish_writes):
     d.start()
     # That the restart Scans on after each stored key, not from zero, is checked request by
     # request against the scripted endpoint (test_snapshot_resumes_each_segment_after_its_
-    # stored_key); here the count of Scan calls below bounds it.
+    # stored_key). A count of Scan calls here could not tell: a kill early in the scan leaves
+    # nearly the whole (and meanwhile grown) table to scan after the restart.
     # While the scan runs the view answers from a partial table: its health name is not
     # SERVING, although the Scan's batches carry no creation time (a lag of 0).
     backfill_health = []
@@ -967,19 +968,6 @@ def snapshot_phase(d, seen, ddb, moto, finish_writes):
     assert all(d.positions("app")[f"scan/{i}"] == "DONE" for i in range(4))
     wait_caught_up(d, moto, "Snap")
     m = d.metrics()
-    full_scan_pages = 0  # what a snapshot started from zero would request now
-    for segment in range(4):
-        start = None
-        while True:
-            kwargs = dict(TableName="Snap", Segment=segment, TotalSegments=4, Limit=20)
-            if start:
-                kwargs["ExclusiveStartKey"] = start
-            r = ddb.scan(**kwargs)
-            full_scan_pages += 1
-            start = r.get("LastEvaluatedKey")
-            if not start:
-                break
-    assert metric(m, "cdcview_dynamodb_requests_total", source="app", call="Scan", result="ok") < full_scan_pages
     # Every DynamoDB metric a dashboard panel or alert names is in the real output.
     exported = {name for name, _ in m}
     ddb_metrics = dashboard_metric_names("cdcview_dynamodb_")
