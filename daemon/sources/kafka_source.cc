@@ -34,8 +34,6 @@ constexpr int kPausedPollMs = 10;  // while holding records for a full queue
 // and fetch it again: with 250 ms, a writer in the middle of a batch caused it several times
 // per 300k events, and the refetches cost the broker more CPU than the reads themselves.
 constexpr std::chrono::milliseconds kFullQueueWait(5000);
-// The wait is taken in slices so that Stop is noticed promptly.
-constexpr std::chrono::milliseconds kFullQueueSlice(100);
 constexpr auto kPeriodic = std::chrono::seconds(1);  // offset commits, lag gauges
 constexpr int kDeadLetterTimeoutMs = 10000;
 constexpr std::chrono::seconds kKafkaCloseTimeout = kSourceStopTimeout;
@@ -530,25 +528,15 @@ struct KafkaSource::Consumer {
     // A full queue usually means the writer is in the middle of a batch: waiting for it a
     // moment is far cheaper than pausing, which makes librdkafka drop what it prefetched and
     // fetch it again on resume. Only a writer stalled for longer pauses the partitions.
-    if (held.empty() && WaitForRoom(&record)) return;
+    if (held.empty() &&
+        queue->PushWithin(&record, kFullQueueWait, [this] { return source->stop_.load(); }) ==
+            RecordQueue::PushResult::kPushed) {
+      return;
+    }
     held.push_back(std::move(record));
     SetPaused(true);
   }
 
-  // Queues `record` once there is room, waiting at most kFullQueueWait; false (the record
-  // untouched) if the queue stayed full, was closed or the source is stopping.
-  bool WaitForRoom(SourceRecord* record) {
-    for (auto waited = std::chrono::milliseconds(0); waited < kFullQueueWait;
-         waited += kFullQueueSlice) {
-      switch (queue->PushFor(record, kFullQueueSlice)) {
-        case RecordQueue::PushResult::kPushed: return true;
-        case RecordQueue::PushResult::kClosed: return false;
-        case RecordQueue::PushResult::kFull: break;
-      }
-      if (source->stop_.load()) return false;
-    }
-    return false;
-  }
 
   SourceRecord Decode(const rd_kafka_message_t* m, const std::string& partition_key) {
     SourceRecord record;

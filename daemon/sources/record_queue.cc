@@ -120,15 +120,19 @@ size_t RecordQueue::size() const {
 }
 
 bool RecordQueue::PushUnless(SourceRecord&& record, const std::function<bool()>& stopping) {
-  while (true) {
-    switch (PushFor(&record, std::chrono::milliseconds(100))) {
-      case PushResult::kPushed: return true;
-      case PushResult::kClosed: return false;
-      case PushResult::kFull:
-        if (stopping()) return false;
-        break;
-    }
+  return PushWithin(&record, std::chrono::milliseconds::max(), stopping) == PushResult::kPushed;
+}
+
+RecordQueue::PushResult RecordQueue::PushWithin(SourceRecord* record,
+                                                std::chrono::milliseconds limit,
+                                                const std::function<bool()>& stopping) {
+  constexpr std::chrono::milliseconds kSlice(100);
+  for (auto waited = std::chrono::milliseconds(0); waited < limit; waited += kSlice) {
+    const PushResult result = PushFor(record, std::min(kSlice, limit - waited));
+    if (result != PushResult::kFull) return result;
+    if (stopping()) return PushResult::kClosed;
   }
+  return PushResult::kFull;
 }
 
 }  // namespace cdcview

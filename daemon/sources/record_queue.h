@@ -38,6 +38,9 @@ class RecordQueue {
   // Blocks while full like Push, but gives up (false) once `stopping()` says so, checked every
   // 100 ms: a source's Stop stays prompt even when nobody drains the queue any more.
   bool PushUnless(SourceRecord&& record, const std::function<bool()>& stopping);
+  // PushUnless that also gives up after `limit` (kFull); `*record` is moved only if pushed.
+  PushResult PushWithin(SourceRecord* record, std::chrono::milliseconds limit,
+                        const std::function<bool()>& stopping);
 
   // Moves up to `max` records into `out`: waits until at least one is there, then up to
   // `linger` for more to fill the batch. If more than `max` records wait when it starts (the

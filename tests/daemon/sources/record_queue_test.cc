@@ -153,6 +153,26 @@ TEST(RecordQueueTest, PushForGivesUpWhileFullAndKeepsTheRecord) {
   EXPECT_EQ(second.next_position, "2");
 }
 
+TEST(RecordQueueTest, PushWithinGivesUpAfterItsLimitOrWhenStopping) {
+  RecordQueue q(1);
+  ASSERT_TRUE(q.Push(Rec(1)));
+  SourceRecord r = Rec(2);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(q.PushWithin(&r, milliseconds(250), [] { return false; }),
+            RecordQueue::PushResult::kFull);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, milliseconds(250));
+  EXPECT_EQ(r.next_position, "2");  // kept for the caller
+  EXPECT_EQ(q.PushWithin(&r, milliseconds(60000), [] { return true; }),
+            RecordQueue::PushResult::kClosed);  // stopping: after one 100 ms slice
+  std::vector<SourceRecord> batch;
+  ASSERT_TRUE(q.PopBatch(1, milliseconds(0), &batch));
+  EXPECT_EQ(q.PushWithin(&r, milliseconds(250), [] { return false; }),
+            RecordQueue::PushResult::kPushed);
+  batch.clear();
+  ASSERT_TRUE(q.PopBatch(1, milliseconds(0), &batch));
+  EXPECT_EQ(Positions(batch), std::vector<std::string>{"2"});
+}
+
 TEST(RecordQueueTest, PopBatchForReturnsEmptyAfterWaiting) {
   RecordQueue q(2);
   std::vector<SourceRecord> batch;
