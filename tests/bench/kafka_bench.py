@@ -164,6 +164,25 @@ def produce_paced(kafka, topic, path, rate, seconds, linger_ms, daemon):
     return int(found.group(1)), float(found.group(2)), done, series
 
 
+def kafka_alone(kafka, path, rate, args):
+    """The Kafka part of the lag on its own: the same records at the same rate to a fresh topic
+    that only kafka_consume_bench --follow reads (receive time - message timestamp), cdcviewd
+    stopped. Returns its summary line."""
+    topic = kafka.topic("bench-alone")
+    follower = subprocess.Popen(
+        [os.path.join(BUILD_DIR, "tests", "bench", "kafka_consume_bench"), "--brokers",
+         kafka.bootstrap, "--topic", topic, "--follow", str(args.lag_seconds + 3)],
+        stdout=subprocess.PIPE, text=True)
+    time.sleep(1)  # assigned at the end offsets before the first record
+    subprocess.run([os.path.join(BUILD_DIR, "tests", "bench", "kafka_produce_bench"),
+                    "--brokers", kafka.bootstrap, "--topic", topic, "--input", path, "--rate",
+                    str(rate), "--seconds", str(args.lag_seconds), "--linger-ms",
+                    str(args.linger_ms)], stdout=subprocess.DEVNULL, check=True)
+    out = follower.communicate()[0].strip()
+    log(f"Kafka alone at {rate:.0f}/s (producer -> broker -> a bare consumer, no cdcviewd): {out}")
+    return out
+
+
 def thread_times(pid):
     """{tid: (name, cpu s, run-queue wait s, involuntary switches)} of process `pid`'s threads.
 
@@ -307,8 +326,11 @@ def main():
     parser.add_argument("--tmp", default=None, help="where to create the work directory")
     parser.add_argument("--lag-rate", type=float, default=None,
                         help="events/s for the lag phase (default: half the measured rate)")
-    parser.add_argument("--linger-ms", type=float, default=2.0,
+    parser.add_argument("--linger-ms", type=float, default=5.0,
                         help="the lag phase producer's linger.ms (inside the measured lag)")
+    parser.add_argument("--kafka-alone", action="store_true",
+                        help="after the lag phase, the same load with a bare consumer instead "
+                             "of cdcviewd: the Kafka part of the lag (20 s more)")
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="cdcview-kafka-bench.", dir=args.tmp)
     run_dir = os.path.join(work, "kafka")
@@ -419,6 +441,7 @@ def run(kafka, work, args, broker_pid):
         d.stop()
     finally:
         d.ensure_dead()
+    alone = kafka_alone(kafka, path, lag_rate, args) if args.kafka_alone else None
 
     path = os.path.join(work, "events.ndjson")
     streams.write(path, records)
@@ -453,6 +476,8 @@ def run(kafka, work, args, broker_pid):
     print(f"kafka: replication lag at {load} ({sent} events in {took:.1f}s = "
           f"{sent / took:.0f}/s): p50 {p50:.1f} ms, p99 {p99:.1f} ms, mean {lag_mean:.1f} ms "
           f"(target p99 < 50 ms: {'met' if p99 < 50 else 'NOT met'})")
+    if alone:
+        print(f"kafka: the same load, no cdcviewd (producer -> broker -> bare consumer): {alone}")
 
 
 if __name__ == "__main__":
