@@ -14,9 +14,13 @@ six views. Prints figures, asserts nothing.
      cdcview_replication_lag_seconds (commit time - Kafka message timestamp, which librdkafka
      sets when the record is produced, so the producer's linger is inside the lag),
      interpolated within the histogram's buckets, also second by second; the mean is exact.
+     The same pace for --warm-seconds first (default 10) is not measured: the broker's JVM has
+     to compile its small-request code paths, which took it as much CPU as the daemon.
+     --kafka-alone then adds the Kafka part of the lag alone (a bare consumer, no cdcviewd).
 
 Usage: .venv/bin/python tests/bench/kafka_bench.py [--events N] [--lag-seconds S] [--tmp DIR]
                                                    [--lag-rate R] [--linger-ms MS]
+                                                   [--warm-seconds S] [--kafka-alone]
   --tmp DIR: where the broker's data and the stores live (default: the system's temp dir);
   /dev/shm puts them on tmpfs, where a commit's sync costs nothing (the CPU-bound figures).
 Environment: CDCVIEW_BUILD_DIR (cdcviewd, kafka_consume_bench, kafka_produce_bench),
@@ -328,6 +332,8 @@ def main():
                         help="events/s for the lag phase (default: half the measured rate)")
     parser.add_argument("--linger-ms", type=float, default=5.0,
                         help="the lag phase producer's linger.ms (inside the measured lag)")
+    parser.add_argument("--warm-seconds", type=float, default=10.0,
+                        help="the lag phase's pace for this long first, not measured (JIT)")
     parser.add_argument("--kafka-alone", action="store_true",
                         help="after the lag phase, the same load with a bare consumer instead "
                              "of cdcviewd: the Kafka part of the lag (20 s more)")
@@ -403,11 +409,9 @@ def run(kafka, work, args, broker_pid):
             f"= {kafka_rate:.0f} events/s")
 
         # Replication lag at half the rate cdcviewd sustained.
-        time.sleep(2)
-        metrics_before = d.metrics()
-        before = histogram(metrics_before, "cdcview_replication_lag_seconds")
         lag_rate = args.lag_rate or kafka_rate / 2
-        live = streams.generate(int(lag_rate * args.lag_seconds * 1.1) + 1000, seed=2,
+        warm = int(lag_rate * args.warm_seconds)
+        live = streams.generate(warm + int(lag_rate * args.lag_seconds * 1.1) + 1000, seed=2,
                                 replay_every=10**9)
         # Copies: the generator shares image dicts between records (one event's NewImage is the
         # next one's OldImage), so renaming in place renamed some keys twice and the daemon
@@ -418,9 +422,27 @@ def run(kafka, work, args, broker_pid):
             for image in ("Keys", "NewImage", "OldImage"):  # items of their own
                 if image in r["dynamodb"]:
                     r["dynamodb"][image]["PK"]["S"] = "LIVE" + r["dynamodb"][image]["PK"]["S"]
-        path = os.path.join(work, "lag-records.bin")
-        write_records(path, live)
-        window, metrics0 = CpuWindow(d.proc.pid, broker_pid), d.metrics()
+        # The first events at the lag phase's pace are a warm-up, not measured: the bulk phases
+        # ran the broker's JVM on large batches only, and compiling the code paths of many
+        # small produce and fetch requests then took its C2 compiler 4.7 CPU-s and its request
+        # threads 5.0 (against 2-3 warm) in 10 s of the measured phase, starving the daemon
+        # (lag p50 1.4 s, p99 2.5 s in that run). A broker in service is warm.
+        warm_path, path = (os.path.join(work, "warm-records.bin"),
+                           os.path.join(work, "lag-records.bin"))
+        write_records(warm_path, live[:warm])
+        write_records(path, live[warm:])
+        if warm:
+            warmed = produce_paced(kafka, lag_topic, warm_path, lag_rate, args.warm_seconds,
+                                   args.linger_ms, d)[0]
+            wait_positions(d, "live", {p: str(hw) for p, hw in
+                                       kafka.high_watermarks(lag_topic).items() if hw > 0},
+                           timeout=300)
+            log(f"warm-up: {warmed} events at {lag_rate:.0f}/s for {args.warm_seconds:.0f}s, "
+                "applied; not measured")
+        time.sleep(2)
+        metrics_before = d.metrics()
+        before = histogram(metrics_before, "cdcview_replication_lag_seconds")
+        window, metrics0 = CpuWindow(d.proc.pid, broker_pid), metrics_before
         sent, took, produced, series = produce_paced(kafka, lag_topic, path, lag_rate,
                                                      args.lag_seconds, args.linger_ms, d)
         log(produced)
@@ -430,7 +452,8 @@ def run(kafka, work, args, broker_pid):
         wait_positions(d, "live", lag_want, timeout=300)
         metrics1 = d.metrics()
         window.report("cdcviewd (kafka) lag phase", batch_sizes(metrics0, metrics1))
-        outcomes = {dict(labels)["result"]: value for (name, labels), value in metrics1.items()
+        outcomes = {dict(labels)["result"]: value - metrics0.get((name, labels), 0.0)
+                    for (name, labels), value in metrics1.items()
                     if name == "cdcview_events_total" and dict(labels).get("source") == "live"}
         log(f"lag phase events: {outcomes} (only applied events have a replication lag)")
         after = histogram(metrics1, "cdcview_replication_lag_seconds")
