@@ -28,9 +28,9 @@ size_t BacklogBatchSize(const ApplyConfig& cfg) {
 
 }  // namespace
 
-std::chrono::microseconds WriterLinger(const ApplyConfig& cfg, std::chrono::microseconds last_batch) {
+std::chrono::microseconds WriterLinger(const ApplyConfig& cfg, std::chrono::microseconds last_commit) {
   const std::chrono::microseconds most = std::chrono::milliseconds(cfg.max_delay_ms);
-  return std::clamp<std::chrono::microseconds>(last_batch, std::min(kMinLinger, most), most);
+  return std::clamp<std::chrono::microseconds>(last_commit, std::min(kMinLinger, most), most);
 }
 
 namespace {
@@ -673,7 +673,14 @@ absl::Status Applier::ApplyBatch(std::vector<SourceRecord>* batch) {
         }
       }
     }
-    if (s.ok()) s = txn.Commit();
+    if (s.ok()) {
+      const auto committing = std::chrono::steady_clock::now();
+      s = txn.Commit();
+      if (s.ok()) {
+        last_commit_ = std::chrono::duration_cast<std::chrono::microseconds>(
+            std::chrono::steady_clock::now() - committing);
+      }
+    }
     if (absl::IsResourceExhausted(s)) {
       txn.Abort();
       absl::Status grown = store_->GrowMap();
@@ -778,18 +785,16 @@ void Applier::Run(RecordQueue* queue, const std::atomic<bool>* stop) {
   WatchQueue(queue);
   const ApplyConfig& cfg = catalog_.config().apply;
   std::vector<SourceRecord> batch;
-  std::chrono::microseconds last_batch = std::chrono::milliseconds(cfg.max_delay_ms);
+  // Until the first commit says what one costs, batches gather as long as configured.
+  last_commit_ = std::chrono::milliseconds(cfg.max_delay_ms);
   while (!(stop != nullptr && stop->load())) {
     batch.clear();
-    if (!queue->PopBatch(cfg.batch_size, WriterLinger(cfg, last_batch), &batch,
+    if (!queue->PopBatch(cfg.batch_size, WriterLinger(cfg, last_commit_), &batch,
                          BacklogBatchSize(cfg))) {
       break;
     }
     for (auto backoff = kFirstBackoff;; backoff = std::min(backoff * 2, kMaxBackoff)) {
-      const auto started = std::chrono::steady_clock::now();
       absl::Status s = ApplyBatch(&batch);
-      last_batch = std::chrono::duration_cast<std::chrono::microseconds>(
-          std::chrono::steady_clock::now() - started);
       if (s.ok()) break;
       SetWriterError(s, failed_source_);
       if (probe_ != nullptr) probe_->RecordBatchFailure();

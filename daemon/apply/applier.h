@@ -49,12 +49,15 @@ struct AppliedPositionEntry {
 enum class ViewState { kBuilding, kReady };
 
 // How long the writer waits for a partial batch to fill (group commit): as long as the last
-// batch took to apply and commit, between kMinLinger and apply.max_delay_ms. Waiting longer
-// than a commit takes saves no commits (events pile up during the commit anyway) and only
-// adds latency: on tmpfs or a fast SSD a commit takes about a millisecond, so the linger is
-// one; where a sync takes tens of milliseconds, batches still gather max_delay_ms of events.
+// commit (mdb_txn_commit, with its sync) took, between kMinLinger and apply.max_delay_ms.
+// Lingering saves commits, so it is worth what a commit costs; the events that arrive while a
+// batch is applied pile up for the next one anyway. On tmpfs or a fast SSD a commit takes well
+// under a millisecond, so the linger is one; where a sync takes tens of milliseconds, batches
+// still gather max_delay_ms of events. (It used to be the whole last batch, apply included:
+// the linger then grew with the batch, and from half the writer's capacity on it sat at
+// max_delay_ms, which was most of the lag at half load.)
 inline constexpr std::chrono::microseconds kMinLinger{1000};
-std::chrono::microseconds WriterLinger(const ApplyConfig& cfg, std::chrono::microseconds last_batch);
+std::chrono::microseconds WriterLinger(const ApplyConfig& cfg, std::chrono::microseconds last_commit);
 
 class Applier {
  public:
@@ -241,6 +244,8 @@ class Applier {
   std::string writer_error_;                                             // guarded by mu_
   int writer_error_source_ = -1;  // the source the error concerns, -1: all; guarded by mu_
   int failed_source_ = -1;        // writer thread: the source whose dead letter failed
+  // Writer thread: how long the last successful txn.Commit() took (WriterLinger).
+  std::chrono::microseconds last_commit_{0};
   // Writer thread: which records of the current batch were dead-lettered already, so a retried
   // batch (map growth, back-off) does not write them again.
   std::vector<bool> dead_lettered_;

@@ -52,8 +52,12 @@ void BatchStats::Clear() {
 
 ApplyProbe::ApplyProbe(MetricsRegistry& metrics, const Config& config)
     : registry_(metrics.registry()),
-      lag_bounds_{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,    2.5,
-                  5,     10,     30,    60,   300,   900,  3600, 21600, 86400, 604800} {
+      // Fine between 1 and 100 ms, where a live source's lag sits and its p99 target (50 ms)
+      // is: a quantile is interpolated within a bucket, so 25-50 ms as one bucket could read
+      // a 30 ms p99 as 48. Coarse above, where hours of backlog only need their order.
+      lag_bounds_{0.001, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025,
+                  0.03,  0.04,  0.05,  0.075, 0.1,    0.25,   0.5,  1,     2.5,  5,
+                  10,    30,    60,    300,   900,    3600,   21600, 86400, 604800} {
   auto& events = BuildCounter()
                      .Name("cdcview_events_total")
                      .Help("Events read from each source, by how they ended: applied, skipped "

@@ -9,17 +9,26 @@ six views. Prints figures, asserts nothing.
      first applied batch until every partition's stored offset reaches the high watermark.
   4. cdcviewd applies the same events from a file (the file source): the storage ceiling.
   5. Replication lag at half load: events produced at 50% of step 3's rate for --lag-seconds
-     to a second topic the same cdcviewd follows; p50/p99 of cdcview_replication_lag_seconds
-     (commit time - Kafka message timestamp), interpolated within the histogram's buckets.
+     to a second topic the same cdcviewd follows, by kafka_produce_bench (C++, librdkafka,
+     pre-encoded records on an absolute schedule, linger.ms --linger-ms); p50/p99 of
+     cdcview_replication_lag_seconds (commit time - Kafka message timestamp, which librdkafka
+     sets when the record is produced, so the producer's linger is inside the lag),
+     interpolated within the histogram's buckets, also second by second; the mean is exact.
+     The same pace for --warm-seconds first (default 10) is not measured: the broker's JVM has
+     to compile its small-request code paths, which took it as much CPU as the daemon.
+     --kafka-alone then adds the Kafka part of the lag alone (a bare consumer, no cdcviewd).
 
 Usage: .venv/bin/python tests/bench/kafka_bench.py [--events N] [--lag-seconds S] [--tmp DIR]
+                                                   [--lag-rate R] [--linger-ms MS]
+                                                   [--warm-seconds S] [--kafka-alone]
   --tmp DIR: where the broker's data and the stores live (default: the system's temp dir);
   /dev/shm puts them on tmpfs, where a commit's sync costs nothing (the CPU-bound figures).
-Environment: CDCVIEW_BUILD_DIR (cdcviewd, kafka_consume_bench), KAFKA_BOOTSTRAP (use a running
-broker instead of starting one with scripts/kafka.sh; KAFKA_BENCH_BROKER_PID then names its JVM
-for the CPU figures), KAFKA_BENCH_STORAGE (JSON merged into both daemons' storage section, e.g.
-'{"write_map": false}'), KAFKA_BENCH_PROPERTIES (JSON: librdkafka properties of the daemon's
-sources), KAFKA_BENCH_PERF (a directory: `perf record -g` of cdcviewd during the two bulk phases,
+Environment: CDCVIEW_BUILD_DIR (cdcviewd, kafka_consume_bench, kafka_produce_bench),
+KAFKA_BOOTSTRAP (use a running broker instead of starting one with scripts/kafka.sh;
+KAFKA_BENCH_BROKER_PID then names its JVM for the CPU figures), KAFKA_BENCH_STORAGE (JSON
+merged into both daemons' storage section, e.g. '{"write_map": false}'),
+KAFKA_BENCH_PROPERTIES (JSON: librdkafka properties of the daemon's sources),
+KAFKA_BENCH_PERF (a directory: `perf record -g` of cdcviewd during the two bulk phases,
 kafka.data and file.data), KAFKA_BENCH_LOGS (a directory the daemons' logs are copied to).
 
 Each phase prints the CPU seconds of cdcviewd's threads (by name; the writer is cdcview-writer,
@@ -35,6 +44,7 @@ import os
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -47,7 +57,6 @@ sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
 import reference as ref  # noqa: E402
 import streams  # noqa: E402
 from conftest import BUILD_DIR, Daemon, Stubs, expected_position, parse_metrics  # noqa: E402
-from confluent_kafka import Producer  # noqa: E402
 from kafka_fixture import SCRIPT, Kafka, partition_of  # noqa: E402
 
 
@@ -121,28 +130,61 @@ def quantile(before, after, q):
     return bounds[-2]
 
 
-def produce_paced(kafka, topic, records, rate, seconds):
-    # linger.ms 1: the lag measured is what a latency-minded producer sees.
-    p2 = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 1, "acks": "all"})
-    # Encoded before the clock starts: encoding 100k+ records takes seconds, and a pace that
-    # counted them would then catch up with a burst at full speed (seen: the first 14k events
-    # of a 2k/s run produced within 0.9 s, their lag up to 1 s: the whole p99).
-    messages = ddb_messages(records)
-    p2.list_topics(topic, timeout=10)  # connected, metadata known: the first message waits for neither
-    start = time.monotonic()
-    n = 0
-    for partition, key, value in messages:
-        if time.monotonic() - start > seconds:
-            break
-        p2.produce(topic, value=value, key=key, partition=partition)
-        n += 1
-        if n % 50 == 0:
-            p2.poll(0)
-            ahead = start + n / rate - time.monotonic()
-            if ahead > 0:
-                time.sleep(ahead)
-    p2.flush(60)
-    return n, time.monotonic() - start
+def write_records(path, records):
+    """Encodes `records` for kafka_produce_bench: <u32 partition><u32 n><key><u32 n><value>."""
+    with open(path, "wb") as out:
+        for partition, key, value in ddb_messages(records):
+            out.write(struct.pack("<II", partition, len(key)) + key +
+                      struct.pack("<I", len(value)) + value)
+
+
+def produce_paced(kafka, topic, path, rate, seconds, linger_ms, daemon):
+    """Produces the records of `path` (write_records) at `rate`/s for `seconds` with
+    kafka_produce_bench (C++, librdkafka, an absolute schedule).
+
+    Encoded before the clock starts: a pace that counted the encoding would catch up with a
+    burst at full speed (seen with the Python producer this replaces: the first 14k events of a
+    2k/s run within 0.9 s, their lag up to 1 s). That producer also cost 12 CPU-seconds per
+    20 s at 21k/s and starved the daemon on this 2-core machine.
+
+    Meanwhile the daemon's lag histogram is read once a second, so a tail can be placed in time
+    (a start-up burst, a pause, or spread out). Returns (sent, seconds, the producer's summary
+    line, [(p50, p99) of each second, in ms])."""
+    producer = subprocess.Popen(
+        [os.path.join(BUILD_DIR, "tests", "bench", "kafka_produce_bench"), "--brokers",
+         kafka.bootstrap, "--topic", topic, "--input", path, "--rate", str(rate), "--seconds",
+         str(seconds), "--linger-ms", str(linger_ms)],
+        stdout=subprocess.PIPE, text=True)
+    series, last = [], histogram(daemon.metrics(), "cdcview_replication_lag_seconds")
+    while producer.poll() is None:
+        time.sleep(1)
+        now = histogram(daemon.metrics(), "cdcview_replication_lag_seconds")
+        series.append((quantile(last, now, 0.5) * 1000, quantile(last, now, 0.99) * 1000))
+        last = now
+    done = producer.stdout.read().strip()
+    if producer.returncode != 0:
+        raise SystemExit(f"kafka_produce_bench failed ({producer.returncode}): {done}")
+    found = re.search(r"produce: (\d+) messages in ([\d.]+) s", done)
+    return int(found.group(1)), float(found.group(2)), done, series
+
+
+def kafka_alone(kafka, path, rate, args):
+    """The Kafka part of the lag on its own: the same records at the same rate to a fresh topic
+    that only kafka_consume_bench --follow reads (receive time - message timestamp), cdcviewd
+    stopped. Returns its summary line."""
+    topic = kafka.topic("bench-alone")
+    follower = subprocess.Popen(
+        [os.path.join(BUILD_DIR, "tests", "bench", "kafka_consume_bench"), "--brokers",
+         kafka.bootstrap, "--topic", topic, "--follow", str(args.lag_seconds + 3)],
+        stdout=subprocess.PIPE, text=True)
+    time.sleep(1)  # assigned at the end offsets before the first record
+    subprocess.run([os.path.join(BUILD_DIR, "tests", "bench", "kafka_produce_bench"),
+                    "--brokers", kafka.bootstrap, "--topic", topic, "--input", path, "--rate",
+                    str(rate), "--seconds", str(args.lag_seconds), "--linger-ms",
+                    str(args.linger_ms)], stdout=subprocess.DEVNULL, check=True)
+    out = follower.communicate()[0].strip()
+    log(f"Kafka alone at {rate:.0f}/s (producer -> broker -> a bare consumer, no cdcviewd): {out}")
+    return out
 
 
 def thread_times(pid):
@@ -236,8 +278,8 @@ class CpuWindow:
             groups["(ended threads)"] = [0, exited, 0.0, 0]
         log(f"{label}: {wall:.1f}s wall, load average {os.getloadavg()[0]:.2f}; CPU seconds: "
             f"cdcviewd {daemon:.1f}, broker JVM "
-            f"{'-' if broker is None else f'{broker - self.broker:.1f}'}, bench (python) "
-            f"{me - self.me:.1f}, whole machine {machine - self.machine:.1f} "
+            f"{'-' if broker is None else f'{broker - self.broker:.1f}'}, bench (python, with "
+            f"the producer it ran) {me - self.me:.1f}, whole machine {machine - self.machine:.1f} "
             f"(of {wall * os.cpu_count():.1f})")
         for name, (n, cpu, wait, invol) in sorted(groups.items(), key=lambda g: -g[1][1]):
             if cpu < 0.05 and wait < 0.05:
@@ -288,6 +330,13 @@ def main():
     parser.add_argument("--tmp", default=None, help="where to create the work directory")
     parser.add_argument("--lag-rate", type=float, default=None,
                         help="events/s for the lag phase (default: half the measured rate)")
+    parser.add_argument("--linger-ms", type=float, default=5.0,
+                        help="the lag phase producer's linger.ms (inside the measured lag)")
+    parser.add_argument("--warm-seconds", type=float, default=10.0,
+                        help="the lag phase's pace for this long first, not measured (JIT)")
+    parser.add_argument("--kafka-alone", action="store_true",
+                        help="after the lag phase, the same load with a bare consumer instead "
+                             "of cdcviewd: the Kafka part of the lag (20 s more)")
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="cdcview-kafka-bench.", dir=args.tmp)
     run_dir = os.path.join(work, "kafka")
@@ -360,10 +409,9 @@ def run(kafka, work, args, broker_pid):
             f"= {kafka_rate:.0f} events/s")
 
         # Replication lag at half the rate cdcviewd sustained.
-        time.sleep(2)
-        before = histogram(d.metrics(), "cdcview_replication_lag_seconds")
         lag_rate = args.lag_rate or kafka_rate / 2
-        live = streams.generate(int(lag_rate * args.lag_seconds * 1.1) + 1000, seed=2,
+        warm = int(lag_rate * args.warm_seconds)
+        live = streams.generate(warm + int(lag_rate * args.lag_seconds * 1.1) + 1000, seed=2,
                                 replay_every=10**9)
         # Copies: the generator shares image dicts between records (one event's NewImage is the
         # next one's OldImage), so renaming in place renamed some keys twice and the daemon
@@ -374,20 +422,49 @@ def run(kafka, work, args, broker_pid):
             for image in ("Keys", "NewImage", "OldImage"):  # items of their own
                 if image in r["dynamodb"]:
                     r["dynamodb"][image]["PK"]["S"] = "LIVE" + r["dynamodb"][image]["PK"]["S"]
-        window, metrics0 = CpuWindow(d.proc.pid, broker_pid), d.metrics()
-        sent, took = produce_paced(kafka, lag_topic, live, lag_rate, args.lag_seconds)
+        # The first events at the lag phase's pace are a warm-up, not measured: the bulk phases
+        # ran the broker's JVM on large batches only, and compiling the code paths of many
+        # small produce and fetch requests then took its C2 compiler 4.7 CPU-s and its request
+        # threads 5.0 (against 2-3 warm) in 10 s of the measured phase, starving the daemon
+        # (lag p50 1.4 s, p99 2.5 s in that run). A broker in service is warm.
+        warm_path, path = (os.path.join(work, "warm-records.bin"),
+                           os.path.join(work, "lag-records.bin"))
+        write_records(warm_path, live[:warm])
+        write_records(path, live[warm:])
+        if warm:
+            warmed = produce_paced(kafka, lag_topic, warm_path, lag_rate, args.warm_seconds,
+                                   args.linger_ms, d)[0]
+            wait_positions(d, "live", {p: str(hw) for p, hw in
+                                       kafka.high_watermarks(lag_topic).items() if hw > 0},
+                           timeout=300)
+            log(f"warm-up: {warmed} events at {lag_rate:.0f}/s for {args.warm_seconds:.0f}s, "
+                "applied; not measured")
+        time.sleep(2)
+        metrics_before = d.metrics()
+        before = histogram(metrics_before, "cdcview_replication_lag_seconds")
+        window, metrics0 = CpuWindow(d.proc.pid, broker_pid), metrics_before
+        sent, took, produced, series = produce_paced(kafka, lag_topic, path, lag_rate,
+                                                     args.lag_seconds, args.linger_ms, d)
+        log(produced)
+        log("lag p50/p99 in ms, second by second: " +
+            " ".join(f"{p50:.0f}/{p99:.0f}" for p50, p99 in series))
         lag_want = {p: str(hw) for p, hw in kafka.high_watermarks(lag_topic).items() if hw > 0}
         wait_positions(d, "live", lag_want, timeout=300)
         metrics1 = d.metrics()
         window.report("cdcviewd (kafka) lag phase", batch_sizes(metrics0, metrics1))
-        outcomes = {dict(labels)["result"]: value for (name, labels), value in metrics1.items()
+        outcomes = {dict(labels)["result"]: value - metrics0.get((name, labels), 0.0)
+                    for (name, labels), value in metrics1.items()
                     if name == "cdcview_events_total" and dict(labels).get("source") == "live"}
         log(f"lag phase events: {outcomes} (only applied events have a replication lag)")
         after = histogram(metrics1, "cdcview_replication_lag_seconds")
         p50, p99 = quantile(before, after, 0.5) * 1000, quantile(before, after, 0.99) * 1000
+        lag_sum = (metrics1.get(("cdcview_replication_lag_seconds_sum", frozenset()), 0.0) -
+                   metrics_before.get(("cdcview_replication_lag_seconds_sum", frozenset()), 0.0))
+        lag_mean = 1000 * lag_sum / max(1.0, after[float("inf")] - before.get(float("inf"), 0))
         d.stop()
     finally:
         d.ensure_dead()
+    alone = kafka_alone(kafka, path, lag_rate, args) if args.kafka_alone else None
 
     path = os.path.join(work, "events.ndjson")
     streams.write(path, records)
@@ -420,8 +497,10 @@ def run(kafka, work, args, broker_pid):
           f"{'met' if kafka_rate >= 0.8 * bound else 'NOT met'}")
     load = "50% load" if not args.lag_rate else f"{args.lag_rate:.0f}/s requested"
     print(f"kafka: replication lag at {load} ({sent} events in {took:.1f}s = "
-          f"{sent / took:.0f}/s): p50 {p50:.1f} ms, p99 {p99:.1f} ms "
+          f"{sent / took:.0f}/s): p50 {p50:.1f} ms, p99 {p99:.1f} ms, mean {lag_mean:.1f} ms "
           f"(target p99 < 50 ms: {'met' if p99 < 50 else 'NOT met'})")
+    if alone:
+        print(f"kafka: the same load, no cdcviewd (producer -> broker -> bare consumer): {alone}")
 
 
 if __name__ == "__main__":

@@ -4,11 +4,18 @@
 //
 //   kafka_consume_bench --brokers 127.0.0.1:9092 --topic orders [--partitions 6]
 // Prints: "raw consume: <n> messages, <bytes> bytes in <s> s = <rate> msg/s".
+//
+//   kafka_consume_bench --brokers ... --topic live --follow 20
+// Reads only what is produced over the next 20 s and prints the Kafka part of the replication
+// lag, receive time - message timestamp: "kafka lag: <n> messages, p50 <ms> ms, p99 <ms> ms,
+// max <ms> ms" (the producer's linger, the broker, the fetch; without cdcviewd's own part).
 #include <librdkafka/rdkafka.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 
@@ -19,6 +26,8 @@ int main(int argc, char** argv) {
   app.add_option("--brokers", brokers)->required();
   app.add_option("--topic", topic)->required();
   app.add_option("--partitions", partitions);
+  double follow = 0;
+  app.add_option("--follow", follow, "seconds: read only new messages, print their Kafka lag");
   CLI11_PARSE(app, argc, argv);
 
   char error[512];
@@ -42,8 +51,37 @@ int main(int argc, char** argv) {
     want += high - low;
     rd_kafka_topic_partition_list_add(list, topic.c_str(), p)->offset = RD_KAFKA_OFFSET_BEGINNING;
   }
+  if (follow > 0) {
+    for (int i = 0; i < list->cnt; ++i) list->elems[i].offset = RD_KAFKA_OFFSET_END;
+  }
   rd_kafka_assign(rk, list);
   rd_kafka_topic_partition_list_destroy(list);
+
+  if (follow > 0) {
+    std::vector<int64_t> lags_ms;
+    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(follow);
+    while (std::chrono::steady_clock::now() < end) {
+      rd_kafka_message_t* m = rd_kafka_consumer_poll(rk, 100);
+      if (m == nullptr) continue;
+      if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count();
+        lags_ms.push_back(now - rd_kafka_message_timestamp(m, nullptr));
+      }
+      rd_kafka_message_destroy(m);
+    }
+    std::sort(lags_ms.begin(), lags_ms.end());
+    auto at = [&](double q) {
+      return lags_ms.empty() ? -1 : static_cast<long long>(lags_ms[static_cast<size_t>(
+                                        q * static_cast<double>(lags_ms.size() - 1))]);
+    };
+    std::printf("kafka lag: %zu messages, p50 %lld ms, p99 %lld ms, max %lld ms\n",
+                lags_ms.size(), at(0.5), at(0.99), at(1.0));
+    rd_kafka_consumer_close(rk);
+    rd_kafka_destroy(rk);
+    return 0;
+  }
 
   int64_t got = 0, bytes = 0;
   auto start = std::chrono::steady_clock::time_point{};

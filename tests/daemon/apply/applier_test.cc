@@ -911,7 +911,7 @@ TEST_F(ApplierTest, LagIsMeasuredAgainstTheInjectedClock) {
             (std::vector<std::string>{"cdcview_replication_lag_seconds_sum 4"}));
 }
 
-TEST(WriterLingerTest, AsLongAsTheLastBatchTookWithinOneMillisecondAndMaxDelay) {
+TEST(WriterLingerTest, AsLongAsTheLastCommitTookWithinOneMillisecondAndMaxDelay) {
   using std::chrono::microseconds;
   using std::chrono::milliseconds;
   ApplyConfig cfg;
