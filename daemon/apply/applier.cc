@@ -647,6 +647,8 @@ absl::Status Applier::ApplyBatch(std::vector<SourceRecord>* batch) {
     std::fill(in_flight_.begin(), in_flight_.end(), 0);
     for (const SourceRecord& record : *batch) ++in_flight_[record.source];
   }
+  // From the commit until the batch's counters and positions are published (HoldCommits).
+  std::unique_lock<std::shared_mutex> publishing(commit_visibility_mu_, std::defer_lock);
   for (;;) {
     positions.clear();
     auto txn_or = store_->BeginWrite();
@@ -674,8 +676,10 @@ absl::Status Applier::ApplyBatch(std::vector<SourceRecord>* batch) {
       }
     }
     if (s.ok()) {
+      publishing.lock();
       const auto committing = std::chrono::steady_clock::now();
       s = txn.Commit();
+      if (!s.ok()) publishing.unlock();
       if (s.ok()) {
         last_commit_ = std::chrono::duration_cast<std::chrono::microseconds>(
             std::chrono::steady_clock::now() - committing);
@@ -730,6 +734,7 @@ absl::Status Applier::ApplyBatch(std::vector<SourceRecord>* batch) {
       view_writes_[v] += stats_.views[v].puts + stats_.views[v].deletes;
     }
   }
+  publishing.unlock();
   {
     std::lock_guard lock(commit_mu_);
     commits_.fetch_add(1);

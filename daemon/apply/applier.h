@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -111,6 +112,13 @@ class Applier {
   std::string PositionOf(size_t source, const std::string& partition) const;
   std::vector<AppliedPositionEntry> Positions() const;
   SourceCounters Counters(size_t source) const;
+  // While the returned lock is held no batch becomes visible: an LMDB snapshot begun under it
+  // agrees with Counters() and Positions() read under it (GetStatus). Otherwise a reader could
+  // see a batch's positions committed while the counters do not count its events yet. Hold it
+  // briefly: the writer waits for it before each commit.
+  std::shared_lock<std::shared_mutex> HoldCommits() const {
+    return std::shared_lock(commit_visibility_mu_);
+  }
   ViewState GetViewState(size_t global_view, double* progress = nullptr) const;
   // The same for aggregates (Catalog::aggregates() index).
   ViewState GetAggregateState(size_t global_aggregate, double* progress = nullptr) const;
@@ -225,6 +233,9 @@ class Applier {
   std::vector<std::string> aggregate_build_cursors_;
 
   mutable std::mutex mu_;
+  // Held exclusively by the writer from a batch's commit until its counters and positions are
+  // published (HoldCommits). Taken before mu_ when both are.
+  mutable std::shared_mutex commit_visibility_mu_;
   // (source, partition) pairs, compared as string views so PositionOf looks up without
   // copying either string.
   struct SourcePartitionLess {

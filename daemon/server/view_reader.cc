@@ -671,8 +671,13 @@ absl::StatusOr<v1::ListViewsResponse> ViewReader::ListViews() const {
 
 v1::StatusResponse ViewReader::GetStatus() const {
   v1::StatusResponse response;
+  // The positions (from the snapshot) and the counters describe the same commits.
+  auto holding_commits = applier_.HoldCommits();
   auto txn = store_.BeginRead();
   if (txn.ok()) AppliedIn(**txn, store_.meta(), response.mutable_applied());
+  std::vector<Applier::SourceCounters> counters;
+  for (size_t i = 0; i < catalog_.config().sources.size(); ++i) counters.push_back(applier_.Counters(i));
+  holding_commits.unlock();
   const auto& sources = catalog_.config().sources;
   for (size_t i = 0; i < sources.size(); ++i) {
     v1::SourceStatus* s = response.add_sources();
@@ -689,7 +694,7 @@ v1::StatusResponse ViewReader::GetStatus() const {
       s->set_state("error");
       s->set_error(writer_error);
     }
-    Applier::SourceCounters c = applier_.Counters(i);
+    const Applier::SourceCounters& c = counters[i];
     s->set_events_applied(c.applied);
     s->set_events_skipped(c.skipped);
     s->set_events_rejected(c.rejected);

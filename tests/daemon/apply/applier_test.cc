@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -338,6 +340,28 @@ TEST_F(ApplierTest, PositionsCommitWithTheBatchAndRecoverGivesThemBack) {
             (std::map<std::string, std::string>{{"shard-0", "18"}, {"shard-1", "5"}}));
   EXPECT_EQ(applier_->PositionsOf(1), (std::map<std::string, std::string>{{"", "line 9"}}));
   EXPECT_EQ(Views(), Order1AndUser1Views());
+}
+
+// GetStatus reads positions from an LMDB snapshot and the counters from memory: under
+// HoldCommits a batch is neither committed nor counted, so the two always agree.
+TEST_F(ApplierTest, ABatchBecomesVisibleAndCountedOnlyOnceHoldCommitsIsReleased) {
+  ASSERT_TRUE(Open().ok());
+  auto holding = applier_->HoldCommits();
+  std::atomic<bool> done{false};
+  absl::Status applied;
+  std::thread writer([&] {
+    applied = Apply({test::Insert(key(), Order1(), At("17").Partition("shard-0"))});
+    done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_FALSE(done.load());
+  EXPECT_EQ(Meta(kPositionPrefix), std::vector<std::string>{});
+  EXPECT_EQ(applier_->Counters(0).applied, 0u);
+  holding.unlock();
+  writer.join();
+  ASSERT_TRUE(applied.ok()) << applied;
+  EXPECT_EQ(Meta(kPositionPrefix), std::vector<std::string>{"pos/sample/shard-0=17"});
+  EXPECT_EQ(applier_->Counters(0).applied, 1u);
 }
 
 // ---- Sequence numbers: replays and old events
