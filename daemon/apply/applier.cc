@@ -679,10 +679,11 @@ absl::Status Applier::ApplyBatch(std::vector<SourceRecord>* batch) {
       publishing.lock();
       const auto committing = std::chrono::steady_clock::now();
       s = txn.Commit();
-      if (!s.ok()) publishing.unlock();
       if (s.ok()) {
         last_commit_ = std::chrono::duration_cast<std::chrono::microseconds>(
             std::chrono::steady_clock::now() - committing);
+      } else {
+        publishing.unlock();
       }
     }
     if (absl::IsResourceExhausted(s)) {
