@@ -404,6 +404,11 @@ int Run(const Flags& flags) {
     fflush(stdout);
     fflush(stderr);
     const pid_t client = fork();
+    if (client < 0) {
+      perror("query_bench: fork (the client process)");
+      RemoveTree(*dir);
+      return 1;
+    }
     if (client == 0) {
       close(port_pipe[1]);
       int port = 0;
