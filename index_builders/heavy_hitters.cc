@@ -12,14 +12,24 @@ bool HeavierFirst(const HeavyHitter& a, const HeavyHitter& b) {
 
 SpaceSaving::SpaceSaving(size_t capacity) : capacity_(capacity) {
   if (capacity_ == 0) std::abort();  // a summary with no counter cannot report anything
+  counters_.reserve(capacity_);
   heap_.reserve(capacity_);
+  slot_.reserve(capacity_);
   index_.reserve(capacity_ * 2);
 }
 
 void SpaceSaving::Clear() {
   total_ = 0;
+  counters_.clear();
   heap_.clear();
+  slot_.clear();
   index_.clear();
+}
+
+void SpaceSaving::Swap(size_t a, size_t b) {
+  std::swap(heap_[a], heap_[b]);
+  slot_[heap_[a]] = static_cast<uint32_t>(a);
+  slot_[heap_[b]] = static_cast<uint32_t>(b);
 }
 
 void SpaceSaving::SiftDown(size_t i) {
@@ -27,12 +37,10 @@ void SpaceSaving::SiftDown(size_t i) {
   for (;;) {
     size_t smallest = i;
     const size_t l = 2 * i + 1, r = l + 1;
-    if (l < n && heap_[l].count < heap_[smallest].count) smallest = l;
-    if (r < n && heap_[r].count < heap_[smallest].count) smallest = r;
+    if (l < n && CountAt(l) < CountAt(smallest)) smallest = l;
+    if (r < n && CountAt(r) < CountAt(smallest)) smallest = r;
     if (smallest == i) return;
-    std::swap(heap_[i], heap_[smallest]);
-    index_[heap_[i].key] = i;
-    index_[heap_[smallest].key] = smallest;
+    Swap(i, smallest);
     i = smallest;
   }
 }
@@ -40,21 +48,22 @@ void SpaceSaving::SiftDown(size_t i) {
 void SpaceSaving::Add(std::string_view key, uint64_t count) {
   total_ += count;
   if (auto it = index_.find(key); it != index_.end()) {
-    heap_[it->second].count += count;
-    SiftDown(it->second);  // counts only grow: the node can only move down a min-heap
+    counters_[it->second].count += count;
+    SiftDown(slot_[it->second]);  // counts only grow: the node can only move down a min-heap
     return;
   }
-  if (heap_.size() < capacity_) {
+  if (counters_.size() < capacity_) {
     // Appended with the largest possible position; sifting up keeps the min-heap.
-    heap_.push_back({std::string(key), count, 0});
+    const auto id = static_cast<uint32_t>(counters_.size());
+    counters_.push_back({std::string(key), count, 0});
+    index_.emplace(counters_.back().key, id);
+    heap_.push_back(id);
+    slot_.push_back(static_cast<uint32_t>(heap_.size() - 1));
     size_t i = heap_.size() - 1;
-    index_.emplace(heap_.back().key, i);
     while (i > 0) {
       size_t parent = (i - 1) / 2;
-      if (heap_[parent].count <= heap_[i].count) break;
-      std::swap(heap_[i], heap_[parent]);
-      index_[heap_[i].key] = i;
-      index_[heap_[parent].key] = parent;
+      if (CountAt(parent) <= CountAt(i)) break;
+      Swap(i, parent);
       i = parent;
     }
     return;
@@ -62,11 +71,10 @@ void SpaceSaving::Add(std::string_view key, uint64_t count) {
   // The new key takes over the smallest counter: it may have been that key's all along. The
   // evicted key's hash node and both strings are reused (assign keeps their capacity), so
   // once the summary is full a new key allocates nothing unless it is longer than the old.
-  HeavyHitter& root = heap_[0];
+  HeavyHitter& root = counters_[heap_[0]];
   auto node = index_.extract(root.key);
   node.key().assign(key);
-  node.mapped() = 0;
-  index_.insert(std::move(node));
+  index_.insert(std::move(node));  // still mapped to the root's counter
   root.error = root.count;
   root.count += count;
   root.key.assign(key);
@@ -74,7 +82,7 @@ void SpaceSaving::Add(std::string_view key, uint64_t count) {
 }
 
 std::vector<HeavyHitter> SpaceSaving::Top(size_t limit) const {
-  std::vector<HeavyHitter> out = heap_;
+  std::vector<HeavyHitter> out = counters_;
   std::sort(out.begin(), out.end(), HeavierFirst);
   if (out.size() > limit) out.resize(limit);
   return out;
@@ -82,11 +90,11 @@ std::vector<HeavyHitter> SpaceSaving::Top(size_t limit) const {
 
 const HeavyHitter* SpaceSaving::Find(std::string_view key) const {
   auto it = index_.find(key);
-  return it == index_.end() ? nullptr : &heap_[it->second];
+  return it == index_.end() ? nullptr : &counters_[it->second];
 }
 
 uint64_t SpaceSaving::MinCount() const {
-  return heap_.size() < capacity_ || heap_.empty() ? 0 : heap_[0].count;
+  return counters_.size() < capacity_ || heap_.empty() ? 0 : CountAt(0);
 }
 
 WindowedHeavyHitters::WindowedHeavyHitters(size_t capacity, int64_t window_ms)

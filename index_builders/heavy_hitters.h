@@ -48,20 +48,26 @@ class SpaceSaving {
   uint64_t MinCount() const;
   uint64_t total() const { return total_; }
   size_t capacity() const { return capacity_; }
-  size_t size() const { return heap_.size(); }
+  size_t size() const { return counters_.size(); }
   void Clear();
 
  private:
+  // An indexed min-heap: moving a counter within the heap updates two integers, not the
+  // index's hash entries (which a sift did twice per level, per write).
+  uint64_t CountAt(size_t heap_pos) const { return counters_[heap_[heap_pos]].count; }
+  void Swap(size_t a, size_t b);
   void SiftDown(size_t i);
 
   size_t capacity_;
   uint64_t total_ = 0;
-  std::vector<HeavyHitter> heap_;                 // min-heap by count
+  std::vector<HeavyHitter> counters_;  // one per tracked key; a counter keeps its id
+  std::vector<uint32_t> heap_;         // counter ids, a min-heap by count
+  std::vector<uint32_t> slot_;         // counter id -> its position in heap_
   struct Hash {
     using is_transparent = void;  // find(string_view) without building a string
     size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
   };
-  std::unordered_map<std::string, size_t, Hash, std::equal_to<>> index_;  // key -> heap_ slot
+  std::unordered_map<std::string, uint32_t, Hash, std::equal_to<>> index_;  // key -> counter id
 };
 
 struct HeavyHittersReport {
