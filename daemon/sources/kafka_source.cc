@@ -537,7 +537,6 @@ struct KafkaSource::Consumer {
     SetPaused(true);
   }
 
-
   SourceRecord Decode(const rd_kafka_message_t* m, const std::string& partition_key) {
     SourceRecord record;
     record.source = source->index_;

@@ -38,7 +38,8 @@ class RecordQueue {
   // Blocks while full like Push, but gives up (false) once `stopping()` says so, checked every
   // 100 ms: a source's Stop stays prompt even when nobody drains the queue any more.
   bool PushUnless(SourceRecord&& record, const std::function<bool()>& stopping);
-  // PushUnless that also gives up after `limit` (kFull); `*record` is moved only if pushed.
+  // PushUnless that also gives up after `limit` (kFull); kClosed if the queue closed or
+  // `stopping()` said so. `*record` is moved only if pushed.
   PushResult PushWithin(SourceRecord* record, std::chrono::milliseconds limit,
                         const std::function<bool()>& stopping);
 

@@ -440,9 +440,9 @@ def run(kafka, work, args, broker_pid):
             log(f"warm-up: {warmed} events at {lag_rate:.0f}/s for {args.warm_seconds:.0f}s, "
                 "applied; not measured")
         time.sleep(2)
-        metrics_before = d.metrics()
-        before = histogram(metrics_before, "cdcview_replication_lag_seconds")
-        window, metrics0 = CpuWindow(d.proc.pid, broker_pid), metrics_before
+        metrics0 = d.metrics()
+        before = histogram(metrics0, "cdcview_replication_lag_seconds")
+        window = CpuWindow(d.proc.pid, broker_pid)
         sent, took, produced, series = produce_paced(kafka, lag_topic, path, lag_rate,
                                                      args.lag_seconds, args.linger_ms, d)
         log(produced)
@@ -459,7 +459,7 @@ def run(kafka, work, args, broker_pid):
         after = histogram(metrics1, "cdcview_replication_lag_seconds")
         p50, p99 = quantile(before, after, 0.5) * 1000, quantile(before, after, 0.99) * 1000
         lag_sum = (metrics1.get(("cdcview_replication_lag_seconds_sum", frozenset()), 0.0) -
-                   metrics_before.get(("cdcview_replication_lag_seconds_sum", frozenset()), 0.0))
+                   metrics0.get(("cdcview_replication_lag_seconds_sum", frozenset()), 0.0))
         lag_mean = 1000 * lag_sum / max(1.0, after[float("inf")] - before.get(float("inf"), 0))
         d.stop()
     finally:
