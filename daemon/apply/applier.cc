@@ -4,6 +4,7 @@
 #include <charconv>
 #include <thread>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "daemon/log/log.h"
@@ -63,7 +64,69 @@ absl::Status MergeKeys(const Item& keys, Item* image) {
   return absl::OkStatus();
 }
 
+// (source index, partition), compared with (source index, string_view) without a copy.
+struct SourcePartitionIndexLess {
+  using is_transparent = void;
+  template <typename A, typename B>
+  bool operator()(const A& a, const B& b) const {
+    if (a.first != b.first) return a.first < b.first;
+    return std::string_view(a.second) < std::string_view(b.second);
+  }
+};
+
 }  // namespace
+
+// A batch between the stages: everything Prepare works out without a write transaction, for
+// Commit to write. Reused from batch to batch (strings and vectors keep their capacity).
+struct Applier::Prepared {
+  // One applied event's write to items/<table>.
+  struct ItemWrite {
+    uint32_t table = 0;
+    std::string pk;
+    std::string stored;  // EncodeStoredItem: the new image, or a tombstone
+    uint32_t deltas_begin = 0, deltas_end = 0;  // the event's range of aggregate_deltas
+  };
+
+  std::vector<SourceRecord>* records = nullptr;  // the batch
+  std::vector<SourceRecord> owned;                // Run's batches live here
+
+  // Item writes in event order; only the first write_count are this batch's.
+  std::vector<ItemWrite> writes;
+  size_t write_count = 0;
+  // (table, primary key) -> index in writes of the batch's last write of the item: the old
+  // image of a later event of this batch or of the next one. The key points into writes.
+  absl::flat_hash_map<std::pair<uint32_t, std::string_view>, uint32_t> latest;
+  // The last write of each item, by table and key: Commit puts them in this order, so
+  // neighbouring puts share B-tree pages (an item written twice in a batch is put once).
+  std::vector<uint32_t> write_order;
+
+  std::vector<IndexMutation> mutations;    // IndexMutation::view holds the global view index
+  std::vector<uint32_t> mutation_records;  // per mutation: its record's index in the batch
+  // mutations indices by view and key, stable: several changes of one entry stay in event
+  // order.
+  std::vector<uint32_t> mutation_order;
+  std::vector<AggregateDelta> aggregate_deltas;  // AggregateDelta::aggregate is table-local
+
+  std::vector<std::pair<size_t, absl::Status>> dead_letters;  // (record index, why)
+  // Records dead-lettered already: a batch retried after a failure (map growth, a dead letter
+  // that could not be written) does not write them again. Cleared once the batch commits.
+  std::vector<bool> dead_lettered;
+  std::vector<bool> stale;  // per record: a Kafka offset below the stored next offset
+  // (source index, partition) -> the next position after this batch.
+  std::map<std::pair<uint32_t, std::string>, std::string, SourcePartitionIndexLess> positions;
+  // Per applied event: (table, encoded table partition key), for hot_keys_. Only the first
+  // hot_table_key_count are this batch's.
+  std::vector<std::pair<size_t, std::string>> hot_table_keys;
+  size_t hot_table_key_count = 0;
+  // Per source: applied, skipped, rejected; lag_seconds holds creation times (ms) until the
+  // commit turns them into lags.
+  BatchStats stats;
+  std::vector<size_t> in_flight;  // per source: records of this batch counted in in_flight_
+
+  explicit Prepared(size_t sources) : stats(sources), in_flight(sources, 0) {}
+};
+
+Applier::~Applier() = default;
 
 Applier::Applier(const Catalog& catalog, Store* store, ApplyProbe* probe,
                  std::vector<DeadLetterSink*> dead_letters, std::function<int64_t()> now_ms)
@@ -80,6 +143,10 @@ Applier::Applier(const Catalog& catalog, Store* store, ApplyProbe* probe,
       table_events_(catalog.config().tables.size()),
       view_writes_(catalog.views().size()),
       hot_keys_(catalog) {
+  const size_t sources = catalog.config().sources.size();
+  sync_batch_ = std::make_unique<Prepared>(sources);
+  for (auto& slot : slots_) slot = std::make_unique<Prepared>(sources);
+  for (const TableSpec& table : catalog.config().tables) item_dbis_.push_back(store->items(table.name));
   for (const ViewRef& view : catalog.views()) view_dbis_.push_back(store->view(view.spec->name));
   for (size_t i = 0; i < catalog.views().size(); ++i) {
     view_states_.push_back(std::make_unique<std::atomic<int>>(static_cast<int>(ViewState::kReady)));
@@ -319,27 +386,43 @@ absl::Status Applier::RebuildView(const ViewRef& view, const std::atomic<bool>* 
       stop);
 }
 
-absl::StatusOr<Applier::Outcome> Applier::ApplyEvent(WriteTxn* txn, const SourceRecord& record,
-                                                     absl::Status* rejection, std::string* reason) {
+absl::StatusOr<Applier::Outcome> Applier::PrepareEvent(const ReadTxn& snapshot, Prepared* batch,
+                                                       const Prepared* previous, uint32_t index,
+                                                       absl::Status* rejection, std::string* reason) {
+  const SourceRecord& record = (*batch->records)[index];
   const ChangeEvent& event = *record.event;
   const size_t table = catalog_.TableOfSource(record.source);
   const ViewBuilder& builder = catalog_.builder(table);
-  const TableSpec& spec = builder.table();
 
   if (absl::Status s = builder.ValidateTableKey(event.keys); !s.ok()) {
     *rejection = s;
     *reason = "bad_key";
     return Outcome::kRejected;
   }
-  const std::string pk = builder.PrimaryKey(event.keys);
-  const MDB_dbi items = store_->items(spec.name);
-  auto stored_value = txn->Get(items, pk);
-  if (!stored_value.ok()) return stored_value.status();
+  std::string pk = builder.PrimaryKey(event.keys);
+  // The item as the batches before left it: this batch's last write of it, else the previous
+  // batch's (committed or not), else the snapshot's.
+  const std::pair<uint32_t, std::string_view> item_key(static_cast<uint32_t>(table), pk);
+  auto last_write = [&item_key](const Prepared* b) -> const std::string* {
+    if (b == nullptr) return nullptr;
+    auto it = b->latest.find(item_key);
+    return it == b->latest.end() ? nullptr : &b->writes[it->second].stored;
+  };
+  std::optional<std::string_view> stored_value;
+  if (const std::string* written = last_write(batch)) {
+    stored_value = *written;
+  } else if ((written = last_write(previous)) != nullptr) {
+    stored_value = *written;
+  } else {
+    auto got = snapshot.Get(item_dbis_[table], pk);
+    if (!got.ok()) return got.status();
+    stored_value = *got;
+  }
 
   std::optional<Item> old_item;
   bool had_record = false;
-  if (*stored_value) {
-    auto stored = DecodeStoredItem(**stored_value);
+  if (stored_value) {
+    auto stored = DecodeStoredItem(*stored_value);
     if (!stored.ok()) return stored.status();
     had_record = true;
     if (!event.sequence_number.empty() && !stored->sequence_number.empty() &&
@@ -375,42 +458,47 @@ absl::StatusOr<Applier::Outcome> Applier::ApplyEvent(WriteTxn* txn, const Source
     }
   }
 
-  // View mutations wait for the end of the batch (see ApplyViewMutations); the items DB is
-  // written now, because a later event of the same batch may read this item.
-  const size_t first = mutations_.size();
-  if (absl::Status s = builder.Diff(old_item ? &*old_item : nullptr, new_item, &mutations_);
+  const size_t first = batch->mutations.size();
+  if (absl::Status s = builder.Diff(old_item ? &*old_item : nullptr, new_item, &batch->mutations);
       !s.ok()) {
     *rejection = s;
     *reason = "key_too_large";
     return Outcome::kRejected;
   }
-  for (size_t i = first; i < mutations_.size(); ++i) {
-    mutations_[i].view = catalog_.GlobalView(table, mutations_[i].view);
+  for (size_t i = first; i < batch->mutations.size(); ++i) {
+    batch->mutations[i].view = catalog_.GlobalView(table, batch->mutations[i].view);
   }
-  aggregate_deltas_.clear();
+  const size_t deltas_begin = batch->aggregate_deltas.size();
   if (absl::Status s = catalog_.aggregate_builder(table).Diff(
-          old_item ? &*old_item : nullptr, new_item, &aggregate_deltas_);
+          old_item ? &*old_item : nullptr, new_item, &batch->aggregate_deltas);
       !s.ok()) {
-    mutations_.resize(first);  // the event is rejected as a whole
+    batch->mutations.resize(first);  // the event is rejected as a whole
+    batch->aggregate_deltas.resize(deltas_begin);
     *rejection = s;
     *reason = "key_too_large";
     return Outcome::kRejected;
   }
-  if (absl::Status s = ApplyAggregateDeltas(txn, table, pk); !s.ok()) return s;
-  absl::Status s;
-  if (new_item) {
-    s = txn->Put(items, pk, EncodeStoredItem(false, event.sequence_number, EncodeItem(*new_item)));
-  } else if (had_record || !event.sequence_number.empty()) {
-    // A tombstone keeps the sequence number, so a replayed older event cannot resurrect the item.
-    s = txn->Put(items, pk, EncodeStoredItem(true, event.sequence_number, {}));
-  }
-  if (!s.ok()) return s;
   // Slots are reused across batches: assign keeps a slot's capacity, so a key no longer than
   // one seen before allocates nothing.
-  if (hot_table_key_count_ == hot_table_keys_.size()) hot_table_keys_.emplace_back();
-  auto& [hot_table, hot_key] = hot_table_keys_[hot_table_key_count_++];
+  if (batch->hot_table_key_count == batch->hot_table_keys.size()) batch->hot_table_keys.emplace_back();
+  auto& [hot_table, hot_key] = batch->hot_table_keys[batch->hot_table_key_count++];
   hot_table = table;
   hot_key.assign(pk, 0, FirstKeyComponentSize(pk));
+  // A removed item leaves a tombstone with its sequence number, so a replayed older event
+  // cannot resurrect it; a remove of an item never seen, without a sequence number, writes
+  // nothing.
+  if (new_item || had_record || !event.sequence_number.empty()) {
+    if (batch->write_count == batch->writes.size()) batch->writes.emplace_back();
+    const uint32_t w = static_cast<uint32_t>(batch->write_count++);
+    Prepared::ItemWrite& write = batch->writes[w];
+    write.table = static_cast<uint32_t>(table);
+    write.pk = std::move(pk);
+    write.stored = new_item ? EncodeStoredItem(false, event.sequence_number, EncodeItem(*new_item))
+                            : EncodeStoredItem(true, event.sequence_number, {});
+    write.deltas_begin = static_cast<uint32_t>(deltas_begin);
+    write.deltas_end = static_cast<uint32_t>(batch->aggregate_deltas.size());
+    batch->latest.insert_or_assign(std::pair<uint32_t, std::string_view>(write.table, write.pk), w);
+  }
   return Outcome::kApplied;
 }
 
@@ -454,9 +542,10 @@ absl::Status Applier::RebuildAggregate(const AggregateRef& aggregate, const std:
       stop);
 }
 
-absl::Status Applier::ApplyAggregateDeltas(WriteTxn* txn, size_t table, std::string_view pk) {
-  for (size_t i = 0; i < aggregate_deltas_.size(); ++i) {
-    const AggregateDelta& delta = aggregate_deltas_[i];
+absl::Status Applier::ApplyAggregateDeltas(WriteTxn* txn, size_t table, std::string_view pk,
+                                           std::span<const AggregateDelta> deltas) {
+  for (size_t i = 0; i < deltas.size(); ++i) {
+    const AggregateDelta& delta = deltas[i];
     const size_t global = catalog_.GlobalAggregate(table, delta.aggregate);
     // While rebuilding, only items the rebuild already counted are maintained here; an
     // aggregate found inconsistent in this batch is rebuilt from scratch after it.
@@ -468,8 +557,8 @@ absl::Status Applier::ApplyAggregateDeltas(WriteTxn* txn, size_t table, std::str
     // read-modify-write of the group state for both.
     const AggregateContribution* retract = delta.retract ? &delta.contribution : nullptr;
     const AggregateContribution* add = delta.retract ? nullptr : &delta.contribution;
-    if (retract != nullptr && i + 1 < aggregate_deltas_.size()) {
-      const AggregateDelta& next = aggregate_deltas_[i + 1];
+    if (retract != nullptr && i + 1 < deltas.size()) {
+      const AggregateDelta& next = deltas[i + 1];
       if (next.aggregate == delta.aggregate && !next.retract &&
           next.contribution.group == delta.contribution.group) {
         add = &next.contribution;
@@ -509,15 +598,22 @@ absl::Status Applier::ResetInconsistentAggregate(WriteTxn* txn, size_t global,
   return absl::OkStatus();
 }
 
-bool Applier::IsStale(const SourceRecord& record,
-                      const std::map<std::string, std::string>& batch_positions) const {
+bool Applier::IsStale(const SourceRecord& record, const Prepared& batch,
+                      const Prepared* previous) const {
   if (record.offset < 0) return false;
-  const std::string& source = catalog_.config().sources[record.source].name;
+  const std::pair<uint32_t, std::string_view> key(record.source, record.partition);
+  auto next_of = [&key](const Prepared* b) -> const std::string* {
+    if (b == nullptr) return nullptr;
+    auto it = b->positions.find(key);
+    return it == b->positions.end() ? nullptr : &it->second;
+  };
   std::string stored;
-  if (auto it = batch_positions.find(PositionKey(source, record.partition));
-      it != batch_positions.end()) {
-    stored = it->second;
+  if (const std::string* next = next_of(&batch)) {
+    stored = *next;
+  } else if ((next = next_of(previous)) != nullptr) {
+    stored = *next;
   } else {
+    const std::string& source = catalog_.config().sources[record.source].name;
     std::lock_guard lock(mu_);
     auto committed = positions_.find({source, record.partition});
     if (committed == positions_.end()) return false;
@@ -528,22 +624,11 @@ bool Applier::IsStale(const SourceRecord& record,
   return error == std::errc() && end == stored.data() + stored.size() && record.offset < next;
 }
 
-absl::Status Applier::ApplyViewMutations(WriteTxn* txn, const std::vector<SourceRecord>& batch) {
-  // In key order per view: neighbouring writes land on the same B-tree pages, so a batch
-  // copies (copy-on-write) far fewer pages than in event order. The sort is stable, so
-  // several changes of one entry still apply (and are logged) in event order. Sorting indices
-  // keeps each mutation next to its record without moving the key and value strings.
-  mutation_order_.resize(mutations_.size());
-  for (uint32_t i = 0; i < mutation_order_.size(); ++i) mutation_order_[i] = i;
-  std::stable_sort(mutation_order_.begin(), mutation_order_.end(), [&](uint32_t a, uint32_t b) {
-    const IndexMutation& x = mutations_[a];
-    const IndexMutation& y = mutations_[b];
-    return x.view != y.view ? x.view < y.view : x.key < y.key;
-  });
-  for (uint32_t index : mutation_order_) {
-    const IndexMutation& m = mutations_[index];
+absl::Status Applier::ApplyViewMutations(WriteTxn* txn, const Prepared& batch) {
+  for (uint32_t index : batch.mutation_order) {
+    const IndexMutation& m = batch.mutations[index];
     BatchStats::View& vs = stats_.views[m.view];
-    const SourceRecord& record = batch[mutation_records_[index]];
+    const SourceRecord& record = (*batch.records)[batch.mutation_records[index]];
     const std::string& source = catalog_.config().sources[record.source].name;
     const std::string& view = catalog_.views()[m.view].spec->name;
     absl::Status s;
@@ -571,37 +656,58 @@ absl::Status Applier::ApplyViewMutations(WriteTxn* txn, const std::vector<Source
   return absl::OkStatus();
 }
 
-absl::Status Applier::TryBatch(std::vector<SourceRecord>* batch, WriteTxn* txn,
-                               std::map<std::string, std::string>* positions) {
-  stats_.Clear();
-  mutations_.clear();
-  hot_table_key_count_ = 0;
-  mutation_records_.clear();
-  change_log_.Rollback();  // a retried batch reuses the sequence numbers of the failed try
-  inconsistent_.clear();
-  pending_dead_letters_.clear();
-  stale_.assign(batch->size(), false);
-  for (size_t i = 0; i < batch->size(); ++i) {
-    const SourceRecord& record = (*batch)[i];
-    BatchStats::Source& src = stats_.sources[record.source];
-    if (IsStale(record, *positions)) {  // read again after a rebalance: applied already
-      stale_[i] = true;
+void Applier::CountInFlight(Prepared* batch) {
+  std::lock_guard lock(mu_);
+  for (size_t i = 0; i < batch->in_flight.size(); ++i) {
+    in_flight_[i] -= batch->in_flight[i];  // a batch tried before and failed
+    batch->in_flight[i] = 0;
+  }
+  for (const SourceRecord& record : *batch->records) ++batch->in_flight[record.source];
+  for (size_t i = 0; i < batch->in_flight.size(); ++i) in_flight_[i] += batch->in_flight[i];
+}
+
+absl::Status Applier::Prepare(Prepared* batch, const Prepared* previous) {
+  const std::vector<SourceRecord>& records = *batch->records;
+  const size_t n = records.size();
+  batch->stats.Clear();
+  batch->write_count = 0;
+  batch->writes.reserve(n);  // `latest` points into the writes' keys: no reallocation below
+  batch->latest.clear();
+  batch->latest.reserve(n);
+  batch->write_order.clear();
+  batch->mutations.clear();
+  batch->mutation_records.clear();
+  batch->aggregate_deltas.clear();
+  batch->dead_letters.clear();
+  // Kept across tries of this batch (see dead_lettered), cleared once it commits.
+  if (batch->dead_lettered.size() != n) batch->dead_lettered.assign(n, false);
+  batch->stale.assign(n, false);
+  batch->positions.clear();
+  batch->hot_table_key_count = 0;
+
+  auto snapshot = store_->BeginRead();
+  if (!snapshot.ok()) return snapshot.status();
+  for (uint32_t i = 0; i < n; ++i) {
+    const SourceRecord& record = records[i];
+    BatchStats::Source& src = batch->stats.sources[record.source];
+    if (IsStale(record, *batch, previous)) {  // read again after a rebalance: applied already
+      batch->stale[i] = true;
       ++src.skipped;
       continue;
     }
     absl::Status rejection = record.rejection;
     std::string reason = record.reason;
     if (record.event) {
-      auto outcome = ApplyEvent(txn, record, &rejection, &reason);
+      auto outcome = PrepareEvent(**snapshot, batch, previous, i, &rejection, &reason);
       if (!outcome.ok()) return outcome.status();
-      mutation_records_.resize(mutations_.size(), static_cast<uint32_t>(i));
+      batch->mutation_records.resize(batch->mutations.size(), i);
       if (*outcome == Outcome::kApplied) {
         ++src.applied;
         if (record.event->ttl_delete) ++src.ttl_deletes;
         int64_t created = record.event->creation_time_ms;
         if (created > 0) {
           src.newest_creation_ms = std::max(src.newest_creation_ms, created);
-          stats_.lag_seconds.push_back(static_cast<double>(created));
+          batch->stats.lag_seconds.push_back(static_cast<double>(created));
         }
       } else if (*outcome == Outcome::kSkipped) {
         ++src.skipped;
@@ -617,19 +723,71 @@ absl::Status Applier::TryBatch(std::vector<SourceRecord>* batch, WriteTxn* txn,
       }
       ++src.rejected;
       ++src.rejected_by_reason[reason.empty() ? "bad_record" : reason];
-      pending_dead_letters_.emplace_back(i, std::move(rejection));
+      batch->dead_letters.emplace_back(i, std::move(rejection));
     }
-    (*positions)[PositionKey(catalog_.config().sources[record.source].name, record.partition)] =
-        record.next_position;
+    const std::pair<uint32_t, std::string_view> key(record.source, record.partition);
+    if (auto it = batch->positions.find(key); it != batch->positions.end()) {
+      it->second = record.next_position;
+    } else {
+      batch->positions.emplace(std::pair<uint32_t, std::string>(record.source, record.partition),
+                               record.next_position);
+    }
   }
-  if (absl::Status s = ApplyViewMutations(txn, *batch); !s.ok()) return s;
-  for (const auto& [key, position] : *positions) {
-    if (absl::Status s = txn->Put(store_->meta(), key, position); !s.ok()) return s;
+  snapshot->reset();  // the sorting needs no snapshot
+
+  // In key order: neighbouring writes land on the same B-tree pages, so a batch copies
+  // (copy-on-write) far fewer pages than in event order, and LMDB's cursor often finds the
+  // next key on the page it stands on. Sorting indices keeps the key and value strings where
+  // they are.
+  for (const auto& [item, index] : batch->latest) batch->write_order.push_back(index);
+  std::sort(batch->write_order.begin(), batch->write_order.end(), [&](uint32_t a, uint32_t b) {
+    const Prepared::ItemWrite& x = batch->writes[a];
+    const Prepared::ItemWrite& y = batch->writes[b];
+    return x.table != y.table ? x.table < y.table : x.pk < y.pk;
+  });
+  batch->mutation_order.resize(batch->mutations.size());
+  for (uint32_t i = 0; i < batch->mutation_order.size(); ++i) batch->mutation_order[i] = i;
+  std::stable_sort(batch->mutation_order.begin(), batch->mutation_order.end(),
+                   [&](uint32_t a, uint32_t b) {
+                     const IndexMutation& x = batch->mutations[a];
+                     const IndexMutation& y = batch->mutations[b];
+                     return x.view != y.view ? x.view < y.view : x.key < y.key;
+                   });
+  return absl::OkStatus();
+}
+
+absl::Status Applier::WriteBatch(const Prepared& batch, WriteTxn* txn) {
+  stats_.Clear();
+  change_log_.Rollback();  // a retried batch reuses the sequence numbers of the failed try
+  inconsistent_.clear();
+  for (uint32_t index : batch.write_order) {
+    const Prepared::ItemWrite& write = batch.writes[index];
+    if (absl::Status s = txn->Put(item_dbis_[write.table], write.pk, write.stored); !s.ok()) return s;
+  }
+  // Aggregates in event order: an item's retraction follows the addition it takes back.
+  const std::span<const AggregateDelta> deltas(batch.aggregate_deltas);
+  for (size_t i = 0; i < batch.write_count; ++i) {
+    const Prepared::ItemWrite& write = batch.writes[i];
+    if (write.deltas_begin == write.deltas_end) continue;
+    if (absl::Status s = ApplyAggregateDeltas(
+            txn, write.table, write.pk,
+            deltas.subspan(write.deltas_begin, write.deltas_end - write.deltas_begin));
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (absl::Status s = ApplyViewMutations(txn, batch); !s.ok()) return s;
+  for (const auto& [key, position] : batch.positions) {
+    if (absl::Status s = txn->Put(store_->meta(),
+                                  PositionKey(catalog_.config().sources[key.first].name, key.second),
+                                  position);
+        !s.ok()) {
+      return s;
+    }
   }
   for (const ViewRef& view : catalog_.views()) {
-    MDB_dbi dbi = store_->view(view.spec->name);
-    stats_.views[view.global].items = txn->Entries(dbi);
-    stats_.views[view.global].bytes = txn->Bytes(dbi);
+    stats_.views[view.global].items = txn->Entries(view_dbis_[view.global]);
+    stats_.views[view.global].bytes = txn->Bytes(view_dbis_[view.global]);
   }
   for (const AggregateRef& aggregate : catalog_.aggregates()) {
     stats_.aggregates[aggregate.global].groups = txn->Entries(aggregate_dbs_[aggregate.global].groups);
@@ -638,27 +796,28 @@ absl::Status Applier::TryBatch(std::vector<SourceRecord>* batch, WriteTxn* txn,
 }
 
 absl::Status Applier::ApplyBatch(std::vector<SourceRecord>* batch) {
-  std::map<std::string, std::string> positions;
+  Prepared& prepared = *sync_batch_;
+  prepared.records = batch;
+  CountInFlight(&prepared);
   failed_source_ = -1;
-  // Kept across retries of this batch, cleared once it commits.
-  if (dead_lettered_.size() != batch->size()) dead_lettered_.assign(batch->size(), false);
-  {
-    std::lock_guard lock(mu_);
-    std::fill(in_flight_.begin(), in_flight_.end(), 0);
-    for (const SourceRecord& record : *batch) ++in_flight_[record.source];
-  }
+  if (absl::Status s = Prepare(&prepared, nullptr); !s.ok()) return s;
+  return Commit(&prepared);
+}
+
+absl::Status Applier::Commit(Prepared* batch) {
+  const std::vector<SourceRecord>& records = *batch->records;
+  failed_source_ = -1;
   // From the commit until the batch's counters and positions are published (HoldCommits).
   std::unique_lock<std::shared_mutex> publishing(commit_visibility_mu_, std::defer_lock);
   for (;;) {
-    positions.clear();
     auto txn_or = store_->BeginWrite();
     if (!txn_or.ok()) return txn_or.status();
     WriteTxn& txn = **txn_or;
-    absl::Status s = TryBatch(batch, &txn, &positions);
+    absl::Status s = WriteBatch(*batch, &txn);
     if (s.ok()) {
-      for (const auto& [index, why] : pending_dead_letters_) {
-        if (dead_lettered_[index]) continue;
-        const SourceRecord& record = (*batch)[index];
+      for (const auto& [index, why] : batch->dead_letters) {
+        if (batch->dead_lettered[index]) continue;
+        const SourceRecord& record = records[index];
         s = dead_letters_[record.source]->Write(record, why);
         if (!s.ok()) {
           failed_source_ = static_cast<int>(record.source);
@@ -668,7 +827,7 @@ absl::Status Applier::ApplyBatch(std::vector<SourceRecord>* batch) {
               record.locator, ": ", s.message()));
           break;
         }
-        dead_lettered_[index] = true;
+        batch->dead_lettered[index] = true;
         const std::string& source = catalog_.config().sources[record.source].name;
         if (rejected_log_.Admit(source)) {
           LogWarning(absl::StrCat("source ", source, ": rejected ", why.message()));
@@ -680,8 +839,9 @@ absl::Status Applier::ApplyBatch(std::vector<SourceRecord>* batch) {
       const auto committing = std::chrono::steady_clock::now();
       s = txn.Commit();
       if (s.ok()) {
-        last_commit_ = std::chrono::duration_cast<std::chrono::microseconds>(
-            std::chrono::steady_clock::now() - committing);
+        last_commit_us_.store(std::chrono::duration_cast<std::chrono::microseconds>(
+                                  std::chrono::steady_clock::now() - committing)
+                                  .count());
       } else {
         publishing.unlock();
       }
@@ -697,26 +857,26 @@ absl::Status Applier::ApplyBatch(std::vector<SourceRecord>* batch) {
     break;
   }
   change_log_.Committed();
-  dead_lettered_.clear();
+  batch->dead_lettered.clear();
   for (size_t global : inconsistent_) {
     aggregate_build_cursors_[global].clear();
     SetAggregateState(global, ViewState::kBuilding, 0.0);
   }
 
   const int64_t now = now_ms_();
+  stats_.sources.swap(batch->stats.sources);
+  stats_.lag_seconds.swap(batch->stats.lag_seconds);
   for (double& created : stats_.lag_seconds) created = static_cast<double>(now - int64_t(created)) / 1000.0;
-  stats_.events = batch->size();
+  stats_.events = records.size();
   stats_.map_used_bytes = store_->map_used_bytes();
   stats_.map_size_bytes = store_->map_size();
   if (probe_ != nullptr) probe_->RecordBatch(stats_, now);
-  hot_keys_.RecordBatch(mutations_, {hot_table_keys_.data(), hot_table_key_count_}, now);
+  hot_keys_.RecordBatch(batch->mutations,
+                        {batch->hot_table_keys.data(), batch->hot_table_key_count}, now);
   {
     std::lock_guard lock(mu_);
-    for (size_t i = 0; i < batch->size(); ++i) {
-      const SourceRecord& record = (*batch)[i];
-      if (stale_[i]) continue;  // its position is behind the stored one
-      positions_[{catalog_.config().sources[record.source].name, record.partition}] =
-          record.next_position;
+    for (const auto& [key, position] : batch->positions) {
+      positions_[{catalog_.config().sources[key.first].name, key.second}] = position;
     }
     for (size_t i = 0; i < stats_.sources.size(); ++i) {
       const BatchStats::Source& s = stats_.sources[i];
@@ -724,11 +884,12 @@ absl::Status Applier::ApplyBatch(std::vector<SourceRecord>* batch) {
       counters_[i].skipped += s.skipped;
       counters_[i].rejected += s.rejected;
       if (s.newest_creation_ms > 0) counters_[i].lag_seconds = double(now - s.newest_creation_ms) / 1000.0;
-      if (in_flight_[i] > 0) {
+      if (batch->in_flight[i] > 0) {
         counters_[i].last_commit_ms = now;
         counters_[i].committed = true;
       }
-      in_flight_[i] = 0;
+      in_flight_[i] -= batch->in_flight[i];
+      batch->in_flight[i] = 0;
       table_events_[catalog_.TableOfSource(i)] += s.applied;
     }
     for (size_t v = 0; v < stats_.views.size(); ++v) {
@@ -785,33 +946,127 @@ bool Applier::RebuildWithRetries(const std::atomic<bool>* stop) {
   return true;
 }
 
+bool Applier::Attempt(const std::function<absl::Status()>& attempt, const std::string& what,
+                      OnFailure on_failure, const std::atomic<bool>* stop, const int* error_source,
+                      absl::Status* error) {
+  bool failed = false;
+  for (auto backoff = kFirstBackoff;; backoff = std::min(backoff * 2, kMaxBackoff)) {
+    absl::Status s = attempt();
+    if (s.ok()) break;
+    if (probe_ != nullptr) probe_->RecordBatchFailure();
+    if (on_failure == OnFailure::kStop) {
+      *error = std::move(s);
+      return false;
+    }
+    failed = true;
+    SetWriterError(s, error_source != nullptr ? *error_source : -1);
+    LogError(absl::StrCat("cannot ", what, ", retrying in ", backoff.count(), "ms: ", s.message()));
+    if (!BackOff(backoff, stop)) {
+      *error = absl::CancelledError(absl::StrCat("stopped while retrying to ", what, ": ", s.message()));
+      return false;
+    }
+  }
+  if (failed) SetWriterError(absl::OkStatus(), -1);
+  return true;
+}
+
+void Applier::PrepareLoop(const BatchSource& next, OnFailure on_failure,
+                          const std::atomic<bool>* stop, absl::Status* error) {
+  const Prepared* previous = nullptr;
+  for (uint64_t n = 0; !(stop != nullptr && stop->load()); ++n) {
+    const size_t slot = n % 2;
+    {
+      std::unique_lock lock(slot_mu_);
+      slot_changed_.wait(lock, [&] { return slot_state_[slot] == SlotState::kFree || writer_done_; });
+      if (writer_done_) break;
+    }
+    Prepared& batch = *slots_[slot];
+    batch.owned.clear();
+    batch.records = &batch.owned;
+    if (!next(&batch.owned)) break;
+    CountInFlight(&batch);
+    if (!Attempt([&] { return Prepare(&batch, previous); },
+                 absl::StrCat("prepare a batch of ", batch.owned.size(), " events"), on_failure, stop,
+                 nullptr, error)) {
+      break;
+    }
+    {
+      std::lock_guard lock(slot_mu_);
+      slot_state_[slot] = SlotState::kPrepared;
+    }
+    slot_changed_.notify_all();
+    previous = &batch;  // its items are the next batch's old images until it commits
+  }
+  {
+    std::lock_guard lock(slot_mu_);
+    preparer_done_ = true;
+  }
+  slot_changed_.notify_all();
+}
+
 void Applier::Run(RecordQueue* queue, const std::atomic<bool>* stop) {
   if (!RebuildWithRetries(stop)) return;
 
   WatchQueue(queue);
   const ApplyConfig& cfg = catalog_.config().apply;
-  std::vector<SourceRecord> batch;
   // Until the first commit says what one costs, batches gather as long as configured.
-  last_commit_ = std::chrono::milliseconds(cfg.max_delay_ms);
-  while (!(stop != nullptr && stop->load())) {
-    batch.clear();
-    if (!queue->PopBatch(cfg.batch_size, WriterLinger(cfg, last_commit_), &batch,
-                         BacklogBatchSize(cfg))) {
+  last_commit_us_.store(int64_t{cfg.max_delay_ms} * 1000);
+  ApplyBatches(
+      [&](std::vector<SourceRecord>* out) {
+        const auto linger = std::chrono::microseconds(last_commit_us_.load());
+        return queue->PopBatch(cfg.batch_size, WriterLinger(cfg, linger), out,
+                               BacklogBatchSize(cfg));  // false: closed and drained
+      },
+      OnFailure::kRetry, stop)
+      .IgnoreError();  // an error here is a stop, which the caller asked for
+}
+
+absl::Status Applier::ApplyBatches(const BatchSource& next, OnFailure on_failure,
+                                   const std::atomic<bool>* stop) {
+  {
+    std::lock_guard lock(slot_mu_);
+    slot_state_[0] = slot_state_[1] = SlotState::kFree;
+    preparer_done_ = writer_done_ = false;
+  }
+  absl::Status prepare_error, commit_error;
+  std::thread preparer([&] { PrepareLoop(next, on_failure, stop, &prepare_error); });
+  auto stopped = [stop] { return stop != nullptr && stop->load(); };
+  for (uint64_t n = 0; !stopped(); ++n) {
+    const size_t slot = n % 2;
+    {
+      // The preparer publishes the slots in turn, so once it is done and this one is not
+      // prepared, there are no more. `stop` is raised after the queue closed, when a batch
+      // keeps failing: checked every 100 ms.
+      std::unique_lock lock(slot_mu_);
+      while (slot_state_[slot] != SlotState::kPrepared && !preparer_done_ && !stopped()) {
+        slot_changed_.wait_for(lock, std::chrono::milliseconds(100));
+      }
+      if (slot_state_[slot] != SlotState::kPrepared) break;
+    }
+    Prepared& batch = *slots_[slot];
+    if (!Attempt([&] { return Commit(&batch); },
+                 absl::StrCat("apply a batch of ", batch.owned.size(), " events"), on_failure, stop,
+                 &failed_source_, &commit_error)) {
       break;
     }
-    for (auto backoff = kFirstBackoff;; backoff = std::min(backoff * 2, kMaxBackoff)) {
-      absl::Status s = ApplyBatch(&batch);
-      if (s.ok()) break;
-      SetWriterError(s, failed_source_);
-      if (probe_ != nullptr) probe_->RecordBatchFailure();
-      LogError(absl::StrCat("cannot apply a batch of ", batch.size(), " events, retrying in ",
-                            backoff.count(), "ms: ", s.message()));
-      if (!BackOff(backoff, stop)) return;
+    {
+      std::lock_guard lock(slot_mu_);
+      slot_state_[slot] = SlotState::kFree;
     }
-    SetWriterError(absl::OkStatus(), -1);
+    slot_changed_.notify_all();
     // An aggregate found inconsistent by this batch is rebuilt before the next one.
-    if (!inconsistent_.empty() && !RebuildWithRetries(stop)) return;
+    if (!inconsistent_.empty() && !RebuildWithRetries(stop)) break;
   }
+  {
+    std::lock_guard lock(slot_mu_);
+    writer_done_ = true;
+  }
+  slot_changed_.notify_all();
+  preparer.join();
+  if (!commit_error.ok()) return commit_error;
+  if (!prepare_error.ok()) return prepare_error;
+  if (stopped()) return absl::CancelledError("stopped before every batch was applied");
+  return absl::OkStatus();
 }
 
 std::map<std::string, std::string> Applier::PositionsOf(size_t source) const {

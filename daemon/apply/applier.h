@@ -8,9 +8,10 @@
 // go to their source's DeadLetterSink before the commit and are counted; the rest of the batch
 // applies and the position advances past them.
 //
-// Threading: ApplyBatch, Recover and RebuildViews are called from one thread (the writer).
-// Positions(), Counters(), GetViewState(), GetAggregateState() and WriterError() may be called
-// from any thread.
+// Threading: ApplyBatch, ApplyBatches, Run, Recover and RebuildViews are called from one
+// thread (the writer), one at a time; Run and ApplyBatches start a second thread for their
+// first stage and join it before they return. Positions(), Counters(), GetViewState(),
+// GetAggregateState() and WriterError() may be called from any thread.
 #pragma once
 
 #include <atomic>
@@ -23,6 +24,7 @@
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -79,6 +81,7 @@ class Applier {
   Applier(const Catalog& catalog, Store* store, ApplyProbe* probe,
           std::vector<DeadLetterSink*> dead_letters,
           std::function<int64_t()> now_ms = nullptr);
+  ~Applier();
 
   // Loads the stored positions and view and aggregate states; a view or aggregate whose
   // fingerprint differs from the stored one (or that is new) is marked BUILDING and emptied,
@@ -90,14 +93,33 @@ class Applier {
   absl::Status RebuildViews(const std::atomic<bool>* stop = nullptr);
 
   // Applies one batch in one write transaction (growing the map and retrying on
-  // MDB_MAP_FULL). An error means nothing of the batch was applied (the store is unchanged):
-  // a dead letter that could not be written, the map at its ceiling, an LMDB failure.
+  // MDB_MAP_FULL): both of Run's stages in turn, on the calling thread. An error means nothing
+  // of the batch was applied (the store is unchanged): a dead letter that could not be
+  // written, the map at its ceiling, an LMDB failure. Not while Run runs.
   absl::Status ApplyBatch(std::vector<SourceRecord>* batch);
 
-  // The writer loop: rebuilds BUILDING views, then pops batches from `queue` until it is
+  // The writer loop: rebuilds BUILDING views, then applies batches from `queue` until it is
   // closed and drained, or `stop`. A failing rebuild or batch is retried with back-off
   // (WriterError() says why meanwhile).
+  //
+  // Two stages, each on its own thread, one batch apart: a preparer pops batch N+1 and works
+  // out everything that needs no write transaction (old images, view mutations sorted by key,
+  // aggregate deltas, encoded items) while the calling thread writes and commits batch N. The
+  // old images come from a read snapshot, overlaid with the items of batch N (which may not
+  // have committed yet) and of N+1's earlier events: the same images one thread applying the
+  // batches in turn would read. See docs/ARCHITECTURE.md, "Writer".
   void Run(RecordQueue* queue, const std::atomic<bool>* stop);
+  // Run's two stages over the batches `next` gives (it fills its argument, an empty vector,
+  // and returns false when there are no more; called on the preparer's thread). Returns once
+  // every batch is committed, or after `stop` (batches not committed then are dropped).
+  // Not while Run runs; benchmarks drive the writer with it.
+  // A failing batch is retried with back-off, WriterError() saying why (kRetry, as Run), or
+  // ends the run: the error is returned, and neither that batch nor any later one is applied
+  // (kStop). Returns OK once every batch is committed; CANCELLED if stopped before.
+  using BatchSource = std::function<bool(std::vector<SourceRecord>*)>;
+  enum class OnFailure { kRetry, kStop };
+  absl::Status ApplyBatches(const BatchSource& next, OnFailure on_failure,
+                            const std::atomic<bool>* stop = nullptr);
   // The queue whose records count as not applied yet (HasUnapplied); Run watches its own.
   void WatchQueue(const RecordQueue* queue) { queue_.store(queue); }
   // Whether records of source `source` are read but not committed: in the watched queue, or in
@@ -153,15 +175,37 @@ class Applier {
 
  private:
   enum class Outcome { kApplied, kSkipped, kRejected };
-  absl::Status TryBatch(std::vector<SourceRecord>* batch, WriteTxn* txn,
-                        std::map<std::string, std::string>* positions);
-  // Applies one event; a non-OK *rejection means the event was rejected (nothing written).
-  absl::StatusOr<Outcome> ApplyEvent(WriteTxn* txn, const SourceRecord& record,
-                                     absl::Status* rejection, std::string* reason);
-  // A record with a Kafka offset below its partition's stored next offset (this batch's
-  // positions first, then the committed ones): it was applied already and is skipped.
-  bool IsStale(const SourceRecord& record,
-               const std::map<std::string, std::string>& batch_positions) const;
+  // A batch between the two stages (defined in applier.cc).
+  struct Prepared;
+  // The first stage: works out `batch`'s writes from a read snapshot overlaid with the items
+  // `previous` writes (the batch before, which may not have committed yet; null if there is
+  // none in flight). Any thread, one at a time. An error (an LMDB read, a damaged stored item)
+  // means `batch` must be prepared again.
+  absl::Status Prepare(Prepared* batch, const Prepared* previous);
+  // One event of Prepare; a non-OK *rejection means the event was rejected (nothing written).
+  absl::StatusOr<Outcome> PrepareEvent(const ReadTxn& snapshot, Prepared* batch,
+                                       const Prepared* previous, uint32_t index,
+                                       absl::Status* rejection, std::string* reason);
+  // The second stage (the writer thread): writes a prepared batch in one write transaction
+  // with its dead letters, commits it (growing the map as needed) and publishes counters and
+  // positions. An error leaves the store unchanged and `batch` ready to be committed again.
+  absl::Status Commit(Prepared* batch);
+  absl::Status WriteBatch(const Prepared& batch, WriteTxn* txn);
+  // Counts the batch's records in in_flight_ (HasUnapplied) until it commits, replacing what
+  // an earlier try of it counted.
+  void CountInFlight(Prepared* batch);
+  // Run's first stage, on its own thread: pops and prepares batches into slots_ in turn.
+  void PrepareLoop(const BatchSource& next, OnFailure on_failure, const std::atomic<bool>* stop,
+                   absl::Status* error);
+  // Calls `attempt` (Prepare or Commit of one batch, `what` in the log) until it succeeds,
+  // under `on_failure`; WriterError() names the source *error_source (null: all) meanwhile.
+  // False if it did not succeed: *error says why (stopped, or the error under kStop).
+  bool Attempt(const std::function<absl::Status()>& attempt, const std::string& what,
+               OnFailure on_failure, const std::atomic<bool>* stop, const int* error_source,
+               absl::Status* error);
+  // A record with a Kafka offset below its partition's next offset (this batch's positions,
+  // then `previous`'s, then the committed ones): it was applied already and is skipped.
+  bool IsStale(const SourceRecord& record, const Prepared& batch, const Prepared* previous) const;
   // Walks items/<table> from the stored cursor (meta `cursor_key`) in chunks, one transaction
   // each: `add` puts each live item into what is rebuilt (or sets *left_out, having logged
   // why); the cursor commits with the chunk, and at the end `state_key` becomes READY.
@@ -187,12 +231,13 @@ class Applier {
   // BUILDING in `txn`, logged, counted; the writer rebuilds it after the batch commits.
   absl::Status ResetInconsistentAggregate(WriteTxn* txn, size_t global, const absl::Status& why);
   absl::Status RebuildAggregate(const AggregateRef& aggregate, const std::atomic<bool>* stop);
-  // Writes the aggregate deltas of the event on item `pk` of `table` (aggregate_deltas_).
-  absl::Status ApplyAggregateDeltas(WriteTxn* txn, size_t table, std::string_view pk);
+  // Writes the aggregate deltas of the event on item `pk` of `table`.
+  absl::Status ApplyAggregateDeltas(WriteTxn* txn, size_t table, std::string_view pk,
+                                    std::span<const AggregateDelta> deltas);
   void SetAggregateState(size_t global_aggregate, ViewState state, double progress);
-  // Writes the batch's view mutations, sorted by view and key, and logs each one that changed
-  // a view in the change log with the record that caused it.
-  absl::Status ApplyViewMutations(WriteTxn* txn, const std::vector<SourceRecord>& batch);
+  // Writes the batch's view mutations in the order Prepare sorted them (by view and key), and
+  // logs each one that changed a view in the change log with the record that caused it.
+  absl::Status ApplyViewMutations(WriteTxn* txn, const Prepared& batch);
   // Sets the size gauges (view items and bytes, map use) from the store as it is: at start-up
   // and after rebuilds, when no batch has reported them yet.
   void PublishSizes();
@@ -211,21 +256,23 @@ class Applier {
   std::vector<MDB_dbi> view_dbis_;  // by global view index
   std::vector<AggregateDbs> aggregate_dbs_;  // by global aggregate index
 
+  std::vector<MDB_dbi> item_dbis_;  // by table index
+
+  // Batches between the stages, reused: ApplyBatch's, and Run's two, which the preparer fills
+  // in turn (slot N % 2) while the writer commits the other. slot_state_ says whose each is.
+  std::unique_ptr<Prepared> sync_batch_;
+  std::unique_ptr<Prepared> slots_[2];
+  enum class SlotState { kFree, kPrepared };
+  SlotState slot_state_[2] = {SlotState::kFree, SlotState::kFree};  // guarded by slot_mu_
+  bool preparer_done_ = false;  // no more batches will be prepared; guarded by slot_mu_
+  bool writer_done_ = false;    // the writer stopped taking batches; guarded by slot_mu_
+  std::mutex slot_mu_;
+  std::condition_variable slot_changed_;
+
   // Writer-thread scratch, reused across batches.
   BatchStats stats_;
-  // The batch's view mutations (IndexMutation::view holds the global view index here).
-  std::vector<IndexMutation> mutations_;
-  std::vector<uint32_t> mutation_records_;  // per mutation: its record's index in the batch
-  std::vector<uint32_t> mutation_order_;    // mutations_ indices sorted by view and key
-  std::string old_value_;                   // a deleted entry's value, for the change log
+  std::string old_value_;  // a deleted entry's value, for the change log
   ChangeLogWriter change_log_;
-  std::vector<std::pair<size_t, absl::Status>> pending_dead_letters_;
-  std::vector<bool> stale_;  // per batch record: a Kafka offset below the stored next offset
-  // Per applied event of the batch: (table, encoded table partition key), for hot_keys_.
-  // Only the first hot_table_key_count_ are this batch's.
-  std::vector<std::pair<size_t, std::string>> hot_table_keys_;
-  size_t hot_table_key_count_ = 0;
-  std::vector<AggregateDelta> aggregate_deltas_;  // one event's
   std::vector<size_t> inconsistent_;  // this batch's aggregates found inconsistent (global index)
   // Writer thread: per aggregate being rebuilt, the last items key the rebuild counted. Events
   // on items up to it are maintained incrementally; later items are counted by the rebuild
@@ -255,18 +302,18 @@ class Applier {
   std::string writer_error_;                                             // guarded by mu_
   int writer_error_source_ = -1;  // the source the error concerns, -1: all; guarded by mu_
   int failed_source_ = -1;        // writer thread: the source whose dead letter failed
-  // Writer thread: how long the last successful txn.Commit() took (WriterLinger).
-  std::chrono::microseconds last_commit_{0};
-  // Writer thread: which records of the current batch were dead-lettered already, so a retried
-  // batch (map growth, back-off) does not write them again.
-  std::vector<bool> dead_lettered_;
+  // How long the last successful txn.Commit() took, in microseconds (WriterLinger): written
+  // by the writer, read by the preparer.
+  std::atomic<int64_t> last_commit_us_{0};
   std::vector<std::unique_ptr<std::atomic<int>>> view_states_;
   std::vector<std::unique_ptr<std::atomic<double>>> view_progress_;
   std::vector<std::unique_ptr<std::atomic<int>>> aggregate_states_;
   std::vector<std::unique_ptr<std::atomic<double>>> aggregate_progress_;
   std::atomic<uint64_t> commits_{0};
   std::atomic<const RecordQueue*> queue_{nullptr};
-  std::vector<size_t> in_flight_;  // per source: records of the batch not committed; guarded by mu_
+  // Per source: records popped from the queue and not committed yet (in prepared batches, or
+  // in a batch being prepared or retried); guarded by mu_.
+  std::vector<size_t> in_flight_;
   mutable std::mutex commit_mu_;
   mutable std::condition_variable committed_;
   HotKeyTracker hot_keys_;

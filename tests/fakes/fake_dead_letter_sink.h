@@ -4,8 +4,11 @@
 // Thread-safe (the writer calls Write; a test thread may inspect letters() meanwhile).
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -23,6 +26,7 @@ class FakeDeadLetterSink : public DeadLetterSink {
   };
 
   absl::Status Write(const SourceRecord& record, const absl::Status& why) override {
+    if (auto delay = delay_.load(); delay.count() > 0) std::this_thread::sleep_for(delay);
     std::lock_guard lock(mu_);
     ++attempts_;
     if (!failure_.ok() && succeed_first_ == 0) return failure_;
@@ -44,6 +48,10 @@ class FakeDeadLetterSink : public DeadLetterSink {
     failure_ = std::move(failure);
   }
 
+  // Every later Write takes `delay` first: a commit that takes that long (the writer writes
+  // a batch's dead letters just before it commits), for tests of what happens meanwhile.
+  void DelayWrites(std::chrono::milliseconds delay) { delay_.store(delay); }
+
   std::vector<Letter> letters() const {
     std::lock_guard lock(mu_);
     return letters_;
@@ -60,6 +68,7 @@ class FakeDeadLetterSink : public DeadLetterSink {
   std::vector<Letter> letters_;
   int attempts_ = 0;
   int succeed_first_ = 0;
+  std::atomic<std::chrono::milliseconds> delay_{std::chrono::milliseconds(0)};
 };
 
 }  // namespace cdcview

@@ -1,6 +1,7 @@
 // The writer's Kafka offset check: a record read again after a rebalance (its offset below the
 // partition's stored next offset) is skipped, counted as skipped, and never moves the position
 // back; a record with nothing to apply (a Debezium tombstone) only advances the position.
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -90,6 +91,42 @@ TEST_F(ApplierOffsetsTest, RecordsReadAgainAreSkippedAndKeepThePosition) {
   EXPECT_EQ(applier_->PositionsOf(0).at("t/0"), "4");
   ASSERT_TRUE(applier_->Recover().ok());  // what is stored, not only what is in memory
   EXPECT_EQ(applier_->PositionsOf(0).at("t/0"), "4");
+}
+
+// In the pipeline the next batch is prepared before the one before commits: its records are
+// stale against that batch's positions, not only the committed ones.
+TEST_F(ApplierOffsetsTest, RecordsReadAgainInTheNextPipelinedBatchAreSkipped) {
+  SourceRecord bad = test::Rejected(absl::InvalidArgumentError("t/0@3: malformed JSON: x"),
+                                    "malformed_json", test::At("4").Partition("t/0").Locator("t/0@3"));
+  bad.offset = 3;
+  std::vector<std::vector<SourceRecord>> batches = {
+      {At(0, "a", "1"), At(1, "b", "1"), At(2, "a", "2"), bad},
+      // Read again from 1 after a rebalance, while the batch before waits for its commit.
+      {At(1, "b", "stale"), At(2, "a", "stale"), bad, At(4, "c", "1")},
+  };
+  sink_.DelayWrites(std::chrono::milliseconds(50));  // the first commit waits in its dead letter
+  size_t next = 0;
+  ASSERT_TRUE(applier_
+                  ->ApplyBatches(
+                      [&](std::vector<SourceRecord>* out) {
+                        if (next == batches.size()) return false;
+                        *out = std::move(batches[next++]);
+                        return true;
+                      },
+                      Applier::OnFailure::kStop)
+                  .ok());
+  EXPECT_EQ(applier_->PositionOf(0, "t/0"), "5");
+  Applier::SourceCounters counters = applier_->Counters(0);
+  EXPECT_EQ(counters.applied, 4u);
+  EXPECT_EQ(counters.skipped, 3u);
+  EXPECT_EQ(counters.rejected, 1u);
+  EXPECT_EQ(sink_.letters().size(), 1u);
+  auto txn = store_->BeginRead();
+  ASSERT_TRUE(txn.ok());
+  auto cursor = (*txn)->OpenCursor(store_->view("ByV"));
+  std::vector<std::string> keys;
+  for (bool ok = cursor->SeekFirst(); ok; ok = cursor->Next()) keys.push_back(test::DescribeKey(cursor->key()));
+  EXPECT_EQ(keys, (std::vector<std::string>{"S:1 | S:b", "S:1 | S:c", "S:2 | S:a"}));
 }
 
 TEST_F(ApplierOffsetsTest, StaleRejectionsAreNotDeadLetteredTwice) {

@@ -152,7 +152,7 @@ class ApplierTest : public ::testing::Test {
   // store has every view new).
   absl::Status Open(uint64_t map_size = 64 * kMiB, uint64_t max_map_size = 256 * kMiB,
                     bool rebuild = true) {
-    config_.storage.path = dir_.Sub("store");
+    config_.storage.path = dir_.Sub(store_name_);
     config_.storage.map_size = map_size;
     config_.storage.max_map_size = max_map_size;
     auto store = Store::Open(config_.storage, config_.tables);
@@ -271,6 +271,7 @@ class ApplierTest : public ::testing::Test {
   FakeDeadLetterSink second_sink_;
   std::unique_ptr<Applier> applier_;
   int64_t now_ms_ = 1'700'000'000'000;
+  std::string store_name_ = "store";  // Open's store, under dir_
 };
 
 // ---- Insert, modify, remove
@@ -654,6 +655,121 @@ TEST_F(ApplierTest, ARetriedBatchDoesNotRepeatItsDeadLetters) {
   EXPECT_EQ(sample_sink_.attempts(), 3);  // line 1, line 3 (failed), line 3; not line 1 again
   EXPECT_EQ(applier_->Counters(0).rejected, 2u);
   EXPECT_EQ(Positions(), (std::vector<std::string>{"sample/=3"}));
+}
+
+// ---- The pipeline: Run's two stages, batch N+1 prepared while batch N commits
+
+// `n` batches that change the same two items over and over (the order opens and ships, the
+// user changes email and score, is removed and comes back), with sequence numbers, and one
+// malformed record of source `second` each, whose dead letter the writer writes just before
+// the commit.
+std::vector<std::vector<SourceRecord>> ChurningBatches(const TableKeySpec& key, int n) {
+  std::vector<std::vector<SourceRecord>> batches;
+  int seq = 0;
+  for (int b = 0; b < n; ++b) {
+    std::vector<SourceRecord> batch;
+    // Replayed first: the sequence number the batch before gave the order, so it is skipped
+    // only if this batch reads the order as the batch before left it.
+    if (b > 0) {
+      batch.push_back(test::Insert(key, Order1(), At(absl::StrCat(seq)).Seq(absl::StrCat(seq - 1))));
+    }
+    Item order = Order1();
+    order["total"] = N(absl::StrCat(b));
+    if (b % 3 != 0) {
+      order["status"] = S("SHIPPED");
+      order.erase("open_since");
+    }
+    ++seq;
+    batch.push_back(test::Modify(key, order, At(absl::StrCat(seq)).Seq(absl::StrCat(seq))));
+    Item user = User1();
+    user["email"] = S(absl::StrCat("u", b % 5, "@x.io"));
+    user["score"] = N(absl::StrCat(b - 20));
+    ++seq;
+    batch.push_back(b % 4 == 3 ? test::Remove(key, user, At(absl::StrCat(seq)).Seq(absl::StrCat(seq)))
+                               : test::Insert(key, user, At(absl::StrCat(seq)).Seq(absl::StrCat(seq))));
+    batch.push_back(test::Rejected(absl::InvalidArgumentError(absl::StrCat("line ", b, ": bad")),
+                                   "malformed_json",
+                                   At(absl::StrCat("line ", b)).Source(1).Locator(absl::StrCat("line ", b))));
+    batches.push_back(std::move(batch));
+  }
+  return batches;
+}
+
+// Applies `batches` through ApplyBatches, the next batch given as soon as asked for.
+absl::Status ApplyPipelined(Applier& applier, std::vector<std::vector<SourceRecord>> batches) {
+  size_t next = 0;
+  return applier.ApplyBatches(
+      [&](std::vector<SourceRecord>* out) {
+        if (next == batches.size()) return false;
+        *out = std::move(batches[next++]);
+        return true;
+      },
+      Applier::OnFailure::kStop);
+}
+
+TEST_F(ApplierTest, PipelinedBatchesSeeTheItemsOfTheBatchBeforeEvenBeforeItCommits) {
+  constexpr int kBatches = 24;
+  // Each commit waits 20 ms in its dead letter, so the next batch (three events) is prepared
+  // while the one before has not committed: its old images must come from that batch.
+  second_sink_.DelayWrites(std::chrono::milliseconds(20));
+  ASSERT_TRUE(Open().ok());
+  ASSERT_TRUE(ApplyPipelined(*applier_, ChurningBatches(key(), kBatches)).ok());
+  const ViewContents pipelined = Views();
+  const std::vector<std::string> items = StoredItems();
+  const std::vector<std::string> positions = Positions();
+  const Applier::SourceCounters counters = applier_->Counters(0);
+  EXPECT_EQ(applier_->commit_count(), uint64_t{kBatches});
+  EXPECT_EQ(second_sink_.letters().size(), size_t{kBatches});
+
+  // The same batches one at a time on one thread.
+  Close();
+  store_name_ = "one-thread";
+  second_sink_.DelayWrites(std::chrono::milliseconds(0));
+  ASSERT_TRUE(Open().ok());
+  for (std::vector<SourceRecord>& batch : ChurningBatches(key(), kBatches)) {
+    ASSERT_TRUE(applier_->ApplyBatch(&batch).ok());
+  }
+  EXPECT_EQ(pipelined, Views());
+  EXPECT_EQ(items, StoredItems());
+  EXPECT_EQ(positions, Positions());
+  EXPECT_EQ(counters.applied, applier_->Counters(0).applied);
+  EXPECT_EQ(counters.skipped, applier_->Counters(0).skipped);
+
+  // And what that is: batch 23 shipped the order (23 % 3 != 0) with total 23 and removed the
+  // user (23 % 4 == 3); every replayed order was skipped.
+  const std::string order =
+      "{GSI1PK=S:CUST#1, GSI1SK=S:2024-05-01, PK=S:CUST#1, SK=S:ORDER#1, "
+      "created_at=S:2024-05-01, status=S:SHIPPED, total=N:23, type=S:order}";
+  EXPECT_EQ(pipelined,
+            (ViewContents{
+                {"GSI1", {"[S:CUST#1 | S:2024-05-01 | S:CUST#1 | S:ORDER#1] " + std::string(order)}},
+                {"ByMember",
+                 {"[S:ORDER#1 | S:CUST#1 | S:CUST#1 | S:ORDER#1] {PK=S:CUST#1, SK=S:ORDER#1}"}},
+                {"ByEntity",
+                 {"[S:STATUS#SHIPPED | S:2024-05-01 | S:CUST#1 | S:ORDER#1] " + std::string(order)}},
+            }));
+  EXPECT_EQ(items, (std::vector<std::string>{"[S:CUST#1 | S:ORDER#1] live 47 " + std::string(order),
+                                             "[S:USER#u1 | S:PROFILE] tombstone 48"}));
+  EXPECT_EQ(counters.applied, 2u * kBatches);
+  EXPECT_EQ(counters.skipped, kBatches - 1u);
+  EXPECT_EQ(positions, (std::vector<std::string>{"sample/=48", "second/=line 23"}));
+}
+
+TEST_F(ApplierTest, PipelineStopsAtAFailingBatchUnderStopAndAppliesNothingAfter) {
+  ASSERT_TRUE(Open().ok());
+  second_sink_.FailAfter(2, absl::UnavailableError("disk full"));
+  absl::Status s = ApplyPipelined(*applier_, ChurningBatches(key(), 6));
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(Text(s),
+            "source second: cannot write a dead letter, so the source does not advance past "
+            "line 2: disk full");
+  EXPECT_EQ(applier_->commit_count(), 2u);
+  EXPECT_EQ(Positions(), (std::vector<std::string>{"sample/=4", "second/=line 1"}));
+  EXPECT_EQ(applier_->Counters(0).applied, 4u);
+  // The failed batch and the one prepared after it were not applied: still in flight.
+  EXPECT_TRUE(applier_->HasUnapplied(0));
+  EXPECT_TRUE(applier_->HasUnapplied(1));
+  EXPECT_EQ(applier_->WriterError(), "");  // kStop returns the error instead
 }
 
 // ---- MDB_MAP_FULL
