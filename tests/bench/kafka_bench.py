@@ -16,11 +16,14 @@ six views. Prints figures, asserts nothing.
      interpolated within the histogram's buckets, also second by second; the mean is exact.
      The same pace for --warm-seconds first (default 10) is not measured: the broker's JVM has
      to compile its small-request code paths, which took it as much CPU as the daemon.
-     --kafka-alone then adds the Kafka part of the lag alone (a bare consumer, no cdcviewd).
+     The live source fetches with fetch.wait.max.ms --live-fetch-wait-ms (default 5) and
+     fetch.min.bytes 256 KiB (see live_fetch). --kafka-alone then adds the Kafka part of the lag
+     alone (a bare consumer with the same fetch settings, no cdcviewd).
 
 Usage: .venv/bin/python tests/bench/kafka_bench.py [--events N] [--lag-seconds S] [--tmp DIR]
                                                    [--lag-rate R] [--linger-ms MS]
                                                    [--warm-seconds S] [--kafka-alone]
+                                                   [--live-fetch-wait-ms MS]
   --tmp DIR: where the broker's data and the stores live (default: the system's temp dir);
   /dev/shm puts them on tmpfs, where a commit's sync costs nothing (the CPU-bound figures).
 Environment: CDCVIEW_BUILD_DIR (cdcviewd, kafka_consume_bench, kafka_produce_bench),
@@ -168,14 +171,31 @@ def produce_paced(kafka, topic, path, rate, seconds, linger_ms, daemon):
     return int(found.group(1)), float(found.group(2)), done, series
 
 
-def kafka_alone(kafka, path, rate, args):
+def live_fetch(args):
+    """The lag phase consumer's fetch settings (cdcviewd's live source and the bare follower).
+
+    librdkafka's defaults (fetch.min.bytes 1, fetch.wait.max.ms 500) have the broker answer a
+    waiting fetch as soon as one partition has data, so the producer's batch for six
+    partitions comes back in several fetches. Waiting up to 5 ms for 256 KiB brings it in one:
+    at 21.6k events/s the broker used 6.3 CPU-s per 20 s instead of 10.1. These are not
+    cdcviewd's defaults because an idle source with them costs the broker about 0.22 of a core
+    in empty fetches (0.09 at 20 ms; nothing with the defaults): docs/ARCHITECTURE.md,
+    "Kafka source"."""
+    if args.live_fetch_wait_ms <= 0:
+        return {}
+    return {"fetch.wait.max.ms": str(args.live_fetch_wait_ms), "fetch.min.bytes": "262144"}
+
+
+def kafka_alone(kafka, path, rate, args, broker_pid):
     """The Kafka part of the lag on its own: the same records at the same rate to a fresh topic
     that only kafka_consume_bench --follow reads (receive time - message timestamp), cdcviewd
-    stopped. Returns its summary line."""
+    stopped. Returns its summary line, with the broker JVM's and the machine's CPU seconds."""
     topic = kafka.topic("bench-alone")
+    broker0, machine0 = process_cpu(broker_pid), machine_cpu()
     follower = subprocess.Popen(
         [os.path.join(BUILD_DIR, "tests", "bench", "kafka_consume_bench"), "--brokers",
-         kafka.bootstrap, "--topic", topic, "--follow", str(args.lag_seconds + 3)],
+         kafka.bootstrap, "--topic", topic, "--follow", str(args.lag_seconds + 3)]
+        + [f"--property={name}={value}" for name, value in live_fetch(args).items()],
         stdout=subprocess.PIPE, text=True)
     time.sleep(1)  # assigned at the end offsets before the first record
     subprocess.run([os.path.join(BUILD_DIR, "tests", "bench", "kafka_produce_bench"),
@@ -183,6 +203,9 @@ def kafka_alone(kafka, path, rate, args):
                     str(rate), "--seconds", str(args.lag_seconds), "--linger-ms",
                     str(args.linger_ms)], stdout=subprocess.DEVNULL, check=True)
     out = follower.communicate()[0].strip()
+    broker1 = process_cpu(broker_pid)
+    out += (f"; CPU seconds: broker JVM {'-' if broker1 is None else f'{broker1 - broker0:.1f}'}, "
+            f"whole machine {machine_cpu() - machine0:.1f}")
     log(f"Kafka alone at {rate:.0f}/s (producer -> broker -> a bare consumer, no cdcviewd): {out}")
     return out
 
@@ -334,6 +357,9 @@ def main():
                         help="the lag phase producer's linger.ms (inside the measured lag)")
     parser.add_argument("--warm-seconds", type=float, default=10.0,
                         help="the lag phase's pace for this long first, not measured (JIT)")
+    parser.add_argument("--live-fetch-wait-ms", type=int, default=5,
+                        help="the lag phase consumer's fetch.wait.max.ms, with fetch.min.bytes "
+                             "256 KiB (0: librdkafka's defaults, 500 ms and 1 byte)")
     parser.add_argument("--kafka-alone", action="store_true",
                         help="after the lag phase, the same load with a bare consumer instead "
                              "of cdcviewd: the Kafka part of the lag (20 s more)")
@@ -386,19 +412,20 @@ def run(kafka, work, args, broker_pid):
     table = ref.EXAMPLE_TABLE
     props = dict({"heartbeat.interval.ms": "300", "session.timeout.ms": "6000"},
                  **json.loads(os.environ.get("KAFKA_BENCH_PROPERTIES", "{}")))
-    config = {"sources": [
-        {"name": "bulk", "table": "App", "kafka": {"brokers": kafka.bootstrap, "topics": [topic],
-                                                    "group": f"bench-{topic}", "properties": props}},
-        {"name": "live", "table": "App", "kafka": {"brokers": kafka.bootstrap,
-                                                    "topics": [lag_topic], "start": "latest",
-                                                    "group": f"bench-{lag_topic}",
-                                                    "properties": props}}],
-        "tables": [table]}
+    bulk = {"name": "bulk", "table": "App",
+            "kafka": {"brokers": kafka.bootstrap, "topics": [topic], "group": f"bench-{topic}",
+                      "properties": props}}
+    live_source = {"name": "live", "table": "App",
+                   "kafka": {"brokers": kafka.bootstrap, "topics": [lag_topic], "start": "latest",
+                             "group": f"bench-{lag_topic}",
+                             "properties": dict(live_fetch(args), **props)}}
     os.makedirs(os.path.join(work, "kafka-daemon"))
     storage = json.loads(os.environ.get("KAFKA_BENCH_STORAGE", "{}"))
-    d = Daemon(os.path.join(work, "kafka-daemon"), config=dict(
-        config, storage=dict({"path": os.path.join(work, "kafka-daemon", "store"),
-                              "map_size": "2GiB"}, **storage)), stubs=stubs)
+    kafka_storage = dict({"path": os.path.join(work, "kafka-daemon", "store"),
+                          "map_size": "2GiB"}, **storage)
+    d = Daemon(os.path.join(work, "kafka-daemon"),
+               config={"sources": [bulk], "tables": [table], "storage": kafka_storage},
+               stubs=stubs)
     try:
         d.start()
         window, metrics0 = CpuWindow(d.proc.pid, broker_pid, "kafka"), d.metrics()
@@ -407,6 +434,12 @@ def run(kafka, work, args, broker_pid):
         kafka_rate = args.events / (done - first)
         log(f"cdcviewd (kafka) applied {args.events} events in {done - first:.1f}s "
             f"= {kafka_rate:.0f} events/s")
+        # The live source joins now, on the same store: an idle source with its short fetch
+        # wait would have cost the broker CPU during the bulk phase (see live_fetch).
+        d.stop()
+        d.write_config({"sources": [bulk, live_source], "tables": [table],
+                        "storage": kafka_storage})
+        d.start()
 
         # Replication lag at half the rate cdcviewd sustained.
         lag_rate = args.lag_rate or kafka_rate / 2
@@ -464,7 +497,7 @@ def run(kafka, work, args, broker_pid):
         d.stop()
     finally:
         d.ensure_dead()
-    alone = kafka_alone(kafka, path, lag_rate, args) if args.kafka_alone else None
+    alone = kafka_alone(kafka, path, lag_rate, args, broker_pid) if args.kafka_alone else None
 
     path = os.path.join(work, "events.ndjson")
     streams.write(path, records)
@@ -496,6 +529,9 @@ def run(kafka, work, args, broker_pid):
     print(f"kafka: target >= 80% of min(raw, ceiling) = {0.8 * bound:.0f} events/s: "
           f"{'met' if kafka_rate >= 0.8 * bound else 'NOT met'}")
     load = "50% load" if not args.lag_rate else f"{args.lag_rate:.0f}/s requested"
+    fetch = live_fetch(args)
+    load += (f", fetch.wait.max.ms {fetch['fetch.wait.max.ms']} with fetch.min.bytes "
+             f"{fetch['fetch.min.bytes']}" if fetch else ", librdkafka's fetch defaults")
     print(f"kafka: replication lag at {load} ({sent} events in {took:.1f}s = "
           f"{sent / took:.0f}/s): p50 {p50:.1f} ms, p99 {p99:.1f} ms, mean {lag_mean:.1f} ms "
           f"(target p99 < 50 ms: {'met' if p99 < 50 else 'NOT met'})")

@@ -9,12 +9,15 @@
 // Reads only what is produced over the next 20 s and prints the Kafka part of the replication
 // lag, receive time - message timestamp: "kafka lag: <n> messages, p50 <ms> ms, p99 <ms> ms,
 // max <ms> ms" (the producer's linger, the broker, the fetch; without cdcviewd's own part).
+// --property name=value sets a librdkafka property (kafka_bench gives the follower the fetch
+// settings of cdcviewd's live source).
 #include <librdkafka/rdkafka.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -28,6 +31,9 @@ int main(int argc, char** argv) {
   app.add_option("--partitions", partitions);
   double follow = 0;
   app.add_option("--follow", follow, "seconds: read only new messages, print their Kafka lag");
+  std::vector<std::string> properties;
+  app.add_option("--property", properties,
+                 "name=value: a librdkafka consumer property (e.g. fetch.wait.max.ms=5), repeatable");
   CLI11_PARSE(app, argc, argv);
 
   char error[512];
@@ -35,6 +41,16 @@ int main(int argc, char** argv) {
   rd_kafka_conf_set(conf, "bootstrap.servers", brokers.c_str(), error, sizeof error);
   rd_kafka_conf_set(conf, "group.id", "kafka_consume_bench", error, sizeof error);
   rd_kafka_conf_set(conf, "enable.auto.commit", "false", error, sizeof error);
+  for (const std::string& property : properties) {
+    const size_t eq = property.find('=');
+    if (eq == std::string::npos ||
+        rd_kafka_conf_set(conf, property.substr(0, eq).c_str(), property.substr(eq + 1).c_str(),
+                          error, sizeof error) != RD_KAFKA_CONF_OK) {
+      std::fprintf(stderr, "--property %s: %s\n", property.c_str(),
+                   eq == std::string::npos ? "expected name=value" : error);
+      return 1;
+    }
+  }
   rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, error, sizeof error);
   if (rk == nullptr) {
     std::fprintf(stderr, "cannot create a consumer: %s\n", error);
@@ -44,8 +60,16 @@ int main(int argc, char** argv) {
   int64_t want = 0;
   for (int p = 0; p < partitions; ++p) {
     int64_t low = 0, high = 0;
-    if (rd_kafka_query_watermark_offsets(rk, topic.c_str(), p, &low, &high, 10000) != 0) {
-      std::fprintf(stderr, "cannot read the watermarks of %s/%d\n", topic.c_str(), p);
+    // A topic created a moment ago may have no leader yet: ask again for up to 10 s.
+    rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
+    for (int attempt = 0; attempt < 20; ++attempt) {
+      err = rd_kafka_query_watermark_offsets(rk, topic.c_str(), p, &low, &high, 10000);
+      if (err == RD_KAFKA_RESP_ERR_NO_ERROR) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      std::fprintf(stderr, "cannot read the watermarks of %s/%d: %s; is the topic there?\n",
+                   topic.c_str(), p, rd_kafka_err2str(err));
       return 1;
     }
     want += high - low;
