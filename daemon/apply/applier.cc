@@ -425,7 +425,12 @@ absl::StatusOr<Applier::Outcome> Applier::PrepareEvent(const ReadTxn& snapshot, 
   bool had_record = false;
   if (stored_value) {
     auto stored = DecodeStoredItem(*stored_value);
-    if (!stored.ok()) return stored.status();
+    if (!stored.ok()) {
+      return absl::DataLossError(absl::StrCat(
+          "items/", builder.table().name, ": a stored item is damaged (", stored.status().message(),
+          "); stop cdcviewd and restore the store from a backup, or delete it so that the "
+          "sources replay into a new one"));
+    }
     had_record = true;
     if (!event.sequence_number.empty() && !stored->sequence_number.empty() &&
         CompareSequenceNumbers(event.sequence_number, stored->sequence_number) <= 0) {
@@ -927,6 +932,11 @@ void Applier::SetWriterError(const absl::Status& s, int source) {
   writer_error_source_ = source;
 }
 
+void Applier::SetPrepareError(const absl::Status& s) {
+  std::lock_guard lock(mu_);
+  prepare_error_ = std::string(s.message());
+}
+
 namespace {
 constexpr auto kFirstBackoff = std::chrono::milliseconds(250);
 constexpr auto kMaxBackoff = std::chrono::milliseconds(30000);
@@ -948,8 +958,9 @@ bool Applier::RebuildWithRetries(const std::atomic<bool>* stop) {
   return true;
 }
 
-bool Applier::Attempt(const std::function<absl::Status()>& attempt, const std::string& what,
-                      OnFailure on_failure, const std::atomic<bool>* stop, const int* error_source,
+bool Applier::Attempt(Stage stage, const std::function<absl::Status()>& attempt,
+                      const std::string& what, OnFailure on_failure,
+                      const std::atomic<bool>* stop, const int* error_source,
                       absl::Status* error) {
   bool failed = false;
   for (auto backoff = kFirstBackoff;; backoff = std::min(backoff * 2, kMaxBackoff)) {
@@ -961,14 +972,19 @@ bool Applier::Attempt(const std::function<absl::Status()>& attempt, const std::s
       return false;
     }
     failed = true;
-    SetWriterError(s, error_source != nullptr ? *error_source : -1);
+    if (stage == Stage::kPrepare) {
+      SetPrepareError(s);
+    } else {
+      SetWriterError(s, error_source != nullptr ? *error_source : -1);
+    }
     LogError(absl::StrCat("cannot ", what, ", retrying in ", backoff.count(), "ms: ", s.message()));
     if (!BackOff(backoff, stop)) {
       *error = absl::CancelledError(absl::StrCat("stopped while retrying to ", what, ": ", s.message()));
       return false;
     }
   }
-  if (failed) SetWriterError(absl::OkStatus(), -1);
+  if (failed) stage == Stage::kPrepare ? SetPrepareError(absl::OkStatus())
+                                      : SetWriterError(absl::OkStatus(), -1);
   return true;
 }
 
@@ -988,7 +1004,7 @@ void Applier::PrepareLoop(const BatchSource& next, OnFailure on_failure,
     batch.records = &batch.owned;
     if (!next(&batch.owned)) break;
     CountInFlight(&batch);
-    if (!Attempt([&] { return Prepare(&batch, previous); },
+    if (!Attempt(Stage::kPrepare, [&] { return Prepare(&batch, previous); },
                  absl::StrCat("prepare a batch of ", batch.owned.size(), " events"), on_failure, stop,
                  nullptr, error)) {
       break;
@@ -1031,6 +1047,15 @@ absl::Status Applier::ApplyBatches(const BatchSource& next, OnFailure on_failure
     slot_state_[0] = slot_state_[1] = SlotState::kFree;
     preparer_done_ = writer_done_ = false;
   }
+  // What a run that stopped left in the slots (a batch that failed under kStop, or was
+  // dropped at `stop`) belongs to batches this run may never see again: their records are no
+  // longer in flight, and their dead-letter marks must not apply to other batches.
+  for (auto& slot : slots_) {
+    slot->dead_lettered.clear();
+    slot->records = &slot->owned;
+    slot->owned.clear();
+    CountInFlight(slot.get());
+  }
   absl::Status prepare_error, commit_error;
   std::thread preparer([&] { PrepareLoop(next, on_failure, stop, &prepare_error); });
   auto stopped = [stop] { return stop != nullptr && stop->load(); };
@@ -1047,7 +1072,7 @@ absl::Status Applier::ApplyBatches(const BatchSource& next, OnFailure on_failure
       if (slot_state_[slot] != SlotState::kPrepared) break;
     }
     Prepared& batch = *slots_[slot];
-    if (!Attempt([&] { return Commit(&batch); },
+    if (!Attempt(Stage::kCommit, [&] { return Commit(&batch); },
                  absl::StrCat("apply a batch of ", batch.owned.size(), " events"), on_failure, stop,
                  &failed_source_, &commit_error)) {
       break;
@@ -1117,12 +1142,15 @@ double Applier::IndexWritesPerEvent(size_t global_view) const {
 
 std::string Applier::WriterError() const {
   std::lock_guard lock(mu_);
-  return writer_error_;
+  return writer_error_.empty() ? prepare_error_ : writer_error_;
 }
 
 std::string Applier::WriterError(size_t source) const {
   std::lock_guard lock(mu_);
-  if (writer_error_source_ >= 0 && static_cast<size_t>(writer_error_source_) != source) return "";
+  if (writer_error_.empty() ||
+      (writer_error_source_ >= 0 && static_cast<size_t>(writer_error_source_) != source)) {
+    return prepare_error_;  // a batch that cannot be prepared holds up every source
+  }
   return writer_error_;
 }
 

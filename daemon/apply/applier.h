@@ -198,9 +198,12 @@ class Applier {
   void PrepareLoop(const BatchSource& next, OnFailure on_failure, const std::atomic<bool>* stop,
                    absl::Status* error);
   // Calls `attempt` (Prepare or Commit of one batch, `what` in the log) until it succeeds,
-  // under `on_failure`; WriterError() names the source *error_source (null: all) meanwhile.
+  // under `on_failure`; meanwhile WriterError() says why, from the `stage`'s own error (the
+  // committer's names the source *error_source, null: all), so neither stage clears the
+  // other's.
   // False if it did not succeed: *error says why (stopped, or the error under kStop).
-  bool Attempt(const std::function<absl::Status()>& attempt, const std::string& what,
+  enum class Stage { kPrepare, kCommit };
+  bool Attempt(Stage stage, const std::function<absl::Status()>& attempt, const std::string& what,
                OnFailure on_failure, const std::atomic<bool>* stop, const int* error_source,
                absl::Status* error);
   // A record with a Kafka offset below its partition's next offset (this batch's positions,
@@ -243,6 +246,7 @@ class Applier {
   void PublishSizes();
   void SetViewState(size_t global_view, ViewState state, double progress);
   void SetWriterError(const absl::Status& s, int source);
+  void SetPrepareError(const absl::Status& s);  // the preparer's, beside the committer's
 
   const Catalog& catalog_;
   Store* store_;
@@ -301,6 +305,7 @@ class Applier {
   std::vector<uint64_t> view_writes_;                                    // guarded by mu_
   std::string writer_error_;                                             // guarded by mu_
   int writer_error_source_ = -1;  // the source the error concerns, -1: all; guarded by mu_
+  std::string prepare_error_;     // the preparer's (it concerns all sources); guarded by mu_
   int failed_source_ = -1;        // writer thread: the source whose dead letter failed
   // How long the last successful txn.Commit() took, in microseconds (WriterLinger): written
   // by the writer, read by the preparer.

@@ -770,6 +770,69 @@ TEST_F(ApplierTest, PipelineStopsAtAFailingBatchUnderStopAndAppliesNothingAfter)
   EXPECT_TRUE(applier_->HasUnapplied(0));
   EXPECT_TRUE(applier_->HasUnapplied(1));
   EXPECT_EQ(applier_->WriterError(), "");  // kStop returns the error instead
+
+  // A new run starts from empty slots: given only the failed batch, it applies it, and the
+  // batch the stopped run had prepared after it is no longer counted as in flight.
+  second_sink_.FailWith(absl::OkStatus());
+  std::vector<std::vector<SourceRecord>> again = ChurningBatches(key(), 3);
+  ASSERT_TRUE(ApplyPipelined(*applier_, {again[2]}).ok());
+  EXPECT_EQ(applier_->commit_count(), 3u);
+  EXPECT_EQ(Positions(), (std::vector<std::string>{"sample/=6", "second/=line 2"}));
+  EXPECT_FALSE(applier_->HasUnapplied(0));
+  EXPECT_FALSE(applier_->HasUnapplied(1));
+  std::vector<std::string> locators;
+  for (const auto& letter : second_sink_.letters()) locators.push_back(letter.locator);
+  EXPECT_EQ(locators, (std::vector<std::string>{"line 0", "line 1", "line 2"}));
+}
+
+// The preparer's and the committer's errors are kept apart: one stage recovering does not
+// hide the other one's failure (WriterError() drives the views' health).
+TEST_F(ApplierTest, EachStageKeepsItsOwnWriterError) {
+  ASSERT_TRUE(Open().ok());
+  // A damaged stored item: preparing any event on it fails.
+  const std::string damaged = catalog_->builder(0).PrimaryKey(User1());
+  {
+    auto txn = store_->BeginWrite();
+    ASSERT_TRUE(txn.ok());
+    ASSERT_TRUE((*txn)->Put(store_->items("App"), damaged, "not a stored item").ok());
+    ASSERT_TRUE((*txn)->Commit().ok());
+  }
+  std::vector<std::vector<SourceRecord>> batches = ChurningBatches(key(), 2);
+  batches[0].erase(batches[0].begin() + 1);  // batch 0: the order and its malformed record
+  second_sink_.FailWith(absl::UnavailableError("disk full"));  // batch 0 cannot commit
+  std::atomic<bool> stop{false};
+  size_t next = 0;
+  absl::Status result;
+  std::thread writer([&] {
+    result = applier_->ApplyBatches(
+        [&](std::vector<SourceRecord>* out) {
+          if (next == batches.size()) return false;
+          *out = std::move(batches[next++]);
+          return true;
+        },
+        Applier::OnFailure::kRetry, &stop);
+  });
+  auto wait_for = [&](const std::string& error) {
+    for (int i = 0; i < 400 && applier_->WriterError() != error; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return applier_->WriterError();
+  };
+  const std::string commit_error =
+      "source second: cannot write a dead letter, so the source does not advance past line 0: "
+      "disk full";
+  const std::string prepare_error =
+      "items/App: a stored item is damaged (stored item has a bad flag byte); stop cdcviewd and "
+      "restore the store from a backup, or delete it so that the sources replay into a new one";
+  EXPECT_EQ(wait_for(commit_error), commit_error);
+  EXPECT_EQ(applier_->WriterError(0), prepare_error);  // the committer's names source 1 only
+  second_sink_.FailWith(absl::OkStatus());  // the committer recovers; the preparer does not
+  EXPECT_EQ(wait_for(prepare_error), prepare_error);
+  EXPECT_EQ(applier_->WriterError(1), prepare_error);
+  EXPECT_EQ(applier_->commit_count(), 1u);
+  stop = true;
+  writer.join();
+  EXPECT_EQ(result.code(), absl::StatusCode::kCancelled);
 }
 
 // ---- MDB_MAP_FULL
