@@ -113,7 +113,6 @@ struct Applier::Prepared {
   // Records dead-lettered already: a batch retried after a failure (map growth, a dead letter
   // that could not be written) does not write them again. Cleared once the batch commits.
   std::vector<bool> dead_lettered;
-  std::vector<bool> stale;  // per record: a Kafka offset below the stored next offset
   // (source index, partition) -> the next position after this batch.
   std::map<std::pair<uint32_t, std::string>, std::string, SourcePartitionIndexLess> positions;
   // Per applied event: (table, encoded table partition key), for hot_keys_. Only the first
@@ -614,21 +613,17 @@ bool Applier::IsStale(const SourceRecord& record, const Prepared& batch,
     auto it = b->positions.find(key);
     return it == b->positions.end() ? nullptr : &it->second;
   };
-  std::string stored;
-  if (const std::string* next = next_of(&batch)) {
-    stored = *next;
-  } else if ((next = next_of(previous)) != nullptr) {
-    stored = *next;
-  } else {
-    const std::string& source = catalog_.config().sources[record.source].name;
-    std::lock_guard lock(mu_);
-    auto committed = positions_.find({source, record.partition});
-    if (committed == positions_.end()) return false;
-    stored = committed->second;
-  }
-  int64_t next = 0;
-  auto [end, error] = std::from_chars(stored.data(), stored.data() + stored.size(), next);
-  return error == std::errc() && end == stored.data() + stored.size() && record.offset < next;
+  auto below = [&record](std::string_view stored) {
+    int64_t next = 0;
+    auto [end, error] = std::from_chars(stored.data(), stored.data() + stored.size(), next);
+    return error == std::errc() && end == stored.data() + stored.size() && record.offset < next;
+  };
+  if (const std::string* next = next_of(&batch)) return below(*next);
+  if (const std::string* next = next_of(previous)) return below(*next);
+  const std::string& source = catalog_.config().sources[record.source].name;
+  std::lock_guard lock(mu_);
+  auto committed = positions_.find(std::pair<std::string_view, std::string_view>(source, record.partition));
+  return committed != positions_.end() && below(committed->second);
 }
 
 absl::Status Applier::ApplyViewMutations(WriteTxn* txn, const Prepared& batch) {
@@ -688,7 +683,6 @@ absl::Status Applier::Prepare(Prepared* batch, const Prepared* previous) {
   batch->dead_letters.clear();
   // Kept across tries of this batch (see dead_lettered), cleared once it commits.
   if (batch->dead_lettered.size() != n) batch->dead_lettered.assign(n, false);
-  batch->stale.assign(n, false);
   batch->positions.clear();
   batch->hot_table_key_count = 0;
 
@@ -698,7 +692,6 @@ absl::Status Applier::Prepare(Prepared* batch, const Prepared* previous) {
     const SourceRecord& record = records[i];
     BatchStats::Source& src = batch->stats.sources[record.source];
     if (IsStale(record, *batch, previous)) {  // read again after a rebalance: applied already
-      batch->stale[i] = true;
       ++src.skipped;
       continue;
     }
@@ -806,7 +799,6 @@ absl::Status Applier::ApplyBatch(std::vector<SourceRecord>* batch) {
   Prepared& prepared = *sync_batch_;
   prepared.records = batch;
   CountInFlight(&prepared);
-  failed_source_ = -1;
   if (absl::Status s = Prepare(&prepared, nullptr); !s.ok()) return s;
   return Commit(&prepared);
 }
