@@ -9,7 +9,7 @@ pkgs=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   liblmdb-dev lmdb-utils librdkafka-dev prometheus-cpp-dev libyaml-cpp-dev
   libsimdjson-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libcurl4-openssl-dev libssl-dev libgoogle-perftools-dev
+  libcurl4-openssl-dev libssl-dev libgoogle-perftools-dev libnghttp2-dev
   python3 python3-venv python3-pip prometheus
   default-jdk-headless maven   # scripts/kafka.sh: a real Kafka broker for the Kafka tests
 )

@@ -1,0 +1,43 @@
+// A lean open-loop gRPC client for latency figures: unary calls over one HTTP/2 connection,
+// driven by nghttp2 from one thread, no gRPC library on the client side.
+//
+// Why: on a two-core machine the client shares the cores with the server, and a gRPC client
+// library's own threads (C++ 1.51: a sender, a receiver and gRPC's pollers; Go: its runtime)
+// cost tens of microseconds of CPU per call and wake several threads per call. Their
+// scheduling delays land in the figures as the server's tail. This client sends and receives
+// on one thread that sleeps in ppoll until the next send is due, so its own share is small and
+// the latency it measures is mostly the server's.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace cdcview::bench {
+
+struct H2Call {
+  double latency_us = 0;    // from the scheduled send time to the end of the answer's trailers
+  int grpc_status = -1;     // the trailers' grpc-status; -1 when the call never finished
+  std::string grpc_message; // the trailers' grpc-message, if any
+  std::string response;     // the response message, without gRPC's 5-byte frame prefix
+};
+
+struct H2OpenLoopResult {
+  std::vector<H2Call> calls;  // in send order; calls not sent are left out
+  uint64_t not_sent = 0;      // scheduled past `give_up` (a saturated server)
+  double seconds = 0;         // first scheduled send to the last answer
+};
+
+// Sends requests[k % requests.size()] (serialized protobuf messages) to `path` (e.g.
+// "/cdcview.v1.ViewService/Query") on 127.0.0.1:`port` at `qps` for `seconds`, each at its
+// scheduled time; latency runs from that time, so a late send counts against the figures.
+// Sends scheduled later than 3 x `seconds` after the start are counted as not sent.
+// An error names what failed (connect, the HTTP/2 session, the connection closing early).
+absl::StatusOr<H2OpenLoopResult> RunH2OpenLoop(int port, const std::string& path,
+                                               const std::vector<std::string>& requests,
+                                               double qps, double seconds);
+
+}  // namespace cdcview::bench
