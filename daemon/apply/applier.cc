@@ -119,8 +119,8 @@ struct Applier::Prepared {
   // hot_table_key_count are this batch's.
   std::vector<std::pair<size_t, std::string>> hot_table_keys;
   size_t hot_table_key_count = 0;
-  // Per source: applied, skipped, rejected; lag_seconds holds creation times (ms) until the
-  // commit turns them into lags.
+  // Per source: applied, skipped, rejected; lag_seconds holds creation times and
+  // apply_delay_seconds receive times (ms) until the commit turns them into lags.
   BatchStats stats;
   std::vector<size_t> in_flight;  // per source: records of this batch counted in in_flight_
 
@@ -704,10 +704,17 @@ absl::Status Applier::Prepare(Prepared* batch, const Prepared* previous) {
       if (*outcome == Outcome::kApplied) {
         ++src.applied;
         if (record.event->ttl_delete) ++src.ttl_deletes;
-        int64_t created = record.event->creation_time_ms;
+        const int64_t created = record.event->creation_time_ms;
         if (created > 0) {
           src.newest_creation_ms = std::max(src.newest_creation_ms, created);
           batch->stats.lag_seconds.push_back(static_cast<double>(created));
+        }
+        if (record.received_ms > 0) {
+          batch->stats.apply_delay_seconds.push_back(static_cast<double>(record.received_ms));
+          if (created > 0) {  // clocks of different hosts: never below zero
+            batch->stats.arrival_lag_seconds.push_back(
+                static_cast<double>(std::max<int64_t>(0, record.received_ms - created)) / 1000.0);
+          }
         }
       } else if (*outcome == Outcome::kSkipped) {
         ++src.skipped;
@@ -866,6 +873,11 @@ absl::Status Applier::Commit(Prepared* batch) {
   stats_.sources.swap(batch->stats.sources);
   stats_.lag_seconds.swap(batch->stats.lag_seconds);
   for (double& created : stats_.lag_seconds) created = static_cast<double>(now - int64_t(created)) / 1000.0;
+  stats_.arrival_lag_seconds.swap(batch->stats.arrival_lag_seconds);
+  stats_.apply_delay_seconds.swap(batch->stats.apply_delay_seconds);
+  for (double& received : stats_.apply_delay_seconds) {
+    received = static_cast<double>(std::max<int64_t>(0, now - int64_t(received))) / 1000.0;
+  }
   stats_.events = records.size();
   stats_.map_used_bytes = store_->map_used_bytes();
   stats_.map_size_bytes = store_->map_size();

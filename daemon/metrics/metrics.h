@@ -75,6 +75,10 @@ struct BatchStats {
   std::vector<View> views;           // by global view index (tables in order, views in order)
   std::vector<Aggregate> aggregates;  // by global aggregate index (tables in order, then in order)
   std::vector<double> lag_seconds;   // commit time - creation time, per applied event with a time
+  // The same lag in two parts: received - created (events with both times) and commit time -
+  // received (events with a receive time).
+  std::vector<double> arrival_lag_seconds;
+  std::vector<double> apply_delay_seconds;
   uint64_t events = 0;               // records in the batch
   uint64_t map_used_bytes = 0;
   uint64_t map_size_bytes = 0;
@@ -127,6 +131,8 @@ class ApplyProbe {
   std::vector<ViewMetrics> views_;
   std::vector<AggregateMetrics> aggregates_;
   prometheus::Histogram* replication_lag_;
+  prometheus::Histogram* arrival_lag_;
+  prometheus::Histogram* apply_delay_;
   prometheus::Histogram* batch_size_;
   prometheus::Gauge* map_used_;
   prometheus::Gauge* map_size_;

@@ -43,6 +43,10 @@ struct SourceRecord {
   // A marker, not something read from the stream (a shard's end, a scan segment's progress):
   // only the position advances and no event is counted.
   bool position_only = false;
+  // When cdcviewd received it (Unix ms): set by a source as it reads (Kafka), else by
+  // RecordQueue when it is queued. Splits the replication lag into the part before cdcviewd
+  // (cdcview_arrival_lag_seconds) and cdcviewd's own (cdcview_apply_delay_seconds).
+  int64_t received_ms = 0;
 };
 
 // The writer's current stored positions of one source (partition -> next_position). Must be

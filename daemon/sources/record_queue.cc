@@ -1,6 +1,7 @@
 #include "daemon/sources/record_queue.h"
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 
 namespace cdcview {
@@ -19,11 +20,18 @@ size_t MoveFront(std::deque<SourceRecord>* from, size_t max, std::vector<SourceR
   return n;
 }
 
+int64_t UnixMillis() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 }  // namespace
 
-void RecordQueue::CountIn(const SourceRecord& record) {
+void RecordQueue::CountIn(SourceRecord& record) {
   if (record.source >= queued_.size()) queued_.resize(record.source + 1, 0);
   ++queued_[record.source];
+  if (record.received_ms == 0) record.received_ms = UnixMillis();
 }
 
 size_t RecordQueue::Queued(uint32_t source) const {

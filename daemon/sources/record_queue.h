@@ -66,7 +66,7 @@ class RecordQueue {
   std::condition_variable not_full_;
   std::deque<SourceRecord> records_;  // guarded by mu_
   std::vector<size_t> queued_;        // per source, guarded by mu_
-  void CountIn(const SourceRecord& record);  // mu_ held
+  void CountIn(SourceRecord& record);  // mu_ held; stamps received_ms if the source did not
   bool closed_ = false;               // guarded by mu_
   // Producers wake the consumer once this many records wait: 1, or the rest of a lingering
   // batch. Guarded by mu_.

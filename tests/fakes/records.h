@@ -48,6 +48,7 @@ struct At {
   At Partition(std::string p) const { return With(&At::partition, std::move(p)); }
   At Locator(std::string l) const { return With(&At::locator, std::move(l)); }
   At Created(int64_t ms) const { return With(&At::creation_time_ms, ms); }
+  At Received(int64_t ms) const { return With(&At::received_ms, ms); }
 
   std::string next_position;    // stored as the partition's position once applied
   std::string sequence_number;  // "" when the source has none
@@ -55,6 +56,7 @@ struct At {
   std::string partition;
   std::string locator = "line 1";
   int64_t creation_time_ms = 0;
+  int64_t received_ms = 0;  // 0: stamped by RecordQueue if queued, else unknown
 
  private:
   template <typename T, typename V>
@@ -82,6 +84,7 @@ inline SourceRecord RecordAt(const At& at) {
   record.next_position = at.next_position;
   record.locator = at.locator;
   record.raw = "raw " + at.locator;
+  record.received_ms = at.received_ms;
   return record;
 }
 

@@ -1099,10 +1099,13 @@ TEST_F(ApplierTest, MetricsCountEventsWritesItemsRejectionsAndBatches) {
 
 TEST_F(ApplierTest, LagIsMeasuredAgainstTheInjectedClock) {
   ASSERT_TRUE(Open().ok());
+  // Received: the first 0.5 s after its creation and 2 s before the commit; the second 1.1 s
+  // after and 0.4 s before; the third has no creation time, only a receive time (0.09 s).
   ASSERT_TRUE(Apply({test::Insert(key(), Order1(),
-                                  At("1").Created(now_ms_ - 2500)),
+                                  At("1").Created(now_ms_ - 2500).Received(now_ms_ - 2000)),
                      test::Insert(key(), User1(),
-                                  At("2").Created(now_ms_ - 1500))})
+                                  At("2").Created(now_ms_ - 1500).Received(now_ms_ - 400)),
+                     test::Modify(key(), Order1(), At("3").Received(now_ms_ - 90))})
                   .ok());
   EXPECT_EQ(applier_->Counters(0).lag_seconds, 1.5);  // the newest event
   EXPECT_EQ(MetricLines("cdcview_source_lag_seconds"),
@@ -1112,6 +1115,23 @@ TEST_F(ApplierTest, LagIsMeasuredAgainstTheInjectedClock) {
             (std::vector<std::string>{"cdcview_replication_lag_seconds_count 2"}));
   EXPECT_EQ(MetricLines("cdcview_replication_lag_seconds_sum"),
             (std::vector<std::string>{"cdcview_replication_lag_seconds_sum 4"}));
+  // The two parts: before cdcviewd (events with both times) and cdcviewd's own.
+  EXPECT_EQ(MetricLines("cdcview_arrival_lag_seconds_count"),
+            (std::vector<std::string>{"cdcview_arrival_lag_seconds_count 2"}));
+  EXPECT_EQ(MetricLines("cdcview_arrival_lag_seconds_sum"),
+            (std::vector<std::string>{"cdcview_arrival_lag_seconds_sum 1.6"}));
+  EXPECT_EQ(MetricLines("cdcview_apply_delay_seconds_count"),
+            (std::vector<std::string>{"cdcview_apply_delay_seconds_count 3"}));
+  EXPECT_EQ(MetricLines("cdcview_apply_delay_seconds_sum"),
+            (std::vector<std::string>{"cdcview_apply_delay_seconds_sum 2.49"}));
+  std::vector<std::string> delay_buckets = MetricLines("cdcview_apply_delay_seconds_bucket");
+  for (const char* want : {"cdcview_apply_delay_seconds_bucket{le=\"0.075\"} 0",
+                           "cdcview_apply_delay_seconds_bucket{le=\"0.1\"} 1",
+                           "cdcview_apply_delay_seconds_bucket{le=\"0.25\"} 1",
+                           "cdcview_apply_delay_seconds_bucket{le=\"0.5\"} 2",
+                           "cdcview_apply_delay_seconds_bucket{le=\"2.5\"} 3"}) {
+    EXPECT_NE(std::find(delay_buckets.begin(), delay_buckets.end(), want), delay_buckets.end()) << want;
+  }
 }
 
 TEST(WriterLingerTest, AsLongAsTheLastCommitTookWithinOneMillisecondAndMaxDelay) {

@@ -178,12 +178,21 @@ TEST_F(KafkaSourceTest, ConsumesEveryMessageAsARecordInPartitionOrder) {
 
   KafkaSource source(3, Config(topic, topic), nullptr);
   RecordQueue queue(100);
+  auto unix_ms = [] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  };
+  const int64_t started = unix_ms();
   ASSERT_TRUE(source.Start({}, &queue).ok());
   std::vector<SourceRecord> records = Take(&queue, 7);
+  const int64_t taken = unix_ms();
   ASSERT_EQ(records.size(), 7u);
   std::map<std::string, std::vector<int64_t>> offsets;
   for (const SourceRecord& r : records) {
     offsets[r.partition].push_back(r.offset);
+    EXPECT_GE(r.received_ms, started);
+    EXPECT_LE(r.received_ms, taken);
     EXPECT_EQ(r.source, 3u);
     EXPECT_EQ(r.next_position, std::to_string(r.offset + 1));
     EXPECT_EQ(r.locator, r.partition + "@" + std::to_string(r.offset));

@@ -37,6 +37,33 @@ TEST(RecordQueueTest, PopsInOrderUpToMax) {
   EXPECT_EQ(q.size(), 0u);
 }
 
+int64_t UnixMillisNow() {
+  return std::chrono::duration_cast<milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+TEST(RecordQueueTest, EveryPushStampsTheReceiveTimeUnlessTheSourceDid) {
+  RecordQueue q(10);
+  SourceRecord stamped = Rec(4);
+  stamped.received_ms = 1234;  // a source that knows when it read the record
+  const int64_t before = UnixMillisNow();
+  ASSERT_TRUE(q.Push(Rec(1)));
+  SourceRecord second = Rec(2);
+  ASSERT_EQ(q.PushFor(&second, milliseconds(0)), RecordQueue::PushResult::kPushed);
+  ASSERT_TRUE(q.TryPush(Rec(3)));
+  ASSERT_TRUE(q.PushUnless(std::move(stamped), [] { return false; }));
+  const int64_t after = UnixMillisNow();
+  std::vector<SourceRecord> batch;
+  ASSERT_TRUE(q.PopBatch(10, milliseconds(0), &batch));
+  ASSERT_EQ(Positions(batch), (std::vector<std::string>{"1", "2", "3", "4"}));
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_GE(batch[i].received_ms, before) << i;
+    EXPECT_LE(batch[i].received_ms, after) << i;
+  }
+  EXPECT_EQ(batch[3].received_ms, 1234);
+}
+
 TEST(RecordQueueTest, PushBlocksWhileFullUntilAPop) {
   RecordQueue q(2);
   ASSERT_TRUE(q.Push(Rec(1)));
