@@ -19,11 +19,15 @@ six views. Prints figures, asserts nothing.
      The live source fetches with fetch.wait.max.ms --live-fetch-wait-ms (default 5) and
      fetch.min.bytes 256 KiB (see live_fetch). --kafka-alone then adds the Kafka part of the lag
      alone (a bare consumer with the same fetch settings, no cdcviewd).
+  6. The same lag at lower loads (--lag-sweep, default 10%, 20% and 30% of step 3's rate,
+     --sweep-seconds each): the highest of them whose p99 stays under 50 ms on this machine,
+     where producer, broker and daemon share the cores.
 
 Usage: .venv/bin/python tests/bench/kafka_bench.py [--events N] [--lag-seconds S] [--tmp DIR]
                                                    [--lag-rate R] [--linger-ms MS]
                                                    [--warm-seconds S] [--kafka-alone]
                                                    [--live-fetch-wait-ms MS]
+                                                   [--lag-sweep F,F,...] [--sweep-seconds S]
   --tmp DIR: where the broker's data and the stores live (default: the system's temp dir);
   /dev/shm puts them on tmpfs, where a commit's sync costs nothing (the CPU-bound figures).
 Environment: CDCVIEW_BUILD_DIR (cdcviewd, kafka_consume_bench, kafka_produce_bench),
@@ -131,6 +135,48 @@ def quantile(before, after, q):
             return lower + (bound - lower) * ((rank - previous) / inside if inside else 1)
         lower, previous = bound, cumulative
     return bounds[-2]
+
+
+def live_records(n, seed, prefix):
+    """`n` generated records on items of their own (`prefix` before every PK), without
+    ApproximateCreationDateTime: their creation time is the Kafka message timestamp."""
+    live = streams.generate(n, seed=seed, replay_every=10**9)
+    # Copies: the generator shares image dicts between records (one event's NewImage is the
+    # next one's OldImage), so renaming in place renamed some keys twice and the daemon
+    # rejected most of these events (seen: 128k of 161k dead-lettered, none in the lag).
+    live = [json.loads(json.dumps(r)) for r in live]
+    for r in live:
+        r["dynamodb"].pop("ApproximateCreationDateTime", None)
+        for image in ("Keys", "NewImage", "OldImage"):
+            if image in r["dynamodb"]:
+                r["dynamodb"][image]["PK"]["S"] = prefix + r["dynamodb"][image]["PK"]["S"]
+    return live
+
+
+def measure_lag(daemon, kafka, topic, path, rate, seconds, linger_ms):
+    """Produces `path` at `rate` for `seconds` to the topic the daemon's "live" source follows,
+    waits until it is applied, and returns (sent, seconds taken, p50 ms, p99 ms, the
+    producer's summary line, the second-by-second series, metrics before, metrics after)."""
+    metrics0 = daemon.metrics()
+    sent, took, produced, series = produce_paced(kafka, topic, path, rate, seconds, linger_ms,
+                                                 daemon)
+    want = {p: str(hw) for p, hw in kafka.high_watermarks(topic).items() if hw > 0}
+    wait_positions(daemon, "live", want, timeout=300)
+    metrics1 = daemon.metrics()
+    before = histogram(metrics0, "cdcview_replication_lag_seconds")
+    after = histogram(metrics1, "cdcview_replication_lag_seconds")
+    return (sent, took, quantile(before, after, 0.5) * 1000, quantile(before, after, 0.99) * 1000,
+            produced, series, metrics0, metrics1)
+
+
+def lag_parts(metrics0, metrics1):
+    """'before cdcviewd p50/p99 A/B ms, inside C/D ms': the replication lag's two parts."""
+    out = []
+    for name in ("cdcview_arrival_lag_seconds", "cdcview_apply_delay_seconds"):
+        before, after = histogram(metrics0, name), histogram(metrics1, name)
+        p50, p99 = quantile(before, after, 0.5) * 1000, quantile(before, after, 0.99) * 1000
+        out.append(f"{p50:.1f}/{p99:.1f}")
+    return f"before cdcviewd p50/p99 {out[0]} ms, inside cdcviewd {out[1]} ms"
 
 
 def write_records(path, records):
@@ -360,6 +406,12 @@ def main():
     parser.add_argument("--live-fetch-wait-ms", type=int, default=5,
                         help="the lag phase consumer's fetch.wait.max.ms, with fetch.min.bytes "
                              "256 KiB (0: librdkafka's defaults, 500 ms and 1 byte)")
+    parser.add_argument("--lag-sweep", type=lambda text: [float(f) for f in text.split(",") if f],
+                        default=[0.1, 0.2, 0.3],
+                        help="after the half-load phase, the lag at these fractions of the bulk "
+                             "rate, comma-separated ('' for none)")
+    parser.add_argument("--sweep-seconds", type=float, default=10.0,
+                        help="how long each --lag-sweep rate is produced")
     parser.add_argument("--kafka-alone", action="store_true",
                         help="after the lag phase, the same load with a bare consumer instead "
                              "of cdcviewd: the Kafka part of the lag (20 s more)")
@@ -444,17 +496,8 @@ def run(kafka, work, args, broker_pid):
         # Replication lag at half the rate cdcviewd sustained.
         lag_rate = args.lag_rate or kafka_rate / 2
         warm = int(lag_rate * args.warm_seconds)
-        live = streams.generate(warm + int(lag_rate * args.lag_seconds * 1.1) + 1000, seed=2,
-                                replay_every=10**9)
-        # Copies: the generator shares image dicts between records (one event's NewImage is the
-        # next one's OldImage), so renaming in place renamed some keys twice and the daemon
-        # rejected most of these events (seen: 128k of 161k dead-lettered, none in the lag).
-        live = [json.loads(json.dumps(r)) for r in live]
-        for r in live:  # creation time = the Kafka message timestamp (ms), not the record's
-            r["dynamodb"].pop("ApproximateCreationDateTime", None)
-            for image in ("Keys", "NewImage", "OldImage"):  # items of their own
-                if image in r["dynamodb"]:
-                    r["dynamodb"][image]["PK"]["S"] = "LIVE" + r["dynamodb"][image]["PK"]["S"]
+        live = live_records(warm + int(lag_rate * args.lag_seconds * 1.1) + 1000, seed=2,
+                            prefix="LIVE")
         # The first events at the lag phase's pace are a warm-up, not measured: the bulk phases
         # ran the broker's JVM on large batches only, and compiling the code paths of many
         # small produce and fetch requests then took its C2 compiler 4.7 CPU-s and its request
@@ -473,27 +516,38 @@ def run(kafka, work, args, broker_pid):
             log(f"warm-up: {warmed} events at {lag_rate:.0f}/s for {args.warm_seconds:.0f}s, "
                 "applied; not measured")
         time.sleep(2)
-        metrics0 = d.metrics()
-        before = histogram(metrics0, "cdcview_replication_lag_seconds")
         window = CpuWindow(d.proc.pid, broker_pid)
-        sent, took, produced, series = produce_paced(kafka, lag_topic, path, lag_rate,
-                                                     args.lag_seconds, args.linger_ms, d)
+        sent, took, p50, p99, produced, series, metrics0, metrics1 = measure_lag(
+            d, kafka, lag_topic, path, lag_rate, args.lag_seconds, args.linger_ms)
         log(produced)
         log("lag p50/p99 in ms, second by second: " +
             " ".join(f"{p50:.0f}/{p99:.0f}" for p50, p99 in series))
-        lag_want = {p: str(hw) for p, hw in kafka.high_watermarks(lag_topic).items() if hw > 0}
-        wait_positions(d, "live", lag_want, timeout=300)
-        metrics1 = d.metrics()
         window.report("cdcviewd (kafka) lag phase", batch_sizes(metrics0, metrics1))
         outcomes = {dict(labels)["result"]: value - metrics0.get((name, labels), 0.0)
                     for (name, labels), value in metrics1.items()
                     if name == "cdcview_events_total" and dict(labels).get("source") == "live"}
         log(f"lag phase events: {outcomes} (only applied events have a replication lag)")
+        before = histogram(metrics0, "cdcview_replication_lag_seconds")
         after = histogram(metrics1, "cdcview_replication_lag_seconds")
-        p50, p99 = quantile(before, after, 0.5) * 1000, quantile(before, after, 0.99) * 1000
         lag_sum = (metrics1.get(("cdcview_replication_lag_seconds_sum", frozenset()), 0.0) -
                    metrics0.get(("cdcview_replication_lag_seconds_sum", frozenset()), 0.0))
         lag_mean = 1000 * lag_sum / max(1.0, after[float("inf")] - before.get(float("inf"), 0))
+        parts = lag_parts(metrics0, metrics1)
+
+        # The same at lower loads: up to which rate does the p99 stay under the target on
+        # this machine, where producer, broker and daemon share the cores?
+        sweep = []
+        for i, fraction in enumerate(args.lag_sweep):
+            rate = kafka_rate * fraction
+            sweep_path = os.path.join(work, f"sweep-{i}.bin")
+            write_records(sweep_path, live_records(int(rate * args.sweep_seconds * 1.1) + 1000,
+                                                   seed=3 + i, prefix=f"SWEEP{i}#"))
+            log(f"lag sweep: {fraction:.0%} of the bulk rate, {rate:.0f}/s for "
+                f"{args.sweep_seconds:.0f}s")
+            got = measure_lag(d, kafka, lag_topic, sweep_path, rate, args.sweep_seconds,
+                              args.linger_ms)
+            sweep.append((fraction, got[0] / got[1], got[2], got[3], lag_parts(got[6], got[7])))
+            log(f"lag sweep: {got[4]}; p50 {got[2]:.1f} ms, p99 {got[3]:.1f} ms")
         d.stop()
     finally:
         d.ensure_dead()
@@ -535,6 +589,15 @@ def run(kafka, work, args, broker_pid):
     print(f"kafka: replication lag at {load} ({sent} events in {took:.1f}s = "
           f"{sent / took:.0f}/s): p50 {p50:.1f} ms, p99 {p99:.1f} ms, mean {lag_mean:.1f} ms "
           f"(target p99 < 50 ms: {'met' if p99 < 50 else 'NOT met'})")
+    print(f"kafka:   its parts: {parts}")
+    for fraction, rate, p50_at, p99_at, parts_at in sweep:
+        print(f"kafka: replication lag at {fraction:.0%} of the bulk rate ({rate:.0f}/s): "
+              f"p50 {p50_at:.1f} ms, p99 {p99_at:.1f} ms; {parts_at}")
+    if sweep:
+        held = [rate for _, rate, _, p99_at, _ in sweep if p99_at < 50]
+        print("kafka: highest swept rate with p99 < 50 ms: " +
+              (f"{max(held):.0f}/s ({max(held) / kafka_rate:.0%} of the bulk rate)" if held
+               else "none"))
     if alone:
         print(f"kafka: the same load, no cdcviewd (producer -> broker -> bare consumer): {alone}")
 
