@@ -181,7 +181,8 @@ ApplyProbe::ApplyProbe(MetricsRegistry& metrics, const Config& config)
   arrival_lag_ = &BuildHistogram()
                       .Name("cdcview_arrival_lag_seconds")
                       .Help("Receive time minus the event's creation time: the part of the "
-                            "replication lag before cdcviewd (the stream, the broker, the fetch).")
+                            "replication lag before cdcviewd (the stream, the broker, the fetch; "
+                            "also events left in the stream while cdcviewd is behind).")
                       .Register(registry_)
                       .Add({}, Histogram::BucketBoundaries(lag_bounds_));
   apply_delay_ = &BuildHistogram()

@@ -28,10 +28,14 @@ int64_t UnixMillis() {
 
 }  // namespace
 
-void RecordQueue::CountIn(SourceRecord& record) {
+void RecordQueue::CountIn(const SourceRecord& record) {
   if (record.source >= queued_.size()) queued_.resize(record.source + 1, 0);
   ++queued_[record.source];
-  if (record.received_ms == 0) record.received_ms = UnixMillis();
+}
+
+// Before any wait for room: a full queue is cdcviewd's own delay, not the source's.
+void RecordQueue::StampReceived(SourceRecord* record) {
+  if (record->received_ms == 0) record->received_ms = UnixMillis();
 }
 
 size_t RecordQueue::Queued(uint32_t source) const {
@@ -40,6 +44,7 @@ size_t RecordQueue::Queued(uint32_t source) const {
 }
 
 bool RecordQueue::Push(SourceRecord record) {
+  StampReceived(&record);
   std::unique_lock<std::mutex> lock(mu_);
   // A capacity of 0 would block forever; it behaves as 1.
   const size_t capacity = std::max<size_t>(capacity_, 1);
@@ -53,6 +58,7 @@ bool RecordQueue::Push(SourceRecord record) {
 
 RecordQueue::PushResult RecordQueue::PushFor(SourceRecord* record,
                                              std::chrono::milliseconds wait) {
+  StampReceived(record);  // kept across PushWithin's retries: the first try's time
   std::unique_lock<std::mutex> lock(mu_);
   const size_t capacity = std::max<size_t>(capacity_, 1);
   if (!not_full_.wait_for(lock, wait, [&] { return closed_ || records_.size() < capacity; })) {
@@ -68,6 +74,7 @@ RecordQueue::PushResult RecordQueue::PushFor(SourceRecord* record,
 bool RecordQueue::TryPush(SourceRecord&& record) {
   std::lock_guard<std::mutex> lock(mu_);
   if (closed_ || records_.size() >= std::max<size_t>(capacity_, 1)) return false;
+  StampReceived(&record);
   CountIn(record);
   records_.push_back(std::move(record));
   if (records_.size() >= wake_at_) not_empty_.notify_one();

@@ -21,6 +21,9 @@ class RecordQueue {
  public:
   explicit RecordQueue(size_t capacity) : capacity_(capacity) {}
 
+  // Every push sets the record's received_ms to now unless its source set it, before waiting
+  // for room: the wait for a full queue is cdcviewd's delay (cdcview_apply_delay_seconds).
+
   // Blocks while full. False if the queue was closed (the record is dropped: shutting down,
   // and the source will resume from the stored position next time).
   bool Push(SourceRecord record);
@@ -31,7 +34,7 @@ class RecordQueue {
 
   // Like Push, but waits at most `wait` for room, so a producer can notice it is being
   // stopped even when nobody drains the queue. Moves from `*record` only when it returns
-  // kPushed.
+  // kPushed (its received_ms is set either way, so a retry keeps the first try's time).
   enum class PushResult { kPushed, kClosed, kFull };
   PushResult PushFor(SourceRecord* record, std::chrono::milliseconds wait);
 
@@ -66,7 +69,9 @@ class RecordQueue {
   std::condition_variable not_full_;
   std::deque<SourceRecord> records_;  // guarded by mu_
   std::vector<size_t> queued_;        // per source, guarded by mu_
-  void CountIn(SourceRecord& record);  // mu_ held; stamps received_ms if the source did not
+  void CountIn(const SourceRecord& record);  // mu_ held
+  // Sets received_ms to now unless the source set it.
+  static void StampReceived(SourceRecord* record);
   bool closed_ = false;               // guarded by mu_
   // Producers wake the consumer once this many records wait: 1, or the rest of a lingering
   // batch. Guarded by mu_.

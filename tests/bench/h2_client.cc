@@ -68,7 +68,8 @@ int OnHeader(nghttp2_session* h2, const nghttp2_frame* frame, const uint8_t* nam
     std::string& m = stream->call->grpc_message;
     m.clear();
     for (size_t i = 0; i < v.size(); ++i) {
-      if (v[i] == '%' && i + 2 < v.size() && isxdigit(v[i + 1]) && isxdigit(v[i + 2])) {
+      if (v[i] == '%' && i + 2 < v.size() && isxdigit(static_cast<unsigned char>(v[i + 1])) &&
+          isxdigit(static_cast<unsigned char>(v[i + 2]))) {
         m.push_back(static_cast<char>(std::stoi(std::string(v.substr(i + 1, 2)), nullptr, 16)));
         i += 2;
       } else {
@@ -99,6 +100,15 @@ int OnClose(nghttp2_session* h2, int32_t stream_id, uint32_t, void* user) {
   return 0;
 }
 
+// A frame nghttp2 gave up on (after a GOAWAY, say): a request that will never be answered.
+int OnNotSent(nghttp2_session*, const nghttp2_frame* frame, int error, void* user) {
+  auto* s = static_cast<Session*>(user);
+  if (frame->hd.type == NGHTTP2_HEADERS && s->error.empty()) {
+    s->error = absl::StrCat("a request could not be sent: ", nghttp2_strerror(error));
+  }
+  return 0;
+}
+
 ssize_t ReadRequest(nghttp2_session*, int32_t, uint8_t* buf, size_t length, uint32_t* flags,
                     nghttp2_data_source* source, void*) {
   auto* stream = static_cast<Stream*>(source->ptr);
@@ -121,8 +131,11 @@ absl::Status Connect(int port, Session* s) {
         absl::StrCat("connecting to 127.0.0.1:", port, ": ", strerror(errno), "; is the server up?"));
   }
   int one = 1;
-  setsockopt(s->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  fcntl(s->fd, F_SETFL, fcntl(s->fd, F_GETFL) | O_NONBLOCK);
+  const int flags = fcntl(s->fd, F_GETFL);
+  if (setsockopt(s->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0 || flags < 0 ||
+      fcntl(s->fd, F_SETFL, flags | O_NONBLOCK) != 0) {
+    return absl::InternalError(absl::StrCat("setting up the socket: ", strerror(errno)));
+  }
 
   nghttp2_session_callbacks* cb;
   nghttp2_session_callbacks_new(&cb);
@@ -130,6 +143,7 @@ absl::Status Connect(int port, Session* s) {
   nghttp2_session_callbacks_set_on_header_callback(cb, OnHeader);
   nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, OnData);
   nghttp2_session_callbacks_set_on_stream_close_callback(cb, OnClose);
+  nghttp2_session_callbacks_set_on_frame_not_send_callback(cb, OnNotSent);
   int rv = nghttp2_session_client_new(&s->h2, cb, s);
   nghttp2_session_callbacks_del(cb);
   if (rv != 0) return absl::InternalError(absl::StrCat("nghttp2 session: ", nghttp2_strerror(rv)));
@@ -150,7 +164,8 @@ nghttp2_nv Header(std::string_view name, std::string_view value) {
 absl::Status Flush(Session* s) {
   int rv = nghttp2_session_send(s->h2);
   if (rv != 0) {
-    return absl::InternalError(absl::StrCat("HTTP/2 send: ", s->error.empty() ? nghttp2_strerror(rv) : s->error));
+    return absl::InternalError(
+        absl::StrCat("HTTP/2 send: ", s->error.empty() ? nghttp2_strerror(rv) : s->error));
   }
   return absl::OkStatus();
 }
@@ -185,9 +200,12 @@ absl::StatusOr<H2OpenLoopResult> RunH2OpenLoop(int port, const std::string& path
   const uint64_t total = static_cast<uint64_t>(qps * seconds);
   const auto interval = std::chrono::duration<double>(1.0 / qps);
   const auto t0 = Clock::now() + std::chrono::milliseconds(50);
-  const auto give_up = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds * 3));
+  // A client starved so long that it reaches a send only this late stops sending.
+  const auto give_up =
+      t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds * 3));
   // Answers still missing this long after the last send are an error, not a figure.
-  const auto hard_stop = give_up + std::chrono::seconds(10);
+  constexpr auto kAnswerTimeout = std::chrono::seconds(10);
+  Clock::time_point last_send = t0;
 
   H2OpenLoopResult out;
   out.calls.resize(total);
@@ -212,11 +230,16 @@ absl::StatusOr<H2OpenLoopResult> RunH2OpenLoop(int port, const std::string& path
       const std::string& msg = requests[next % requests.size()];
       stream.framed.resize(5 + msg.size());
       stream.framed[0] = 0;
-      for (int i = 0; i < 4; ++i) stream.framed[1 + i] = static_cast<char>((msg.size() >> (8 * (3 - i))) & 0xff);
+      for (int i = 0; i < 4; ++i) {
+        stream.framed[1 + i] = static_cast<char>((msg.size() >> (8 * (3 - i))) & 0xff);
+      }
       memcpy(stream.framed.data() + 5, msg.data(), msg.size());
-      nghttp2_nv headers[] = {Header(":method", "POST"),          Header(":scheme", "http"),
-                              Header(":path", path),              Header(":authority", authority),
-                              Header("content-type", "application/grpc"), Header("te", "trailers")};
+      nghttp2_nv headers[] = {Header(":method", "POST"),
+                              Header(":scheme", "http"),
+                              Header(":path", path),
+                              Header(":authority", authority),
+                              Header("content-type", "application/grpc"),
+                              Header("te", "trailers")};
       nghttp2_data_provider body;
       body.source.ptr = &stream;
       body.read_callback = ReadRequest;
@@ -224,12 +247,16 @@ absl::StatusOr<H2OpenLoopResult> RunH2OpenLoop(int port, const std::string& path
       if (id < 0) return absl::InternalError(absl::StrCat("HTTP/2 request: ", nghttp2_strerror(id)));
       ++s.open_streams;
       ++next;
+      last_send = now;
     }
     if (absl::Status st = Flush(&s); !st.ok()) return st;
+    if (!s.error.empty()) return absl::InternalError(s.error);
     const bool all_sent = next >= out.calls.size();
     if (all_sent && s.open_streams == 0) break;
-    if (now > hard_stop) {
-      return absl::DeadlineExceededError(absl::StrCat(s.open_streams, " calls still unanswered 10 s after the last send"));
+    now = Clock::now();  // after the flush: the sleep below must end on schedule
+    if (all_sent && now > last_send + kAnswerTimeout) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(s.open_streams, " calls still unanswered 10 s after the last send"));
     }
 
     Clock::duration wait = std::chrono::milliseconds(100);
@@ -239,16 +266,19 @@ absl::StatusOr<H2OpenLoopResult> RunH2OpenLoop(int port, const std::string& path
     }
     auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(wait).count();
     timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
-    pollfd pfd{s.fd, static_cast<short>(POLLIN | (nghttp2_session_want_write(s.h2) ? POLLOUT : 0)), 0};
+    pollfd pfd{s.fd, static_cast<short>(POLLIN | (nghttp2_session_want_write(s.h2) ? POLLOUT : 0)),
+               0};
     int ready = ppoll(&pfd, 1, &ts, nullptr);
-    if (ready < 0 && errno != EINTR) return absl::InternalError(absl::StrCat("ppoll: ", strerror(errno)));
+    if (ready < 0 && errno != EINTR) {
+      return absl::InternalError(absl::StrCat("ppoll: ", strerror(errno)));
+    }
     if (ready > 0 && (pfd.revents & (POLLIN | POLLHUP | POLLERR))) {
       absl::StatusOr<bool> open = Receive(&s);
       if (!open.ok()) return open.status();
       if (!*open) {
         if (s.open_streams > 0 || !all_sent) {
-          return absl::UnavailableError(absl::StrCat("the server closed the connection with ", s.open_streams,
-                                                     " calls unanswered"));
+          return absl::UnavailableError(absl::StrCat("the server closed the connection with ",
+                                                     s.open_streams, " calls unanswered"));
         }
         break;
       }

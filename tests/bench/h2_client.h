@@ -27,15 +27,19 @@ struct H2Call {
 
 struct H2OpenLoopResult {
   std::vector<H2Call> calls;  // in send order; calls not sent are left out
-  uint64_t not_sent = 0;      // scheduled past `give_up` (a saturated server)
-  double seconds = 0;         // first scheduled send to the last answer
+  // Sends this client's own loop reached only 3 x `seconds` after the start (a client starved
+  // of CPU). Sends never wait for answers, so a slow server shows in the latencies instead.
+  uint64_t not_sent = 0;
+  double seconds = 0;  // first scheduled send to the last answer
 };
 
 // Sends requests[k % requests.size()] (serialized protobuf messages) to `path` (e.g.
 // "/cdcview.v1.ViewService/Query") on 127.0.0.1:`port` at `qps` for `seconds`, each at its
 // scheduled time; latency runs from that time, so a late send counts against the figures.
-// Sends scheduled later than 3 x `seconds` after the start are counted as not sent.
-// An error names what failed (connect, the HTTP/2 session, the connection closing early).
+// Errors: INVALID_ARGUMENT without requests; UNAVAILABLE when it cannot connect or the server
+// closes the connection with calls unanswered; INTERNAL for an HTTP/2 or socket failure
+// (a request the session refused to send among them); DEADLINE_EXCEEDED when answers are
+// still missing 10 s after the last send. Each message names what failed.
 absl::StatusOr<H2OpenLoopResult> RunH2OpenLoop(int port, const std::string& path,
                                                const std::vector<std::string>& requests,
                                                double qps, double seconds);

@@ -91,7 +91,8 @@ TEST_F(H2ClientTest, AnswersAreTheServersAnswersInSendOrder) {
 
 TEST_F(H2ClientTest, ErrorsCarryTheServersStatusAndMessage) {
   v1::QueryRequest q = PointQuery(0);
-  q.set_view("NoSuchView");
+  // The message echoes the name; gRPC percent-encodes '%' and bytes outside printable ASCII.
+  q.set_view("No%Such View\xc3\xbc");
   auto expected = reader_->Query(q, ViewReader::Deadline::max());
   ASSERT_EQ(expected.status().code(), absl::StatusCode::kNotFound);
   auto run = RunH2OpenLoop(server_->port(), kQueryPath, {q.SerializeAsString()}, 100, 0.03);
@@ -100,6 +101,7 @@ TEST_F(H2ClientTest, ErrorsCarryTheServersStatusAndMessage) {
   for (const H2Call& call : run->calls) {
     EXPECT_EQ(call.grpc_status, 5);  // NOT_FOUND
     EXPECT_EQ(call.grpc_message, expected.status().message());
+    EXPECT_NE(call.grpc_message.find("No%Such View\xc3\xbc"), std::string::npos) << call.grpc_message;
   }
 }
 

@@ -122,6 +122,8 @@ def histogram(metrics, name):
 def quantile(before, after, q):
     """q-quantile of the observations between two snapshots, linear within a bucket."""
     bounds = sorted(after)
+    if not bounds:  # not exported (a cdcviewd built before the metric existed)
+        return float("nan")
     counts = [after[b] - before.get(b, 0) for b in bounds]
     total = counts[-1]
     if total <= 0:
@@ -170,7 +172,8 @@ def measure_lag(daemon, kafka, topic, path, rate, seconds, linger_ms):
 
 
 def lag_parts(metrics0, metrics1):
-    """'before cdcviewd p50/p99 A/B ms, inside C/D ms': the replication lag's two parts."""
+    """'before cdcviewd p50/p99 A/B ms, inside cdcviewd C/D ms': the replication lag's two
+    parts between two metrics snapshots."""
     out = []
     for name in ("cdcview_arrival_lag_seconds", "cdcview_apply_delay_seconds"):
         before, after = histogram(metrics0, name), histogram(metrics1, name)
@@ -546,7 +549,8 @@ def run(kafka, work, args, broker_pid):
                 f"{args.sweep_seconds:.0f}s")
             got = measure_lag(d, kafka, lag_topic, sweep_path, rate, args.sweep_seconds,
                               args.linger_ms)
-            sweep.append((fraction, got[0] / got[1], got[2], got[3], lag_parts(got[6], got[7])))
+            sweep.append((fraction, got[0] / max(got[1], 1e-9), got[2], got[3],
+                          lag_parts(got[6], got[7])))
             log(f"lag sweep: {got[4]}; p50 {got[2]:.1f} ms, p99 {got[3]:.1f} ms")
         d.stop()
     finally:

@@ -14,8 +14,9 @@
 //     Point at --qps, then range at each of --range-rates. The client is the lean HTTP/2 client
 //     of h2_client.h (one thread, no gRPC library), so that its own scheduling adds least to
 //     the figures; the point row is repeated with gRPC's C++ async client for comparison.
-// (c) first of all, in the server process: ViewReader::Query alone at the open loop's rates,
-//     no gRPC: the part of the latency that is ours, not the transport's.
+// (c) first of all, in the server process: ViewReader::Query alone, point at --qps and range
+//     at the first of --range-rates, no gRPC: the part of the latency that is ours, not the
+//     transport's. (Printed before the client's banner.)
 // Client and server share the machine's cores; "cpu" is each process's CPU time per query.
 // Prints figures beside their targets; asserts nothing.
 // Progress goes to stderr.
@@ -31,6 +32,7 @@
 #include <ctime>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -300,7 +302,7 @@ Result ReaderOpenLoop(const ViewReader& reader, const QueryKind& kind, double qp
     }
   }
   r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  r.server_cpu_seconds = thread_cpu() - cpu0;  // the client is this same thread: no client column
+  r.server_cpu_seconds = thread_cpu() - cpu0;  // the "client" is this thread too: 0 there
   prctl(PR_SET_TIMERSLACK, slack);  // gRPC's threads, started later, inherit it: keep cdcviewd's
   return r;
 }
@@ -351,7 +353,8 @@ double Percentile(const std::vector<double>& sorted, double p) {
   return sorted[std::min(i, sorted.size() - 1)];
 }
 
-// Prints one result line; returns p99 in microseconds.
+// Prints one result line; returns p99 in microseconds, or infinity for a row that cannot meet
+// a target: no answers, errors, wrong answers or queries not sent.
 double Print(const char* name, Result r) {
   auto& lat = r.samples.latency_us;
   std::sort(lat.begin(), lat.end());
@@ -364,6 +367,9 @@ double Print(const char* name, Result r) {
   if (r.samples.not_sent > 0) {
     printf(" [saturated: %llu scheduled queries not sent within 3x the duration]",
            (unsigned long long)r.samples.not_sent);
+  }
+  if (lat.empty() || r.samples.errors > 0 || r.samples.wrong_size > 0 || r.samples.not_sent > 0) {
+    return std::numeric_limits<double>::infinity();
   }
   return p99;
 }

@@ -64,6 +64,24 @@ TEST(RecordQueueTest, EveryPushStampsTheReceiveTimeUnlessTheSourceDid) {
   EXPECT_EQ(batch[3].received_ms, 1234);
 }
 
+TEST(RecordQueueTest, TheReceiveTimeIsTakenBeforeWaitingForRoom) {
+  RecordQueue q(1);
+  ASSERT_TRUE(q.Push(Rec(1)));
+  SourceRecord waiting = Rec(2);
+  ASSERT_EQ(q.PushFor(&waiting, milliseconds(20)), RecordQueue::PushResult::kFull);
+  const int64_t first_try = waiting.received_ms;  // set although nothing was pushed
+  ASSERT_GT(first_try, 0);
+  std::this_thread::sleep_for(milliseconds(30));
+  std::vector<SourceRecord> batch;
+  ASSERT_TRUE(q.PopBatch(1, milliseconds(0), &batch));
+  ASSERT_EQ(q.PushFor(&waiting, milliseconds(20)), RecordQueue::PushResult::kPushed);
+  batch.clear();
+  ASSERT_TRUE(q.PopBatch(1, milliseconds(0), &batch));
+  ASSERT_EQ(Positions(batch), (std::vector<std::string>{"2"}));
+  EXPECT_EQ(batch[0].received_ms, first_try);  // the wait is cdcviewd's, not the source's
+  EXPECT_LE(first_try + 50, UnixMillisNow());  // 20 + 30 ms of waiting since
+}
+
 TEST(RecordQueueTest, PushBlocksWhileFullUntilAPop) {
   RecordQueue q(2);
   ASSERT_TRUE(q.Push(Rec(1)));
