@@ -38,12 +38,6 @@ std::chrono::microseconds WriterLinger(const ApplyConfig& cfg, std::chrono::micr
 
 namespace {
 
-int64_t SystemNowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 // A new image must carry the key it was sent under: add missing key attributes, refuse
 // conflicting ones.
 // Whether `image` already holds every key attribute with the same value.
@@ -135,7 +129,7 @@ Applier::Applier(const Catalog& catalog, Store* store, ApplyProbe* probe,
       store_(store),
       probe_(probe),
       dead_letters_(std::move(dead_letters)),
-      now_ms_(now_ms ? std::move(now_ms) : SystemNowMs),
+      now_ms_(now_ms ? std::move(now_ms) : UnixNowMs),
       rejected_log_(kLoggedPerInterval, kLogIntervalMs, [this] { return now_ms_(); }),
       left_out_log_(kLoggedPerInterval, kLogIntervalMs, [this] { return now_ms_(); }),
       stats_(catalog.config().sources.size(), catalog.views().size()),

@@ -25,6 +25,13 @@ class RecordQueue;
 // file source stops at once. Part of the daemon's drain time (Application::kMaxDrainTime).
 inline constexpr std::chrono::seconds kSourceStopTimeout{5};
 
+// The wall clock in Unix milliseconds: the scale of creation times and receive times.
+inline int64_t UnixNowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 // One record read from a source: an event to apply, or a rejection to dead-letter.
 struct SourceRecord {
   uint32_t source = 0;            // index of the source in Config::sources

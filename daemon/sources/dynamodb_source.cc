@@ -37,12 +37,6 @@ bool IsDigits(std::string_view text) {
          std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
-int64_t NowMillis() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 std::string ScanPartition(uint32_t segment) { return absl::StrCat("scan/", segment); }
 
 bool IsShardPartition(std::string_view partition) {
@@ -471,7 +465,7 @@ DynamoDbSource::StepResult DynamoDbSource::ReadStep(Shard shard) {
     }
   }
   if (probe_ && newest_ms > 0) {
-    probe_->SetIteratorAge(shard.id, double(NowMillis() - newest_ms) / 1000.0);
+    probe_->SetIteratorAge(shard.id, double(UnixNowMs() - newest_ms) / 1000.0);
   } else if (probe_ && page->records.empty()) {
     probe_->SetIteratorAge(shard.id, 0);  // caught up: nothing newer waits in the shard
   }

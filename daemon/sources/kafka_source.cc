@@ -543,9 +543,7 @@ struct KafkaSource::Consumer {
     record.partition = partition_key;
     record.offset = m->offset;
     // Received now, not when queued: a record held back by a full queue is cdcviewd's delay.
-    record.received_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                             std::chrono::system_clock::now().time_since_epoch())
-                             .count();
+    record.received_ms = UnixNowMs();
     record.next_position = std::to_string(m->offset + 1);
     record.locator = absl::StrCat(partition_key, "@", m->offset);
     record.raw.assign(Bytes(m->payload, m->len));

@@ -1,7 +1,6 @@
 #include "daemon/sources/record_queue.h"
 
 #include <algorithm>
-#include <chrono>
 #include <utility>
 
 namespace cdcview {
@@ -20,12 +19,6 @@ size_t MoveFront(std::deque<SourceRecord>* from, size_t max, std::vector<SourceR
   return n;
 }
 
-int64_t UnixMillis() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 }  // namespace
 
 void RecordQueue::CountIn(const SourceRecord& record) {
@@ -35,7 +28,7 @@ void RecordQueue::CountIn(const SourceRecord& record) {
 
 // Before any wait for room: a full queue is cdcviewd's own delay, not the source's.
 void RecordQueue::StampReceived(SourceRecord* record) {
-  if (record->received_ms == 0) record->received_ms = UnixMillis();
+  if (record->received_ms == 0) record->received_ms = UnixNowMs();
 }
 
 size_t RecordQueue::Queued(uint32_t source) const {
