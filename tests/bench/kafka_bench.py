@@ -45,6 +45,7 @@ batch the writer committed.
 """
 
 import argparse
+import collections
 import glob
 import json
 import os
@@ -63,7 +64,7 @@ sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
 
 import reference as ref  # noqa: E402
 import streams  # noqa: E402
-from conftest import BUILD_DIR, Daemon, Stubs, expected_position, parse_metrics  # noqa: E402
+from conftest import BUILD_DIR, Daemon, Stubs, expected_position  # noqa: E402
 from kafka_fixture import SCRIPT, Kafka, partition_of  # noqa: E402
 
 
@@ -155,31 +156,33 @@ def live_records(n, seed, prefix):
     return live
 
 
+# One measure_lag run. p50/p99 in ms; `parts` is the lag's two parts as text ("before cdcviewd
+# p50/p99 A/B ms, inside cdcviewd C/D ms"); `produced` is the producer's summary line, `series`
+# the second-by-second (p50, p99); metrics0/metrics1 are the daemon's metrics around the run.
+LagRun = collections.namedtuple(
+    "LagRun", "sent took rate p50 p99 parts produced series metrics0 metrics1")
+
+
 def measure_lag(daemon, kafka, topic, path, rate, seconds, linger_ms):
     """Produces `path` at `rate` for `seconds` to the topic the daemon's "live" source follows,
-    waits until it is applied, and returns (sent, seconds taken, p50 ms, p99 ms, the
-    producer's summary line, the second-by-second series, metrics before, metrics after)."""
+    waits until it is applied, and returns a LagRun."""
     metrics0 = daemon.metrics()
     sent, took, produced, series = produce_paced(kafka, topic, path, rate, seconds, linger_ms,
                                                  daemon)
     want = {p: str(hw) for p, hw in kafka.high_watermarks(topic).items() if hw > 0}
     wait_positions(daemon, "live", want, timeout=300)
     metrics1 = daemon.metrics()
-    before = histogram(metrics0, "cdcview_replication_lag_seconds")
-    after = histogram(metrics1, "cdcview_replication_lag_seconds")
-    return (sent, took, quantile(before, after, 0.5) * 1000, quantile(before, after, 0.99) * 1000,
-            produced, series, metrics0, metrics1)
 
-
-def lag_parts(metrics0, metrics1):
-    """'before cdcviewd p50/p99 A/B ms, inside cdcviewd C/D ms': the replication lag's two
-    parts between two metrics snapshots."""
-    out = []
-    for name in ("cdcview_arrival_lag_seconds", "cdcview_apply_delay_seconds"):
+    def p50_p99(name):
         before, after = histogram(metrics0, name), histogram(metrics1, name)
-        p50, p99 = quantile(before, after, 0.5) * 1000, quantile(before, after, 0.99) * 1000
-        out.append(f"{p50:.1f}/{p99:.1f}")
-    return f"before cdcviewd p50/p99 {out[0]} ms, inside cdcviewd {out[1]} ms"
+        return quantile(before, after, 0.5) * 1000, quantile(before, after, 0.99) * 1000
+
+    p50, p99 = p50_p99("cdcview_replication_lag_seconds")
+    arrival, delay = p50_p99("cdcview_arrival_lag_seconds"), p50_p99("cdcview_apply_delay_seconds")
+    parts = (f"before cdcviewd p50/p99 {arrival[0]:.1f}/{arrival[1]:.1f} ms, "
+             f"inside cdcviewd {delay[0]:.1f}/{delay[1]:.1f} ms")
+    return LagRun(sent, took, sent / max(took, 1e-9), p50, p99, parts, produced, series,
+                  metrics0, metrics1)
 
 
 def write_records(path, records):
@@ -520,11 +523,11 @@ def run(kafka, work, args, broker_pid):
                 "applied; not measured")
         time.sleep(2)
         window = CpuWindow(d.proc.pid, broker_pid)
-        sent, took, p50, p99, produced, series, metrics0, metrics1 = measure_lag(
-            d, kafka, lag_topic, path, lag_rate, args.lag_seconds, args.linger_ms)
-        log(produced)
+        half = measure_lag(d, kafka, lag_topic, path, lag_rate, args.lag_seconds, args.linger_ms)
+        metrics0, metrics1 = half.metrics0, half.metrics1
+        log(half.produced)
         log("lag p50/p99 in ms, second by second: " +
-            " ".join(f"{p50:.0f}/{p99:.0f}" for p50, p99 in series))
+            " ".join(f"{a:.0f}/{b:.0f}" for a, b in half.series))
         window.report("cdcviewd (kafka) lag phase", batch_sizes(metrics0, metrics1))
         outcomes = {dict(labels)["result"]: value - metrics0.get((name, labels), 0.0)
                     for (name, labels), value in metrics1.items()
@@ -535,7 +538,6 @@ def run(kafka, work, args, broker_pid):
         lag_sum = (metrics1.get(("cdcview_replication_lag_seconds_sum", frozenset()), 0.0) -
                    metrics0.get(("cdcview_replication_lag_seconds_sum", frozenset()), 0.0))
         lag_mean = 1000 * lag_sum / max(1.0, after[float("inf")] - before.get(float("inf"), 0))
-        parts = lag_parts(metrics0, metrics1)
 
         # The same at lower loads: up to which rate does the p99 stay under the target on
         # this machine, where producer, broker and daemon share the cores?
@@ -547,11 +549,10 @@ def run(kafka, work, args, broker_pid):
                                                    seed=3 + i, prefix=f"SWEEP{i}#"))
             log(f"lag sweep: {fraction:.0%} of the bulk rate, {rate:.0f}/s for "
                 f"{args.sweep_seconds:.0f}s")
-            got = measure_lag(d, kafka, lag_topic, sweep_path, rate, args.sweep_seconds,
-                              args.linger_ms)
-            sweep.append((fraction, got[0] / max(got[1], 1e-9), got[2], got[3],
-                          lag_parts(got[6], got[7])))
-            log(f"lag sweep: {got[4]}; p50 {got[2]:.1f} ms, p99 {got[3]:.1f} ms")
+            run_at = measure_lag(d, kafka, lag_topic, sweep_path, rate, args.sweep_seconds,
+                                 args.linger_ms)
+            sweep.append((fraction, run_at))
+            log(f"lag sweep: {run_at.produced}; p50 {run_at.p50:.1f} ms, p99 {run_at.p99:.1f} ms")
         d.stop()
     finally:
         d.ensure_dead()
@@ -590,15 +591,15 @@ def run(kafka, work, args, broker_pid):
     fetch = live_fetch(args)
     load += (f", fetch.wait.max.ms {fetch['fetch.wait.max.ms']} with fetch.min.bytes "
              f"{fetch['fetch.min.bytes']}" if fetch else ", librdkafka's fetch defaults")
-    print(f"kafka: replication lag at {load} ({sent} events in {took:.1f}s = "
-          f"{sent / took:.0f}/s): p50 {p50:.1f} ms, p99 {p99:.1f} ms, mean {lag_mean:.1f} ms "
-          f"(target p99 < 50 ms: {'met' if p99 < 50 else 'NOT met'})")
-    print(f"kafka:   its parts: {parts}")
-    for fraction, rate, p50_at, p99_at, parts_at in sweep:
-        print(f"kafka: replication lag at {fraction:.0%} of the bulk rate ({rate:.0f}/s): "
-              f"p50 {p50_at:.1f} ms, p99 {p99_at:.1f} ms; {parts_at}")
+    print(f"kafka: replication lag at {load} ({half.sent} events in {half.took:.1f}s = "
+          f"{half.rate:.0f}/s): p50 {half.p50:.1f} ms, p99 {half.p99:.1f} ms, mean "
+          f"{lag_mean:.1f} ms (target p99 < 50 ms: {'met' if half.p99 < 50 else 'NOT met'})")
+    print(f"kafka:   its parts: {half.parts}")
+    for fraction, at in sweep:
+        print(f"kafka: replication lag at {fraction:.0%} of the bulk rate ({at.rate:.0f}/s): "
+              f"p50 {at.p50:.1f} ms, p99 {at.p99:.1f} ms; {at.parts}")
     if sweep:
-        held = [rate for _, rate, _, p99_at, _ in sweep if p99_at < 50]
+        held = [at.rate for _, at in sweep if at.p99 < 50]
         print("kafka: highest swept rate with p99 < 50 ms: " +
               (f"{max(held):.0f}/s ({max(held) / kafka_rate:.0%} of the bulk rate)" if held
                else "none"))
