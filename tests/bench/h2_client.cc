@@ -16,6 +16,7 @@
 #include <memory>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace cdcview::bench {
@@ -61,8 +62,10 @@ int OnHeader(nghttp2_session* h2, const nghttp2_frame* frame, const uint8_t* nam
   std::string_view n(reinterpret_cast<const char*>(name), namelen);
   std::string_view v(reinterpret_cast<const char*>(value), valuelen);
   if (n == "grpc-status") {
-    stream->call->grpc_status = 0;
-    for (char c : v) stream->call->grpc_status = stream->call->grpc_status * 10 + (c - '0');
+    int status = -1;
+    // Not a number: an answer no gRPC server sends; counted as a failed call (-1).
+    stream->call->grpc_status =
+        absl::SimpleAtoi(absl::string_view(v.data(), v.size()), &status) ? status : -1;
   } else if (n == "grpc-message") {
     // Percent-encoded on the wire (gRPC over HTTP/2).
     std::string& m = stream->call->grpc_message;
