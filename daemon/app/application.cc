@@ -102,6 +102,20 @@ absl::Status Application::Init() {
     server_->SetServiceServing(ViewHealthServiceName(view.spec->name), false);
   }
   server_->SetServing(true);
+  if (!config_.server.fast_reads.empty()) {
+    auto fast = H2ReadServer::Start(config_.server.fast_reads, *reader_, query_probe_.get(),
+                                    "server.grpc");
+    if (!fast.ok()) {
+      return InPhase("starting the fast read port",
+                     absl::Status(fast.status().code(),
+                                  absl::StrCat("server.fast_reads: ", fast.status().message(),
+                                               "; set it to a free host:port, or \"\" to turn "
+                                               "the fast read port off")));
+    }
+    fast_reads_ = std::move(*fast);
+    LogInfo(absl::StrCat("cdcviewd serving the fast read port (ViewService's unary reads) on port ",
+                         fast_reads_->port()));
+  }
 
   queue_ = std::make_unique<RecordQueue>(config_.apply.queue_capacity);
   for (size_t i = 0; i < sources_.size(); ++i) {
@@ -205,11 +219,15 @@ void Application::Shutdown() {
   // Watch streams never end by themselves, and one whose client stopped reading blocks in a
   // Write: cancel them all, or the server would wait its whole grace period for them.
   if (watch_hub_) watch_hub_->Shutdown();
+  const int grace_ms = static_cast<int>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(kServerDrainTimeout).count());
+  std::thread fast_reads_drain;
+  if (fast_reads_) fast_reads_drain = std::thread([this, grace_ms] { fast_reads_->Shutdown(grace_ms); });
   if (server_) {
     server_->SetServing(false);
-    server_->Shutdown(static_cast<int>(
-        std::chrono::duration_cast<std::chrono::milliseconds>(kServerDrainTimeout).count()));
+    server_->Shutdown(grace_ms);
   }
+  if (fast_reads_drain.joinable()) fast_reads_drain.join();
   // The drain time is what terminationGracePeriodSeconds must exceed (deploy/k8s).
   LogInfo(absl::StrCat("cdcviewd stopped; drained in ",
                        std::chrono::duration_cast<std::chrono::milliseconds>(

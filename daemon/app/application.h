@@ -1,12 +1,13 @@
 // Application: wires the daemon together and walks its phases.
 //
 //   Start:    open the store -> metrics -> catalog -> applier.Recover (positions, view states)
-//             -> gRPC server (health SERVING once the view states are loaded)
+//             -> gRPC server (health SERVING once the view states are loaded), and the fast
+//             read port if server.fast_reads is set
 //             -> sources start at the stored positions -> writer thread (rebuilds changed
 //             views, then applies batches)
 //   Shutdown: stop the sources (in parallel) -> close the queue -> the writer drains what was read and
-//             commits -> cancel Watch streams -> stop the gRPC server (grace period) -> close
-//             the store
+//             commits -> cancel Watch streams -> stop the gRPC server and the fast read port
+//             (grace period, in parallel) -> close the store
 //
 // Integration tests and benchmarks drive this same class. Start/Shutdown are called from one
 // thread; the accessors are thread-safe.
@@ -27,6 +28,7 @@
 #include "daemon/config/config.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/metrics/watch_probe.h"
+#include "daemon/server/h2_read_server.h"
 #include "daemon/server/view_reader.h"
 #include "daemon/server/view_service.h"
 #include "daemon/sources/change_source.h"
@@ -54,6 +56,7 @@ class Application {
   void Shutdown();
 
   int grpc_port() const { return server_ ? server_->port() : 0; }
+  int fast_reads_port() const { return fast_reads_ ? fast_reads_->port() : 0; }  // 0: off
   int metrics_port() const { return metrics_ ? metrics_->port() : 0; }
   const Config& config() const { return config_; }
   Applier& applier() { return *applier_; }
@@ -83,6 +86,7 @@ class Application {
   std::unique_ptr<WatchProbe> watch_probe_;
   std::unique_ptr<WatchHub> watch_hub_;  // outlives server_, whose Watch handlers use it
   std::unique_ptr<ViewServer> server_;
+  std::unique_ptr<H2ReadServer> fast_reads_;  // server.fast_reads; null when off
   std::thread writer_;
   std::atomic<bool> stop_writer_{false};
   std::atomic<bool> writer_done_{false};

@@ -447,7 +447,7 @@ absl::Status Loader::ParseStorage(const Fields::Entry& entry, StorageConfig* sto
 
 absl::Status Loader::ParseServer(const Fields::Entry& entry, ServerConfig* server) const {
   absl::StatusOr<Fields> fields =
-      ReadFields(entry, "server", {"grpc", "metrics", "ready_max_lag_seconds"});
+      ReadFields(entry, "server", {"grpc", "fast_reads", "metrics", "ready_max_lag_seconds"});
   if (!fields.ok()) return fields.status();
   for (const Fields::Entry& field : fields->entries) {
     std::string path = fields->PathOf(field.key);
@@ -459,14 +459,16 @@ absl::Status Loader::ParseServer(const Fields::Entry& entry, ServerConfig* serve
     }
     absl::StatusOr<std::string> address = ReadString(field, path);
     if (!address.ok()) return address.status();
-    bool may_disable = field.key == "metrics";
+    bool may_disable = field.key != "grpc";
     if (!IsHostPort(*address) && !(may_disable && address->empty())) {
       return Error(field.value, path,
-                   Cat("expected host:port like 127.0.0.1:", field.key == "grpc" ? "50051" : "9464",
+                   Cat("expected host:port like 127.0.0.1:",
+                       field.key == "grpc" ? "50051" : field.key == "fast_reads" ? "50052" : "9464",
                        may_disable ? " (or \"\" to disable)" : "", ", got ",
                        Quote(*address)));
     }
-    (field.key == "grpc" ? server->grpc : server->metrics) = *address;
+    (field.key == "grpc" ? server->grpc : field.key == "fast_reads" ? server->fast_reads
+                                                                     : server->metrics) = *address;
   }
   return absl::OkStatus();
 }
@@ -1518,7 +1520,7 @@ const std::vector<std::string>& EnvironmentSettablePaths() {
   // what --print-config prints, so a new field cannot be forgotten here.
   static const std::vector<std::string> paths = {
       "storage.map_size",     "storage.max_map_size", "storage.write_map",
-      "server.ready_max_lag_seconds",
+      "server.fast_reads",    "server.ready_max_lag_seconds",
       "apply.batch_size",     "apply.max_delay_ms",   "apply.queue_capacity",
       "apply.log_counts_seconds",
       "watch.retain_changes", "watch.max_lag_changes"};

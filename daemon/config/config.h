@@ -33,6 +33,9 @@ struct StorageConfig {
 struct ServerConfig {
   std::string grpc = "127.0.0.1:50051";     // host:port; port 0 picks a free port
   std::string metrics = "127.0.0.1:9464";   // host:port; port 0 picks a free port; "" disables
+  // The fast read port (H2ReadServer): ViewService's unary reads over gRPC, answered on one
+  // event loop without the gRPC library. host:port like grpc; "" (the default) disables it.
+  std::string fast_reads;
   // A view's health service ("cdcview.view.<name>") is SERVING only while the view is READY
   // and every source of its table is at most this far behind (finished/caught-up sources: 0).
   uint32_t ready_max_lag_seconds = 60;

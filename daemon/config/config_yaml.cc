@@ -50,6 +50,7 @@ void EmitStorageServerApply(YAML::Emitter& out, const Config& c) {
   out << YAML::EndMap;
   out << YAML::Key << "server" << YAML::Value << YAML::BeginMap;
   Field(out, "grpc", c.server.grpc);
+  Field(out, "fast_reads", c.server.fast_reads);
   Field(out, "metrics", c.server.metrics);
   Field(out, "ready_max_lag_seconds", c.server.ready_max_lag_seconds);
   out << YAML::EndMap;

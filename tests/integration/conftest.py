@@ -28,6 +28,8 @@ EXAMPLE_CONFIG = os.path.join(REPO, "examples", "cdcview.yaml")
 
 SERVING_LINE = re.compile(
     r"cdcviewd serving gRPC on port (\d+), metrics on port (\d+), store in (.*)$", re.M)
+FAST_READS_LINE = re.compile(
+    r"cdcviewd serving the fast read port \(ViewService's unary reads\) on port (\d+)$", re.M)
 WAIT_LIMIT = 60.0  # seconds; no wait in this suite is longer
 
 
@@ -196,6 +198,8 @@ class Daemon:
                          describe=lambda: self.log()[-2000:])
         self.grpc_port, self.metrics_port = int(match.group(1)), int(match.group(2))
         self.addr = f"127.0.0.1:{self.grpc_port}"
+        fast = FAST_READS_LINE.search(self.log())  # logged before the line above, if it is on
+        self.fast_addr = f"127.0.0.1:{fast.group(1)}" if fast else None
         self.channel = grpc.insecure_channel(self.addr)
         if self.stubs is not None:
             self.stub = self.stubs.grpc.ViewServiceStub(self.channel)

@@ -29,7 +29,7 @@ def sample(tmp_path_factory, pb, binaries):
     workdir = tmp_path_factory.mktemp("sample")
     d = Daemon(workdir, config_path=False, cwd=REPO, stubs=pb,
                args=["--storage-path", str(workdir / "store"), "--grpc", "127.0.0.1:0",
-                     "--metrics", "127.0.0.1:0"])
+                     "--metrics", "127.0.0.1:0", "--set", "server.fast_reads=127.0.0.1:0"])
     try:
         d.start()
         d.wait_finished("sample", SAMPLE)
@@ -638,3 +638,54 @@ def test_cli_aggregate_one_group_and_the_list(sample, model):
     assert code == 1
     assert err == ('cdcview: NOT_FOUND: aggregate "Nope" does not exist '
                    '(aggregates: VotesPerDay, OrderTotals)\n')
+
+
+# ---------------------------------------------------------------- the fast read port
+
+def test_fast_read_port_answers_as_the_main_port(sample, model):
+    """server.fast_reads (cdcviewd's own HTTP/2 loop) with Python's grpcio: every view's
+    pages, the vote example, items and errors are the main port's."""
+    assert sample.fast_addr is not None, sample.log()[-2000:]
+    vs = sample.stubs.vs
+    with grpc.insecure_channel(sample.fast_addr) as channel:
+        fast = sample.stubs.grpc.ViewServiceStub(channel)
+        for view in VIEWS:
+            for limit in (7, 0):  # a small page on the loop, a large one off it
+                req = vs.ScanRequest(view=view, limit=limit)
+                for _ in range(30):  # 30 small pages, or every large one
+                    got, want = fast.Scan(req, timeout=30), sample.stub.Scan(req, timeout=30)
+                    assert got == want  # equal messages (map order on the wire may differ)
+                    if not got.next_page_token:
+                        break
+                    req.page_token = got.next_page_token
+        day = fast.Query(vs.QueryRequest(view="VotesByDay",
+                                         partition_key=av(sample.stubs, S("DAY#2025-03-01"))),
+                         timeout=10)
+        assert [e.item.attributes["GSI1SK"].s for e in day.entries] == ["ann", "bob", "cy"]
+        key, image = live_user(model)
+        get = vs.GetItemRequest(table="App")
+        for name, value in key.items():
+            get.key.attributes[name].CopyFrom(av(sample.stubs, value))
+        item = fast.GetItem(get, timeout=10)
+        assert item.found and item_to_typed(item.item) == image
+        assert fast.ListViews(vs.ListViewsRequest(), timeout=10) == sample.stub.ListViews(
+            vs.ListViewsRequest(), timeout=10)
+
+        code, msg = _error(lambda: fast.Query(
+            vs.QueryRequest(view="Nope", partition_key=av(sample.stubs, S("x"))), timeout=10))
+        assert code == grpc.StatusCode.NOT_FOUND
+        assert msg == ('view "Nope" does not exist (views: GSI1, OpenOrders, ByMember, '
+                       'ByEntity, ByLocation, ByScore, VotesByDay)')
+        code, msg = _error(lambda: next(iter(fast.Watch(vs.WatchRequest(view="GSI1"),
+                                                        timeout=10))))
+        assert code == grpc.StatusCode.UNIMPLEMENTED
+        assert msg == ("this port serves the unary reads of cdcview.v1.ViewService; "
+                       "/cdcview.v1.ViewService/Watch is not one of them (Watch, health and "
+                       "reflection are on server.grpc)")
+
+
+def test_cli_queries_the_fast_read_port(sample, model):
+    pk = "DAY#2025-03-01#0"
+    code, out, err = run_cli("query", "--view", "GSI1", "--pk", pk, addr=sample.fast_addr)
+    want = "".join(ref.plain_item_json(e.item) + "\n" for e in model.query("GSI1", S(pk)))
+    assert (code, out, err) == (0, want, "")

@@ -125,7 +125,8 @@ TEST(ConfigToYamlTest, EverySourceKindAndViewFormRoundTrips) {
 TEST(ConfigToYamlTest, EveryFieldAtANonDefaultValueRoundTrips) {
   absl::StatusOr<Config> config = ParseConfig(
       "storage: { path: /srv/x, map_size: 1MiB, max_map_size: 2MiB, write_map: false }\n"
-      "server: { grpc: \"0.0.0.0:7\", metrics: \"0.0.0.0:8\", ready_max_lag_seconds: 3 }\n"
+      "server: { grpc: \"0.0.0.0:7\", fast_reads: \"0.0.0.0:9\", metrics: \"0.0.0.0:8\",\n"
+      "          ready_max_lag_seconds: 3 }\n"
       "apply: { batch_size: 5, max_delay_ms: 6, queue_capacity: 70, log_counts_seconds: 0 }\n"
       "watch: { retain_changes: 100, max_lag_changes: 10 }\n"
       "sources:\n"
@@ -156,6 +157,7 @@ TEST(ConfigToYamlTest, EveryFieldAtANonDefaultValueRoundTrips) {
   EXPECT_NE(c.storage.write_map, storage.write_map);
   const ServerConfig server;
   EXPECT_NE(c.server.grpc, server.grpc);
+  EXPECT_NE(c.server.fast_reads, server.fast_reads);
   EXPECT_NE(c.server.metrics, server.metrics);
   EXPECT_NE(c.server.ready_max_lag_seconds, server.ready_max_lag_seconds);
   const ApplyConfig apply;
@@ -208,6 +210,7 @@ TEST(ConfigToYamlTest, PrintsEveryDefaultExactly) {
             "  write_map: true\n"
             "server:\n"
             "  grpc: \"127.0.0.1:50051\"\n"
+            "  fast_reads: \"\"\n"
             "  metrics: \"127.0.0.1:9464\"\n"
             "  ready_max_lag_seconds: 60\n"
             "apply:\n"
@@ -256,8 +259,29 @@ TEST(ReadyMaxLagTest, DefaultsTo60AndTakesAWholeNumber) {
   absl::StatusOr<Config> unknown = ParseConfig("server: { ready_lag: 5 }\n" + tables, "t.yaml");
   ASSERT_FALSE(unknown.ok());
   EXPECT_EQ(Text(unknown.status()),
-            "t.yaml:1: server: unknown field \"ready_lag\" (expected one of grpc, metrics, "
-            "ready_max_lag_seconds)");
+            "t.yaml:1: server: unknown field \"ready_lag\" (expected one of grpc, fast_reads, "
+            "metrics, ready_max_lag_seconds)");
+}
+
+// ---- server.fast_reads ----
+
+TEST(FastReadsTest, OffByDefaultAndTakesHostPortOrNothing) {
+  const std::string tables = "tables: [ { name: T, key: { partition: PK } } ]\n";
+  absl::StatusOr<Config> plain = ParseConfig(tables, "t.yaml");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->server.fast_reads, "");
+  absl::StatusOr<Config> set =
+      ParseConfig("server: { fast_reads: \"[::1]:50052\" }\n" + tables, "t.yaml");
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->server.fast_reads, "[::1]:50052");
+  absl::StatusOr<Config> off = ParseConfig("server: { fast_reads: \"\" }\n" + tables, "t.yaml");
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_EQ(off->server.fast_reads, "");
+  absl::StatusOr<Config> bad = ParseConfig("server: { fast_reads: 50052 }\n" + tables, "t.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(Text(bad.status()),
+            "t.yaml:1: server.fast_reads: expected host:port like 127.0.0.1:50052 (or \"\" to "
+            "disable), got \"50052\"");
 }
 
 // ---- overrides (flags and environment) ----

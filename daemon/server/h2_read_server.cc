@@ -1,0 +1,870 @@
+#include "daemon/server/h2_read_server.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <nghttp2/nghttp2.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "daemon/log/log.h"
+
+namespace cdcview {
+namespace {
+
+using Deadline = ViewReader::Deadline;
+using Clock = std::chrono::steady_clock;
+
+// Threads for reads that wait for a position (they sleep most of the time), and for the
+// other offloaded reads (large pages, the O(views) and O(entries) calls): a wait never holds
+// up a page.
+constexpr int kWaitThreads = 8;
+constexpr int kHeavyThreads = 2;
+// A waiting read asks the reader again every slice, so a reset, a client gone or a shutdown
+// ends it within one slice instead of at its deadline.
+constexpr auto kWaitSlice = std::chrono::milliseconds(200);
+// Read per wake-up at most kReadChunksPerWake chunks of kReadChunk, flushing answers after
+// each chunk: one connection's burst neither delays its first answers nor starves the others.
+constexpr size_t kReadChunk = 16 << 10;
+constexpr int kReadChunksPerWake = 16;
+// While accept fails for want of descriptors or memory, the listener rests this long instead
+// of waking the loop at once again (it stays readable).
+constexpr auto kAcceptPause = std::chrono::milliseconds(100);
+// Bytes of answers one connection's socket may owe before the loop stops producing more and
+// stops reading its requests: a client that stops reading stops itself, not the loop.
+constexpr size_t kMaxPendingOut = 1 << 20;
+// Per connection. Each open stream may buffer up to kMaxMessageBytes of request.
+constexpr uint32_t kMaxConcurrentStreams = 100;
+
+// What one call will do, once its request is parsed.
+struct Prepared {
+  bool runs_inline = false;
+  bool waits = false;  // carries a position to wait for
+  std::function<absl::StatusOr<std::string>(Deadline)> run;  // the serialized answer
+};
+
+using Prepare = std::function<absl::StatusOr<Prepared>(std::string_view message)>;
+
+bool Waits(const v1::ReadConsistency& c) {
+  return !c.min_position().empty() || c.min_kafka_offsets_size() > 0;
+}
+
+bool SmallPage(uint32_t limit) { return limit > 0 && limit <= H2ReadServer::kInlinePageLimit; }
+
+// A Prepare for one method: parses Req, runs `read(request, deadline)` (a StatusOr of the
+// answer message), inline when `cheap(request)`.
+template <typename Req>
+bool WaitsFor(const Req& request) {
+  if constexpr (requires { request.consistency(); }) {
+    return Waits(request.consistency());
+  } else {
+    return false;
+  }
+}
+
+template <typename Req, typename Read, typename Cheap>
+Prepare Method(Read read, Cheap cheap) {
+  return [read, cheap](std::string_view message) -> absl::StatusOr<Prepared> {
+    auto request = std::make_shared<Req>();
+    if (!request->ParseFromArray(message.data(), static_cast<int>(message.size()))) {
+      return absl::InternalError(absl::StrCat("cannot parse the request as ",
+                                              Req::descriptor()->full_name(),
+                                              "; is the client built from cdcview's proto/?"));
+    }
+    Prepared p;
+    p.waits = WaitsFor(*request);
+    p.runs_inline = !p.waits && cheap(*request);
+    p.run = [read, request](Deadline deadline) -> absl::StatusOr<std::string> {
+      auto answer = read(*request, deadline);
+      if (!answer.ok()) return answer.status();
+      return answer->SerializeAsString();
+    };
+    return p;
+  };
+}
+
+// "/cdcview.v1.ViewService/<Method>" -> how to serve it.
+std::map<std::string, std::pair<std::string, Prepare>, std::less<>> Methods(const ViewReader& r) {
+  auto never = [](const auto&) { return false; };
+  std::map<std::string, std::pair<std::string, Prepare>, std::less<>> m;
+  auto add = [&m](const std::string& name, Prepare p) {
+    m.emplace(absl::StrCat("/cdcview.v1.ViewService/", name), std::make_pair(name, std::move(p)));
+  };
+  add("Query", Method<v1::QueryRequest>(
+                   [&r](const v1::QueryRequest& q, Deadline d) { return r.Query(q, d); },
+                   [](const v1::QueryRequest& q) { return SmallPage(q.limit()); }));
+  add("Scan", Method<v1::ScanRequest>(
+                  [&r](const v1::ScanRequest& q, Deadline d) { return r.Scan(q, d); },
+                  [](const v1::ScanRequest& q) { return SmallPage(q.limit()); }));
+  add("GetItem", Method<v1::GetItemRequest>(
+                     [&r](const v1::GetItemRequest& q, Deadline d) { return r.GetItem(q, d); },
+                     [](const v1::GetItemRequest&) { return true; }));
+  add("GetAggregate",
+      Method<v1::GetAggregateRequest>(
+          [&r](const v1::GetAggregateRequest& q, Deadline d) { return r.GetAggregate(q, d); },
+          [](const v1::GetAggregateRequest&) { return true; }));
+  add("ListAggregates",
+      Method<v1::ListAggregatesRequest>(
+          [&r](const v1::ListAggregatesRequest& q, Deadline d) { return r.ListAggregates(q, d); },
+          [](const v1::ListAggregatesRequest& q) { return SmallPage(q.limit()); }));
+  add("ListViews", Method<v1::ListViewsRequest>(
+                       [&r](const v1::ListViewsRequest&, Deadline) { return r.ListViews(); }, never));
+  add("DescribeView",
+      Method<v1::DescribeViewRequest>(
+          [&r](const v1::DescribeViewRequest& q, Deadline) { return r.DescribeView(q.view()); },
+          never));
+  add("GetStatus", Method<v1::GetStatusRequest>(
+                       [&r](const v1::GetStatusRequest&, Deadline) {
+                         return absl::StatusOr<v1::StatusResponse>(r.GetStatus());
+                       },
+                       never));
+  add("GetHotKeys",
+      Method<v1::GetHotKeysRequest>(
+          [&r](const v1::GetHotKeysRequest& q, Deadline) { return r.GetHotKeys(q); }, never));
+  return m;
+}
+
+}  // namespace
+
+std::optional<std::chrono::steady_clock::duration> ParseGrpcTimeout(std::string_view text) {
+  if (text.size() < 2 || text.size() > 9) return std::nullopt;
+  uint64_t n = 0;
+  for (char c : text.substr(0, text.size() - 1)) {
+    if (c < '0' || c > '9') return std::nullopt;
+    n = n * 10 + static_cast<uint64_t>(c - '0');
+  }
+  double seconds = static_cast<double>(n);
+  switch (text.back()) {
+    case 'H': seconds *= 3600; break;
+    case 'M': seconds *= 60; break;
+    case 'S': break;
+    case 'm': seconds /= 1e3; break;
+    case 'u': seconds /= 1e6; break;
+    case 'n': seconds /= 1e9; break;
+    default: return std::nullopt;
+  }
+  const auto longest = std::chrono::duration<double>(kLongestGrpcTimeout).count();
+  if (seconds >= longest) return Clock::duration(kLongestGrpcTimeout);
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+namespace {
+
+// gRPC's content types: application/grpc, optionally +proto or ;parameters.
+bool IsGrpcContentType(std::string_view type) {
+  constexpr std::string_view kGrpc = "application/grpc";
+  if (type.substr(0, kGrpc.size()) != kGrpc) return false;
+  std::string_view rest = type.substr(kGrpc.size());
+  return rest.empty() || rest == "+proto" || rest.front() == ';' || rest.substr(0, 7) == "+proto;";
+}
+
+// The declared length of the gRPC message at the start of `body` (at least 5 bytes).
+uint32_t DeclaredLength(const std::string& body) {
+  return uint32_t{static_cast<uint8_t>(body[1])} << 24 | uint32_t{static_cast<uint8_t>(body[2])} << 16 |
+         uint32_t{static_cast<uint8_t>(body[3])} << 8 | uint32_t{static_cast<uint8_t>(body[4])};
+}
+
+// grpc-message is percent-encoded: bytes outside printable ASCII, and '%'.
+std::string PercentEncode(std::string_view text) {
+  std::string out;
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  for (unsigned char c : text) {
+    if (c >= 0x20 && c <= 0x7e && c != '%') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out.push_back('%');
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 15]);
+    }
+  }
+  return out;
+}
+
+nghttp2_nv Header(std::string_view name, std::string_view value) {
+  return {reinterpret_cast<uint8_t*>(const_cast<char*>(name.data())),
+          reinterpret_cast<uint8_t*>(const_cast<char*>(value.data())), name.size(), value.size(),
+          NGHTTP2_NV_FLAG_NONE};
+}
+
+// "host:port" or "[v6]:port" -> a bound, listening, non-blocking socket.
+absl::StatusOr<int> Listen(const std::string& address) {
+  size_t colon = address.rfind(':');
+  std::string host = colon == std::string::npos ? "" : address.substr(0, colon);
+  std::string port = colon == std::string::npos ? "" : address.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  uint32_t port_number = 0;
+  if (host.empty() || !absl::SimpleAtoi(port, &port_number) || port_number > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("\"", address, "\" is not host:port (e.g. 127.0.0.1:50052 or [::1]:50052)"));
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (int rv = getaddrinfo(host.c_str(), port.c_str(), &hints, &found); rv != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot resolve ", address, ": ", gai_strerror(rv)));
+  }
+  std::string why = "no address";
+  int fd = -1;
+  for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
+    fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) {
+      why = std::strerror(errno);
+      continue;
+    }
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, SOMAXCONN) != 0) {
+      why = std::strerror(errno);
+      close(fd);
+      fd = -1;
+    }
+  }
+  freeaddrinfo(found);
+  if (fd < 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", address, ": ", why));
+  return fd;
+}
+
+}  // namespace
+
+// The event loop, its connections and the offload threads. Everything but the offload queue,
+// the finished list and `stopping_` belongs to the loop thread.
+// The event loop, its connections and the offload threads. Everything but the offload queues,
+// the finished list and `stopping_` belongs to the loop thread.
+class H2ReadServer::Loop {
+ public:
+  Loop(const ViewReader& reader, QueryProbe* probe, std::string grpc_setting)
+      : methods_(Methods(reader)), probe_(probe), grpc_setting_(std::move(grpc_setting)) {}
+
+  ~Loop() {
+    for (int fd : {listen_fd_, epoll_fd_, wake_fd_}) {
+      if (fd >= 0) close(fd);
+    }
+  }
+
+  absl::Status Open(const std::string& address) {
+    absl::StatusOr<int> fd = Listen(address);
+    if (!fd.ok()) return fd.status();
+    listen_fd_ = *fd;
+    sockaddr_storage bound{};
+    socklen_t len = sizeof bound;
+    getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&bound), &len);
+    port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                              : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+    epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+    wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (epoll_fd_ < 0 || wake_fd_ < 0) {
+      return absl::InternalError(absl::StrCat("H2ReadServer: epoll/eventfd: ", std::strerror(errno)));
+    }
+    Watch(listen_fd_, EPOLLIN, kListenTag);
+    Watch(wake_fd_, EPOLLIN, kWakeTag);
+    thread_ = std::thread([this] { Run(); });
+    for (int i = 0; i < kWaitThreads; ++i) workers_.emplace_back([this] { Offload(&waits_); });
+    for (int i = 0; i < kHeavyThreads; ++i) workers_.emplace_back([this] { Offload(&heavy_); });
+    return absl::OkStatus();
+  }
+
+  int port() const { return port_; }
+
+  void Shutdown(int grace_ms) {
+    std::lock_guard<std::mutex> once(shutdown_mu_);
+    if (!thread_.joinable()) return;
+    grace_until_ = Clock::now() + std::chrono::milliseconds(grace_ms);
+    stopping_.store(true);
+    Wake();
+    thread_.join();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      offload_stop_ = true;
+    }
+    waits_.ready.notify_all();
+    heavy_.ready.notify_all();
+    for (std::thread& t : workers_) t.join();  // a running wait ends within kWaitSlice
+    workers_.clear();
+  }
+
+ private:
+  static constexpr uint64_t kListenTag = 0;
+  static constexpr uint64_t kWakeTag = 1;
+
+  struct Connection;
+  struct Stream {
+    Connection* conn = nullptr;
+    int32_t id = 0;
+    std::string path, content_type, encoding;
+    std::optional<Clock::duration> timeout;
+    bool bad_timeout = false;
+    std::string body;
+    bool too_large = false;
+    bool answered = false;  // an answer was submitted (or the stream refused)
+    // Set when the stream closes: an offloaded read for it stops at its next slice.
+    std::shared_ptr<std::atomic<bool>> gone = std::make_shared<std::atomic<bool>>(false);
+    // The answer: message bytes with gRPC's prefix, then the trailers' status.
+    std::string out;
+    size_t sent = 0;
+    std::string status_text, message_text;
+    ~Stream() { gone->store(true); }
+  };
+  struct Connection {
+    Loop* loop = nullptr;
+    uint64_t serial = 0;
+    int fd = -1;
+    nghttp2_session* h2 = nullptr;
+    std::string pending;  // bytes nghttp2 produced that the socket has not taken yet
+    uint32_t events = EPOLLIN;  // what epoll watches for
+    std::map<int32_t, std::unique_ptr<Stream>> streams;
+    ~Connection() {
+      if (h2 != nullptr) nghttp2_session_del(h2);
+      if (fd >= 0) close(fd);
+    }
+  };
+  // A read handed to the offload threads, and its answer.
+  struct Job {
+    uint64_t conn = 0;
+    int32_t stream = 0;
+    std::shared_ptr<std::atomic<bool>> gone;
+    std::string method;
+    Prepared call;
+    Deadline deadline;
+    Clock::time_point start;
+    absl::StatusOr<std::string> answer;
+  };
+  struct Pool {
+    std::condition_variable ready;
+    std::deque<std::unique_ptr<Job>> queue;  // guarded by mu_
+  };
+
+  void Watch(int fd, uint32_t events, uint64_t tag, int op = EPOLL_CTL_ADD) {
+    epoll_event ev{};
+    ev.events = events;
+    ev.data.u64 = tag;
+    epoll_ctl(epoll_fd_, op, fd, &ev);
+  }
+
+  void Wake() {
+    uint64_t one = 1;
+    ssize_t n = write(wake_fd_, &one, sizeof one);
+    (void)n;  // a full counter already wakes the loop
+  }
+
+  // ---- the loop
+
+  void Run() {
+    pthread_setname_np(pthread_self(), "h2-reads");
+    std::vector<epoll_event> events(64);
+    bool draining = false;
+    while (true) {
+      if (stopping_.load() && !draining) {
+        draining = true;
+        StopListening();
+        // GOAWAY with the largest stream id first: the client opens no new streams, and
+        // those already on their way are still served.
+        for (auto& [serial, conn] : connections_) nghttp2_submit_shutdown_notice(conn->h2);
+        FlushAll();
+      }
+      if (draining && (Drained() || Clock::now() >= grace_until_)) break;
+      int timeout = -1;
+      if (draining) timeout = 10;
+      if (accept_paused_) {
+        if (Clock::now() >= accept_resume_) {
+          accept_paused_ = false;
+          Watch(listen_fd_, EPOLLIN, kListenTag);
+        } else {
+          timeout = 10;
+        }
+      }
+      int n = epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()), timeout);
+      for (int i = 0; i < n; ++i) {
+        const uint64_t tag = events[i].data.u64;
+        if (tag == kListenTag) {
+          Accept();
+        } else if (tag == kWakeTag) {
+          uint64_t count;
+          ssize_t r = read(wake_fd_, &count, sizeof count);
+          (void)r;
+          DeliverFinished();
+        } else {
+          auto it = connections_.find(tag);
+          if (it == connections_.end()) continue;
+          Connection* conn = it->second.get();
+          bool alive = true;
+          if (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) alive = Receive(conn);
+          if (alive) alive = Flush(conn);
+          if (!alive) Drop(conn);
+        }
+      }
+    }
+    // Every answer is out (or the grace period is over): the final GOAWAY, then close.
+    for (auto& [serial, conn] : connections_) {
+      nghttp2_submit_goaway(conn->h2, NGHTTP2_FLAG_NONE,
+                            nghttp2_session_get_last_proc_stream_id(conn->h2), NGHTTP2_NO_ERROR,
+                            nullptr, 0);
+      Flush(conn.get());
+    }
+    connections_.clear();
+  }
+
+  void StopListening() {
+    if (listen_fd_ < 0) return;
+    if (!accept_paused_) epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, listen_fd_, nullptr);
+    accept_paused_ = false;
+    close(listen_fd_);
+    listen_fd_ = -1;
+  }
+
+  // No stream open and no answer waiting for a socket.
+  bool Drained() const {
+    for (const auto& [serial, conn] : connections_) {
+      if (!conn->streams.empty() || !conn->pending.empty() || nghttp2_session_want_write(conn->h2)) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  void FlushAll() {
+    std::vector<Connection*> dead;
+    for (auto& [serial, conn] : connections_) {
+      if (!Flush(conn.get())) dead.push_back(conn.get());
+    }
+    for (Connection* conn : dead) Drop(conn);
+  }
+
+  void Accept() {
+    while (listen_fd_ >= 0) {
+      int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          // The listener stays readable: rest it instead of spinning on it.
+          if (!accept_failing_) {
+            LogWarning(absl::StrCat("fast read port: cannot accept connections: ",
+                                    std::strerror(errno),
+                                    "; raise the open-files limit (ulimit -n) or close idle "
+                                    "clients"));
+          }
+          accept_failing_ = true;
+          accept_paused_ = true;
+          accept_resume_ = Clock::now() + kAcceptPause;
+          epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, listen_fd_, nullptr);
+        }
+        return;
+      }
+      accept_failing_ = false;
+      int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      auto conn = std::make_unique<Connection>();
+      conn->loop = this;
+      conn->serial = ++last_serial_;
+      conn->fd = fd;
+      if (!NewSession(conn.get())) continue;
+      Watch(fd, EPOLLIN, conn->serial);
+      Connection* raw = conn.get();
+      connections_.emplace(conn->serial, std::move(conn));
+      if (!Flush(raw)) Drop(raw);
+    }
+  }
+
+  bool NewSession(Connection* conn) {
+    nghttp2_session_callbacks* cb;
+    nghttp2_session_callbacks_new(&cb);
+    nghttp2_session_callbacks_set_on_begin_headers_callback(cb, OnBeginHeaders);
+    nghttp2_session_callbacks_set_on_header_callback(cb, OnHeader);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, OnData);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(cb, OnFrame);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cb, OnClose);
+    int rv = nghttp2_session_server_new(&conn->h2, cb, conn);
+    nghttp2_session_callbacks_del(cb);
+    if (rv != 0) {
+      LogWarning(absl::StrCat("fast read port: nghttp2 session: ", nghttp2_strerror(rv)));
+      return false;
+    }
+    nghttp2_settings_entry settings[] = {
+        {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, kMaxConcurrentStreams},
+        {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 1 << 20}};
+    nghttp2_submit_settings(conn->h2, NGHTTP2_FLAG_NONE, settings, std::size(settings));
+    nghttp2_session_set_local_window_size(conn->h2, NGHTTP2_FLAG_NONE, 0, 4 << 20);
+    return true;
+  }
+
+  // False when the connection is over (closed by the client, or broken).
+  bool Receive(Connection* conn) {
+    uint8_t buf[kReadChunk];
+    for (int chunk = 0; chunk < kReadChunksPerWake && conn->pending.size() < kMaxPendingOut;
+         ++chunk) {
+      ssize_t n = read(conn->fd, buf, sizeof buf);
+      if (n == 0) return false;
+      if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+      ssize_t used = nghttp2_session_mem_recv(conn->h2, buf, static_cast<size_t>(n));
+      if (used < 0) {
+        Flush(conn);  // the GOAWAY nghttp2 queued, naming the protocol error
+        return false;
+      }
+      // The answers to what this chunk held go out before the next chunk is read.
+      if (!Flush(conn)) return false;
+      if (static_cast<size_t>(n) < sizeof buf) return true;
+    }
+    return true;  // more may wait: level-triggered epoll comes back
+  }
+
+  // Hands nghttp2's frames to the socket. False when the connection is over.
+  bool Flush(Connection* conn) {
+    while (true) {
+      while (conn->pending.size() < kMaxPendingOut) {
+        const uint8_t* data = nullptr;
+        ssize_t n = nghttp2_session_mem_send(conn->h2, &data);
+        if (n < 0) return false;
+        if (n == 0) break;
+        conn->pending.append(reinterpret_cast<const char*>(data), static_cast<size_t>(n));
+      }
+      if (conn->pending.empty()) break;
+      ssize_t w = send(conn->fd, conn->pending.data(), conn->pending.size(), MSG_NOSIGNAL);
+      if (w < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
+        return false;
+      }
+      conn->pending.erase(0, static_cast<size_t>(w));
+    }
+    // Answers the socket has not taken wait for it to drain; past kMaxPendingOut, so do the
+    // connection's requests (not read until then).
+    const uint32_t events = (conn->pending.size() < kMaxPendingOut ? EPOLLIN : 0u) |
+                            (conn->pending.empty() ? 0u : EPOLLOUT);
+    if (events != conn->events) {
+      conn->events = events;
+      Watch(conn->fd, events, conn->serial, EPOLL_CTL_MOD);
+    }
+    return conn->pending.size() > 0 || nghttp2_session_want_read(conn->h2) ||
+           nghttp2_session_want_write(conn->h2);
+  }
+
+  void Drop(Connection* conn) {
+    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, conn->fd, nullptr);
+    connections_.erase(conn->serial);
+  }
+
+  // ---- nghttp2 callbacks (on the loop thread, inside mem_recv or mem_send)
+
+  static int OnBeginHeaders(nghttp2_session* h2, const nghttp2_frame* frame, void* user) {
+    if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
+    auto* conn = static_cast<Connection*>(user);
+    auto stream = std::make_unique<Stream>();
+    stream->conn = conn;
+    stream->id = frame->hd.stream_id;
+    nghttp2_session_set_stream_user_data(h2, stream->id, stream.get());
+    conn->streams.emplace(stream->id, std::move(stream));
+    return 0;
+  }
+
+  static int OnHeader(nghttp2_session* h2, const nghttp2_frame* frame, const uint8_t* name,
+                      size_t namelen, const uint8_t* value, size_t valuelen, uint8_t, void*) {
+    auto* s = static_cast<Stream*>(nghttp2_session_get_stream_user_data(h2, frame->hd.stream_id));
+    if (s == nullptr || frame->hd.type != NGHTTP2_HEADERS) return 0;
+    std::string_view n(reinterpret_cast<const char*>(name), namelen);
+    std::string_view v(reinterpret_cast<const char*>(value), valuelen);
+    if (n == ":path") {
+      s->path = v;
+    } else if (n == "content-type") {
+      s->content_type = v;
+    } else if (n == "grpc-encoding") {
+      s->encoding = v;
+    } else if (n == "grpc-timeout") {
+      s->timeout = ParseGrpcTimeout(v);
+      s->bad_timeout = !s->timeout.has_value();
+    }
+    return 0;
+  }
+
+  static int OnData(nghttp2_session* h2, uint8_t, int32_t id, const uint8_t* data, size_t len,
+                    void* user) {
+    auto* s = static_cast<Stream*>(nghttp2_session_get_stream_user_data(h2, id));
+    if (s == nullptr || s->answered) return 0;
+    // One message of at most kMaxMessageBytes is kept; bytes past it only make the framing
+    // check fail, so they need not be stored.
+    const size_t room = kMaxMessageBytes + 6 - std::min(s->body.size(), kMaxMessageBytes + 6);
+    s->body.append(reinterpret_cast<const char*>(data), std::min(len, room));
+    // Refused as soon as the prefix says it is too large, not once it has all arrived.
+    if (s->body.size() >= 5 && DeclaredLength(s->body) > kMaxMessageBytes) {
+      s->too_large = true;
+      s->body.clear();
+      static_cast<Connection*>(user)->loop->Dispatch(s);
+    }
+    return 0;
+  }
+
+  static int OnFrame(nghttp2_session* h2, const nghttp2_frame* frame, void* user) {
+    if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) return 0;
+    auto* s = static_cast<Stream*>(nghttp2_session_get_stream_user_data(h2, frame->hd.stream_id));
+    if (s == nullptr || s->answered) return 0;
+    Loop* loop = static_cast<Connection*>(user)->loop;
+    if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) {
+      loop->Dispatch(s);
+    } else if (frame->hd.type == NGHTTP2_HEADERS && !loop->Serves(*s)) {
+      // A call this port does not serve is answered at once, not at the end of a request
+      // stream that may never end (a streaming call such as reflection's).
+      loop->Dispatch(s);
+    }
+    return 0;
+  }
+
+  static int OnClose(nghttp2_session*, int32_t id, uint32_t, void* user) {
+    static_cast<Connection*>(user)->streams.erase(id);  // an offloaded answer finds it gone
+    return 0;
+  }
+
+  // ---- calls
+
+  bool Serves(const Stream& s) const {
+    return IsGrpcContentType(s.content_type) && methods_.find(s.path) != methods_.end();
+  }
+
+  // Answers stream `s` (or hands it to the offload threads): once its request ended, or
+  // earlier for a call refused on its headers or a request too large.
+  void Dispatch(Stream* s) {
+    s->answered = true;
+    if (!IsGrpcContentType(s->content_type)) {
+      // Not a gRPC request: HTTP's answer, as the gRPC spec asks.
+      nghttp2_nv headers[] = {Header(":status", "415")};
+      nghttp2_submit_response(s->conn->h2, s->id, headers, std::size(headers), nullptr);
+      return;
+    }
+    // An answer given before the request ended ends the stream on our side; what the client
+    // still sends is dropped (OnData), and its gRPC library cancels the rest. A RST_STREAM
+    // (NO_ERROR) on top would make gRPC 1.51's client report it instead of the status.
+    auto method = methods_.find(s->path);
+    if (method == methods_.end()) {
+      return Answer(s, absl::UnimplementedError(absl::StrCat(
+                           "this port serves the unary reads of cdcview.v1.ViewService; ",
+                           s->path.empty() ? "no method" : s->path,
+                           " is not one of them (Watch, health and reflection are on ",
+                           grpc_setting_, ")")));
+    }
+    const Clock::time_point start = Clock::now();
+    if (s->too_large) {
+      return Finish(s, method->second.first, start,
+                    absl::ResourceExhaustedError(absl::StrCat("the request is larger than ",
+                                                              kMaxMessageBytes, " bytes")));
+    }
+    if (s->bad_timeout) {
+      return Finish(s, method->second.first, start,
+                    absl::InvalidArgumentError("malformed grpc-timeout header"));
+    }
+    const std::string& b = s->body;
+    if (b.size() < 5 || DeclaredLength(b) != b.size() - 5) {
+      return Finish(s, method->second.first, start,
+                    absl::InternalError(
+                        "expected one length-prefixed gRPC message in the request body"));
+    }
+    if (b[0] != 0) {
+      return Finish(s, method->second.first, start,
+                    b[0] == 1 && !s->encoding.empty() && s->encoding != "identity"
+                        ? absl::UnimplementedError(absl::StrCat(
+                              "compressed messages (grpc-encoding ", s->encoding,
+                              ") are not served here; send them uncompressed"))
+                        : absl::InternalError("malformed gRPC message prefix: compressed flag "
+                                              "without a grpc-encoding"));
+    }
+    absl::StatusOr<Prepared> call = method->second.second(std::string_view(b).substr(5));
+    s->body.clear();
+    s->body.shrink_to_fit();
+    if (!call.ok()) return Finish(s, method->second.first, start, call.status());
+    Deadline deadline = s->timeout ? start + *s->timeout : Deadline::max();
+    if (call->runs_inline) {
+      return Finish(s, method->second.first, start, call->run(deadline));
+    }
+    // A wait is capped as the reader caps one without a deadline, so a waiting read
+    // holds one of kWaitThreads for bounded time.
+    if (call->waits) deadline = std::min(deadline, start + ViewReader::kMaxWaitWithoutDeadline);
+    std::unique_lock<std::mutex> lock(mu_);
+    if (offloaded_ >= kMaxOffloaded) {
+      lock.unlock();
+      return Finish(s, method->second.first, start,
+                    absl::ResourceExhaustedError(absl::StrCat(
+                        kMaxOffloaded, " reads are already waiting or running off the event "
+                                       "loop; retry with backoff")));
+    }
+    ++offloaded_;
+    auto job = std::make_unique<Job>();
+    job->conn = s->conn->serial;
+    job->stream = s->id;
+    job->gone = s->gone;
+    job->method = method->second.first;
+    job->deadline = deadline;
+    job->start = start;
+    Pool& pool = call->waits ? waits_ : heavy_;
+    job->call = *std::move(call);
+    pool.queue.push_back(std::move(job));
+    lock.unlock();
+    pool.ready.notify_one();
+  }
+
+  void Finish(Stream* s, const std::string& method, Clock::time_point start,
+              absl::StatusOr<std::string> answer) {
+    if (probe_ != nullptr) {
+      probe_->Observe(method, std::chrono::duration<double>(Clock::now() - start).count(), answer.ok());
+    }
+    Answer(s, std::move(answer));
+  }
+
+  void Answer(Stream* s, absl::StatusOr<std::string> answer) {
+    nghttp2_session* h2 = s->conn->h2;
+    if (!answer.ok()) {
+      // Trailers-only: the status in the one HEADERS frame that ends the stream.
+      s->status_text = std::to_string(static_cast<int>(answer.status().code()));
+      const absl::string_view message = answer.status().message();
+      s->message_text = PercentEncode(std::string_view(message.data(), message.size()));
+      nghttp2_nv headers[] = {Header(":status", "200"), Header("content-type", "application/grpc"),
+                              Header("grpc-accept-encoding", "identity"),
+                              Header("grpc-status", s->status_text),
+                              Header("grpc-message", s->message_text)};
+      nghttp2_submit_response(h2, s->id, headers, std::size(headers), nullptr);
+      return;
+    }
+    const size_t n = answer->size();
+    s->out.reserve(n + 5);
+    s->out.push_back('\0');
+    for (int shift : {24, 16, 8, 0}) s->out.push_back(static_cast<char>((n >> shift) & 0xff));
+    s->out.append(*answer);
+    nghttp2_nv headers[] = {Header(":status", "200"), Header("content-type", "application/grpc"),
+                            Header("grpc-accept-encoding", "identity")};
+    nghttp2_data_provider body;
+    body.source.ptr = s;
+    body.read_callback = ReadAnswer;
+    nghttp2_submit_response(h2, s->id, headers, std::size(headers), &body);
+  }
+
+  // Feeds the answer to nghttp2, then ends the stream with the trailers.
+  static ssize_t ReadAnswer(nghttp2_session* h2, int32_t id, uint8_t* buf, size_t length,
+                            uint32_t* flags, nghttp2_data_source* source, void*) {
+    auto* s = static_cast<Stream*>(source->ptr);
+    const size_t n = std::min(length, s->out.size() - s->sent);
+    std::memcpy(buf, s->out.data() + s->sent, n);
+    s->sent += n;
+    if (s->sent == s->out.size()) {
+      *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
+      nghttp2_nv trailers[] = {Header("grpc-status", "0")};
+      if (int rv = nghttp2_submit_trailer(h2, id, trailers, std::size(trailers)); rv != 0) {
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;  // resets the stream
+      }
+    }
+    return static_cast<ssize_t>(n);
+  }
+
+  // ---- offload threads
+
+  void Offload(Pool* pool) {
+    pthread_setname_np(pthread_self(), pool == &waits_ ? "h2-waits" : "h2-offload");
+    while (true) {
+      std::unique_ptr<Job> job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        pool->ready.wait(lock, [&] { return offload_stop_ || !pool->queue.empty(); });
+        if (offload_stop_) return;  // the loop is gone: nobody would get the answers
+        job = std::move(pool->queue.front());
+        pool->queue.pop_front();
+      }
+      // In slices, so that a stream reset, a client gone or a shutdown ends a wait early.
+      while (true) {
+        const auto slice_end = std::min(job->deadline, Clock::now() + kWaitSlice);
+        job->answer = job->call.run(job->call.waits ? slice_end : job->deadline);
+        if (!job->call.waits || !absl::IsDeadlineExceeded(job->answer.status()) ||
+            slice_end >= job->deadline || job->gone->load() || stopping_.load()) {
+          break;
+        }
+      }
+      if (probe_ != nullptr && !job->gone->load()) {
+        probe_->Observe(job->method,
+                        std::chrono::duration<double>(Clock::now() - job->start).count(),
+                        job->answer.ok());
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        finished_.push_back(std::move(job));
+      }
+      Wake();
+    }
+  }
+
+  void DeliverFinished() {
+    std::vector<std::unique_ptr<Job>> done;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done.swap(finished_);
+      offloaded_ -= done.size();
+    }
+    std::vector<uint64_t> touched;
+    for (auto& job : done) {
+      auto conn = connections_.find(job->conn);
+      if (conn == connections_.end()) continue;  // the client went away
+      auto stream = conn->second->streams.find(job->stream);
+      if (stream == conn->second->streams.end()) continue;  // reset by the client
+      Answer(stream->second.get(), std::move(job->answer));
+      touched.push_back(job->conn);
+    }
+    for (uint64_t serial : touched) {
+      auto conn = connections_.find(serial);
+      if (conn != connections_.end() && !Flush(conn->second.get())) Drop(conn->second.get());
+    }
+  }
+
+  const std::map<std::string, std::pair<std::string, Prepare>, std::less<>> methods_;
+  QueryProbe* const probe_;
+  const std::string grpc_setting_;
+  int listen_fd_ = -1, epoll_fd_ = -1, wake_fd_ = -1;
+  int port_ = 0;
+  std::thread thread_;
+  std::mutex shutdown_mu_;  // one Shutdown at a time
+  std::atomic<bool> stopping_{false};
+  Clock::time_point grace_until_;  // written before stopping_ is set
+  bool accept_paused_ = false;     // the listener is out of epoll until accept_resume_
+  bool accept_failing_ = false;    // logged once per run of failures
+  Clock::time_point accept_resume_;
+  uint64_t last_serial_ = kWakeTag;  // connections' tags follow the listen and wake tags
+  std::map<uint64_t, std::unique_ptr<Connection>> connections_;
+
+  std::mutex mu_;
+  Pool waits_, heavy_;  // their queues are guarded by mu_
+  std::vector<std::unique_ptr<Job>> finished_ ABSL_GUARDED_BY(mu_);
+  size_t offloaded_ ABSL_GUARDED_BY(mu_) = 0;
+  bool offload_stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> workers_;
+};
+
+H2ReadServer::H2ReadServer(std::unique_ptr<Loop> loop) : loop_(std::move(loop)) {}
+
+H2ReadServer::~H2ReadServer() { Shutdown(0); }
+
+absl::StatusOr<std::unique_ptr<H2ReadServer>> H2ReadServer::Start(const std::string& address,
+                                                                  const ViewReader& reader,
+                                                                  QueryProbe* probe,
+                                                                  std::string grpc_setting) {
+  auto loop = std::make_unique<Loop>(reader, probe, std::move(grpc_setting));
+  if (absl::Status s = loop->Open(address); !s.ok()) return s;
+  return std::unique_ptr<H2ReadServer>(new H2ReadServer(std::move(loop)));
+}
+
+int H2ReadServer::port() const { return loop_->port(); }
+
+void H2ReadServer::Shutdown(int grace_ms) { loop_->Shutdown(grace_ms); }
+
+}  // namespace cdcview

@@ -1,0 +1,83 @@
+// H2ReadServer: cdcview.v1.ViewService's unary reads over gRPC's wire protocol (HTTP/2),
+// served by one event-loop thread of ours through nghttp2 instead of the gRPC library.
+//
+// Why a second server: on a small machine gRPC C++'s threading holds answers back. With its
+// client on the same two cores, Debian 12's gRPC 1.51 answers point queries at 5k QPS with a
+// p50 near 100 us but a p99 of 7-64 ms: after a pause the answers to about fifteen requests
+// leave in one write, though the handlers finish in well under 1 ms. Every server variant of
+// the library tried does the same (docs/ARCHITECTURE.md, "Queries"). This server reads,
+// answers and writes on the thread that received the request, so a point query costs one
+// wake-up and no hand-over between threads.
+//
+// What it serves: the unary methods of cdcview.v1.ViewService (Query, Scan, GetItem,
+// GetAggregate, ListAggregates, ListViews, DescribeView, GetStatus, GetHotKeys), to any gRPC
+// client, with the same answers and error codes as ViewServer (both call ViewReader). Not
+// here: Watch (a stream), the health service and reflection: those stay on ViewServer's port,
+// and a call for them answers UNIMPLEMENTED naming that port's setting.
+//
+// Which reads run on the loop: a Query, Scan or ListAggregates page of at most
+// kInlinePageLimit entries, a GetItem and a GetAggregate, unless the request carries a
+// position to wait for (ReadConsistency.min_position or min_kafka_offsets). Everything else
+// (waits, large pages, the O(views) and O(entries) calls) runs on a few offload threads so it
+// never holds the loop; their answers go back to the loop through an eventfd.
+//
+// gRPC specifics handled: the 5-byte message prefix, requests split over DATA frames,
+// grpc-timeout (the read's deadline), uncompressed messages only (a compressed one answers
+// UNIMPLEMENTED, and every answer says grpc-accept-encoding: identity), at most
+// kMaxMessageBytes per request (RESOURCE_EXHAUSTED), trailers-only answers for errors,
+// grpc-message percent-encoded. HTTP/2 itself (flow control, PING, SETTINGS, GOAWAY) is
+// nghttp2's.
+//
+// Thread-safety: Start, port and Shutdown may be called from any thread. `reader` and `probe`
+// must outlive the server.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "daemon/metrics/metrics.h"
+#include "daemon/server/view_reader.h"
+
+namespace cdcview {
+
+class H2ReadServer {
+ public:
+  // Pages up to this size run on the event loop (a 100-row page takes 0.3-0.9 ms).
+  static constexpr uint32_t kInlinePageLimit = 100;
+  // gRPC's own default limit for a received message.
+  static constexpr size_t kMaxMessageBytes = 4 << 20;
+  // Reads handed to the offload threads that are not answered yet, across connections; one
+  // more answers RESOURCE_EXHAUSTED.
+  static constexpr size_t kMaxOffloaded = 1024;
+
+  // Listens on `address` (host:port, IPv4 or [IPv6]; port 0 picks one). INVALID_ARGUMENT for an
+  // address that does not parse, UNAVAILABLE naming the address when it cannot listen.
+  // `grpc_setting` names the main gRPC server's setting (e.g. "server.grpc") in the answer to
+  // a call this server does not serve.
+  static absl::StatusOr<std::unique_ptr<H2ReadServer>> Start(const std::string& address,
+                                                             const ViewReader& reader,
+                                                             QueryProbe* probe,
+                                                             std::string grpc_setting);
+  ~H2ReadServer();  // Shutdown(0)
+
+  int port() const;
+  // Stops accepting connections, tells every client (GOAWAY) and waits up to `grace_ms` for the
+  // calls already received, then closes the connections and waits for the offload threads.
+  void Shutdown(int grace_ms);
+
+ private:
+  class Loop;
+  explicit H2ReadServer(std::unique_ptr<Loop> loop);
+  std::unique_ptr<Loop> loop_;
+};
+
+// gRPC's grpc-timeout header ("<1 to 8 digits><H|M|S|m|u|n>"), capped at kLongestGrpcTimeout
+// (so that now + timeout cannot overflow); nullopt if malformed. Exposed for tests.
+inline constexpr std::chrono::hours kLongestGrpcTimeout{24 * 365};
+std::optional<std::chrono::steady_clock::duration> ParseGrpcTimeout(std::string_view text);
+
+}  // namespace cdcview

@@ -1,0 +1,441 @@
+// The fast read port against gRPC's own C++ client: the same answers and errors as ViewReader,
+// gRPC's framing and status conventions, reads that wait kept off the event loop, and a
+// clean shutdown.
+#include "daemon/server/h2_read_server.h"
+
+#include <google/protobuf/util/message_differencer.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <future>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "cdcview/v1/view_service.grpc.pb.h"
+#include "daemon/apply/applier.h"
+#include "daemon/apply/catalog.h"
+#include "daemon/config/config.h"
+#include "daemon/log/log.h"
+#include "daemon/metrics/metrics.h"
+#include "daemon/server/view_reader.h"
+#include "daemon/store/store.h"
+#include "gtest/gtest.h"
+#include "tests/fakes/fake_dead_letter_sink.h"
+#include "tests/fakes/records.h"
+#include "tests/fakes/temp_dir.h"
+#include "tests/fakes/test_store.h"
+
+namespace cdcview {
+namespace {
+
+using google::protobuf::util::MessageDifferencer;
+using std::chrono::milliseconds;
+using test::At;
+using test::N;
+using test::S;
+
+// Source 0 (Kafka, topic orders) feeds App.
+constexpr char kConfigYaml[] = R"(
+sources:
+  - name: orders
+    table: App
+    kafka: { brokers: "127.0.0.1:9", topics: [orders], group: g }
+tables:
+  - name: App
+    key: { partition: PK }
+    views:
+      - name: ByDay
+        partition_key: { attribute: day, type: S }
+        sort_key: { attribute: PK, type: S }
+    aggregates:
+      - name: PerDay
+        group_by: { attribute: day, type: S }
+        measures: [count]
+)";
+
+class H2ReadServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SetLogLevel(LogLevel::kWarning);
+    ASSERT_EQ(test::OpenTestStore(kConfigYaml, dir_.Sub("store"), &config_, &store_),
+              absl::OkStatus());
+    catalog_ = std::make_unique<Catalog>(config_, store_->max_key_size());
+    applier_ = std::make_unique<Applier>(*catalog_, store_.get(), nullptr,
+                                         std::vector<DeadLetterSink*>{&sink_}, [] { return 0; });
+    reader_ = std::make_unique<ViewReader>(*catalog_, *store_, *applier_,
+                                           std::vector<const ChangeSource*>{});
+    ASSERT_TRUE(applier_->Recover().ok());
+    ASSERT_TRUE(applier_->RebuildViews().ok());
+    for (int i = 0; i < 5; ++i) Apply(absl::StrCat("P#", i), i < 3 ? "D1" : "D2", i + 1);
+    auto metrics = MetricsRegistry::Start("");
+    ASSERT_TRUE(metrics.ok()) << metrics.status();
+    metrics_ = std::move(*metrics);
+    probe_ = std::make_unique<QueryProbe>(
+        *metrics_, std::vector<std::string>{"Query", "Scan", "GetItem", "ListViews", "DescribeView",
+                                            "GetStatus", "GetHotKeys", "GetAggregate",
+                                            "ListAggregates"});
+    auto server = H2ReadServer::Start("127.0.0.1:0", *reader_, probe_.get(), "server.grpc");
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    stub_ = v1::ViewService::NewStub(grpc::CreateChannel(
+        absl::StrCat("127.0.0.1:", server_->port()), grpc::InsecureChannelCredentials()));
+  }
+  void TearDown() override {
+    stub_.reset();
+    server_.reset();
+  }
+
+  // PK=`pk` in day `day`, at Kafka partition orders/0, next offset `next`.
+  void Apply(const std::string& pk, const std::string& day, int64_t next) {
+    std::vector<SourceRecord> batch = {test::Insert(
+        config_.tables[0].key, {{"PK", S(pk)}, {"day", S(day)}},
+        At(absl::StrCat(next)).Source(0).Partition("orders/0"))};
+    ASSERT_TRUE(applier_->ApplyBatch(&batch).ok());
+  }
+
+  static v1::QueryRequest Day(const std::string& day, uint32_t limit) {
+    v1::QueryRequest q;
+    q.set_view("ByDay");
+    q.mutable_partition_key()->set_s(day);
+    q.set_limit(limit);
+    return q;
+  }
+  // Waits for orders/0's next offset to pass `offset`.
+  static v1::ReadConsistency AfterOffset(int64_t offset) {
+    v1::ReadConsistency c;
+    auto* k = c.add_min_kafka_offsets();
+    k->set_topic("orders");
+    k->set_partition(0);
+    k->set_offset(offset);
+    return c;
+  }
+
+  // The exposition line of `name` with labels `labels`, e.g. {method="Query"}.
+  std::string Metric(const std::string& name, const std::string& labels) const {
+    for (absl::string_view line : absl::StrSplit(metrics_->Render(), '\n')) {
+      if (absl::StartsWith(line, name + labels + " ")) return std::string(line);
+    }
+    return "";
+  }
+
+  test::TempDir dir_;
+  Config config_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<Catalog> catalog_;
+  FakeDeadLetterSink sink_;
+  std::unique_ptr<Applier> applier_;
+  std::unique_ptr<ViewReader> reader_;
+  std::unique_ptr<MetricsRegistry> metrics_;
+  std::unique_ptr<QueryProbe> probe_;
+  std::unique_ptr<H2ReadServer> server_;
+  std::unique_ptr<v1::ViewService::Stub> stub_;
+};
+
+template <typename Message>
+::testing::AssertionResult Same(const Message& got, const absl::StatusOr<Message>& want) {
+  if (!want.ok()) return ::testing::AssertionFailure() << "the reader failed: " << want.status();
+  if (MessageDifferencer::Equals(got, *want)) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "got " << got.ShortDebugString() << "\nwant "
+                                       << want->ShortDebugString();
+}
+
+TEST_F(H2ReadServerTest, AnswersAreTheReadersForEveryUnaryMethod) {
+  {
+    // A small page runs on the loop, a default-sized one (limit 0) on an offload thread.
+    for (uint32_t limit : {2u, 0u}) {
+      grpc::ClientContext ctx;
+      v1::QueryResponse got;
+      ASSERT_TRUE(stub_->Query(&ctx, Day("D1", limit), &got).ok());
+      EXPECT_TRUE(Same(got, reader_->Query(Day("D1", limit))));
+      EXPECT_EQ(got.entries_size(), limit == 2 ? 2 : 3);
+    }
+  }
+  {
+    v1::ScanRequest q;
+    q.set_view("ByDay");
+    q.set_limit(4);
+    grpc::ClientContext ctx;
+    v1::ScanResponse got;
+    ASSERT_TRUE(stub_->Scan(&ctx, q, &got).ok());
+    EXPECT_TRUE(Same(got, reader_->Scan(q)));
+    EXPECT_EQ(got.entries_size(), 4);
+  }
+  {
+    v1::GetItemRequest q;
+    q.set_table("App");
+    (*q.mutable_key()->mutable_attributes())["PK"].set_s("P#4");
+    grpc::ClientContext ctx;
+    v1::GetItemResponse got;
+    ASSERT_TRUE(stub_->GetItem(&ctx, q, &got).ok());
+    EXPECT_TRUE(Same(got, reader_->GetItem(q)));
+    EXPECT_EQ(got.item().attributes().at("day").s(), "D2");
+  }
+  {
+    v1::GetAggregateRequest q;
+    q.set_aggregate("PerDay");
+    q.mutable_group()->set_s("D1");
+    grpc::ClientContext ctx;
+    v1::AggregateGroup got;
+    ASSERT_TRUE(stub_->GetAggregate(&ctx, q, &got).ok());
+    EXPECT_TRUE(Same(got, reader_->GetAggregate(q)));
+    EXPECT_EQ(got.members(), 3u);
+  }
+  {
+    v1::ListAggregatesRequest q;
+    q.set_aggregate("PerDay");
+    grpc::ClientContext ctx;
+    v1::ListAggregatesResponse got;
+    ASSERT_TRUE(stub_->ListAggregates(&ctx, q, &got).ok());
+    EXPECT_TRUE(Same(got, reader_->ListAggregates(q)));
+    EXPECT_EQ(got.groups_size(), 2);
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::ListViewsResponse got;
+    ASSERT_TRUE(stub_->ListViews(&ctx, v1::ListViewsRequest(), &got).ok());
+    EXPECT_TRUE(Same(got, reader_->ListViews()));
+  }
+  {
+    v1::DescribeViewRequest q;
+    q.set_view("ByDay");
+    grpc::ClientContext ctx;
+    v1::ViewDescription got;
+    ASSERT_TRUE(stub_->DescribeView(&ctx, q, &got).ok());
+    EXPECT_TRUE(Same(got, reader_->DescribeView("ByDay")));
+    EXPECT_EQ(got.item_count(), 5u);
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::StatusResponse got;
+    ASSERT_TRUE(stub_->GetStatus(&ctx, v1::GetStatusRequest(), &got).ok());
+    EXPECT_TRUE(Same(got, absl::StatusOr<v1::StatusResponse>(reader_->GetStatus())));
+  }
+  {
+    v1::GetHotKeysRequest q;
+    q.set_view("ByDay");
+    grpc::ClientContext ctx;
+    v1::HotKeysResponse got;
+    ASSERT_TRUE(stub_->GetHotKeys(&ctx, q, &got).ok());
+    EXPECT_TRUE(Same(got, reader_->GetHotKeys(q)));
+  }
+  // Every call is timed under its method, as on the main port.
+  EXPECT_EQ(Metric("cdcview_query_duration_seconds_count", "{method=\"Query\"}"),
+            "cdcview_query_duration_seconds_count{method=\"Query\"} 2");
+  EXPECT_EQ(Metric("cdcview_query_duration_seconds_count", "{method=\"GetHotKeys\"}"),
+            "cdcview_query_duration_seconds_count{method=\"GetHotKeys\"} 1");
+}
+
+TEST_F(H2ReadServerTest, ErrorsCarryTheReadersCodeAndMessage) {
+  // A view name with "%41", a control character and a non-ASCII letter: grpc-message is
+  // percent-encoded on the wire and decoded by the client (unencoded, "%41" would arrive as
+  // "A").
+  v1::QueryRequest q = Day("D1", 1);
+  q.set_view("By%41\x01æ");
+  const absl::Status want = reader_->Query(q).status();
+  ASSERT_TRUE(absl::IsNotFound(want)) << want;
+  grpc::ClientContext ctx;
+  v1::QueryResponse got;
+  grpc::Status s = stub_->Query(&ctx, q, &got);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(s.error_message(), std::string(want.message()));
+
+  v1::QueryRequest wrong_type = Day("D1", 1);
+  wrong_type.mutable_partition_key()->set_n("1");
+  grpc::ClientContext ctx2;
+  s = stub_->Query(&ctx2, wrong_type, &got);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(), std::string(reader_->Query(wrong_type).status().message()));
+  EXPECT_EQ(Metric("cdcview_query_errors_total", "{method=\"Query\"}"),
+            "cdcview_query_errors_total{method=\"Query\"} 2");
+}
+
+TEST_F(H2ReadServerTest, WatchIsUnimplementedNamingTheMainPort) {
+  grpc::ClientContext ctx;
+  v1::WatchRequest q;
+  q.set_view("ByDay");
+  auto stream = stub_->Watch(&ctx, q);
+  v1::WatchEvent event;
+  EXPECT_FALSE(stream->Read(&event));
+  grpc::Status s = stream->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_EQ(s.error_message(),
+            "this port serves the unary reads of cdcview.v1.ViewService; "
+            "/cdcview.v1.ViewService/Watch is not one of them (Watch, health and reflection are "
+            "on server.grpc)");
+}
+
+TEST_F(H2ReadServerTest, AReadThatWaitsDoesNotHoldTheLoop) {
+  // Read-your-writes for offset 9 of orders/0 (applied up to next offset 6): it waits on an
+  // offload thread. Were it on the loop, the point query below could not be answered until
+  // the wait ended, and the wait ends only after that query (Apply below).
+  v1::QueryRequest waiting = Day("D3", 0);
+  *waiting.mutable_consistency() = AfterOffset(9);
+  auto waited = std::async(std::launch::async, [&] {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    v1::QueryResponse got;
+    grpc::Status s = stub_->Query(&ctx, waiting, &got);
+    return std::make_pair(s, got);
+  });
+  std::this_thread::sleep_for(milliseconds(100));  // the waiting read is in
+  EXPECT_EQ(waited.wait_for(milliseconds(0)), std::future_status::timeout);
+  grpc::ClientContext ctx;
+  v1::QueryResponse point;
+  ASSERT_TRUE(stub_->Query(&ctx, Day("D2", 1), &point).ok());
+  EXPECT_EQ(point.entries_size(), 1);
+  EXPECT_EQ(waited.wait_for(milliseconds(0)), std::future_status::timeout);
+  Apply("P#9", "D3", 10);
+  auto [status, got] = waited.get();
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(got.entries_size(), 1);
+  EXPECT_EQ(got.entries(0).item().attributes().at("PK").s(), "P#9");
+}
+
+TEST_F(H2ReadServerTest, AWaitEndsAtTheClientsDeadline) {
+  v1::QueryRequest waiting = Day("D3", 1);  // a small page, but it waits: offloaded
+  *waiting.mutable_consistency() = AfterOffset(99);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + milliseconds(300));
+  v1::QueryResponse got;
+  const auto start = std::chrono::steady_clock::now();
+  grpc::Status s = stub_->Query(&ctx, waiting, &got);
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_LT(took, std::chrono::seconds(5));
+  grpc::ClientContext ctx2;
+  ctx2.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::QueryResponse point;
+  EXPECT_TRUE(stub_->Query(&ctx2, Day("D2", 1), &point).ok());
+}
+
+TEST_F(H2ReadServerTest, OversizedAndCompressedRequestsAreRefusedByName) {
+  v1::QueryRequest big = Day("D1", 1);
+  big.set_view(std::string(H2ReadServer::kMaxMessageBytes, 'v'));
+  grpc::ClientContext ctx;
+  v1::QueryResponse got;
+  grpc::Status s = stub_->Query(&ctx, big, &got);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(s.error_message(), "the request is larger than 4194304 bytes");
+
+  grpc::ClientContext gzip;
+  gzip.set_compression_algorithm(GRPC_COMPRESS_GZIP);
+  // gRPC's client sends short messages uncompressed even when asked to compress; not this one.
+  v1::QueryRequest long_name = Day("D1", 1);
+  long_name.set_view(std::string(100000, 'v'));
+  s = stub_->Query(&gzip, long_name, &got);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_EQ(s.error_message(),
+            "compressed messages (grpc-encoding gzip) are not served here; send them "
+            "uncompressed");
+
+  // The connection is still good.
+  grpc::ClientContext ctx2;
+  EXPECT_TRUE(stub_->Query(&ctx2, Day("D1", 1), &got).ok());
+}
+
+TEST(GrpcTimeoutTest, ParsesEveryUnitAndCapsLongOnes) {
+  using std::chrono::hours;
+  using std::chrono::microseconds;
+  using std::chrono::nanoseconds;
+  using std::chrono::seconds;
+  EXPECT_EQ(ParseGrpcTimeout("1S"), seconds(1));
+  EXPECT_EQ(ParseGrpcTimeout("250m"), milliseconds(250));
+  EXPECT_EQ(ParseGrpcTimeout("7u"), microseconds(7));
+  EXPECT_EQ(ParseGrpcTimeout("12345678n"), nanoseconds(12345678));
+  EXPECT_EQ(ParseGrpcTimeout("2M"), seconds(120));
+  EXPECT_EQ(ParseGrpcTimeout("3H"), hours(3));
+  // 99,999,999 hours would overflow nanoseconds; deadlines that far are a year.
+  EXPECT_EQ(ParseGrpcTimeout("99999999H"), kLongestGrpcTimeout);
+  for (const char* bad : {"", "S", "1", "1x", "+1S", " 1S", "-1S", "123456789S", "1.5S"}) {
+    EXPECT_EQ(ParseGrpcTimeout(bad), std::nullopt) << bad;
+  }
+}
+
+TEST_F(H2ReadServerTest, AStreamingCallIsRefusedAtOnceNotWhenItsRequestEnds) {
+  // Reflection's bidirectional stream: the client keeps its side open. The answer must come
+  // on the headers, or the client would wait until its deadline.
+  grpc::GenericStub generic(grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
+                                                grpc::InsecureChannelCredentials()));
+  grpc::CompletionQueue cq;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  auto call = generic.PrepareCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+                                  &cq);
+  void* tag = nullptr;
+  bool ok = false;
+  call->StartCall(reinterpret_cast<void*>(1));
+  ASSERT_TRUE(cq.Next(&tag, &ok));
+  grpc::ByteBuffer ignored;
+  call->Read(&ignored, reinterpret_cast<void*>(2));
+  ASSERT_TRUE(cq.Next(&tag, &ok));
+  EXPECT_FALSE(ok);  // no message: the call is over
+  grpc::Status status;
+  const auto start = std::chrono::steady_clock::now();
+  call->Finish(&status, reinterpret_cast<void*>(3));
+  ASSERT_TRUE(cq.Next(&tag, &ok));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_EQ(status.error_message(),
+            "this port serves the unary reads of cdcview.v1.ViewService; "
+            "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo is not one of them "
+            "(Watch, health and reflection are on server.grpc)");
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+}
+
+TEST_F(H2ReadServerTest, ShutdownEndsAWaitingReadPromptly) {
+  v1::QueryRequest waiting = Day("D3", 1);
+  *waiting.mutable_consistency() = AfterOffset(99);
+  auto waited = std::async(std::launch::async, [&] {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    v1::QueryResponse got;
+    return stub_->Query(&ctx, waiting, &got);
+  });
+  std::this_thread::sleep_for(milliseconds(200));  // the waiting read is in
+  const auto start = std::chrono::steady_clock::now();
+  server_->Shutdown(5000);
+  // The wait ends within a slice of the shutdown; its answer goes out before the port closes.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  grpc::Status s = waited.get();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_TRUE(absl::StartsWith(s.error_message(),
+                               "view ByDay: min_position not applied before the deadline"))
+      << s.error_message();
+}
+
+TEST_F(H2ReadServerTest, ShutdownClosesThePort) {
+  grpc::ClientContext ctx;
+  v1::QueryResponse got;
+  ASSERT_TRUE(stub_->Query(&ctx, Day("D1", 1), &got).ok());
+  const int port = server_->port();
+  server_->Shutdown(1000);
+  auto fresh = v1::ViewService::NewStub(grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
+                                                            grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx2;
+  ctx2.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  EXPECT_EQ(fresh->Query(&ctx2, Day("D1", 1), &got).error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST_F(H2ReadServerTest, AnAddressThatIsNotHostPortIsNamed) {
+  auto bad = H2ReadServer::Start("localhost", *reader_, nullptr, "server.grpc");
+  EXPECT_TRUE(absl::IsInvalidArgument(bad.status())) << bad.status();
+  EXPECT_EQ(bad.status().message(),
+            "\"localhost\" is not host:port (e.g. 127.0.0.1:50052 or [::1]:50052)");
+  auto taken = H2ReadServer::Start(absl::StrCat("127.0.0.1:", server_->port()), *reader_, nullptr,
+                                   "server.grpc");
+  EXPECT_TRUE(absl::IsUnavailable(taken.status())) << taken.status();
+  EXPECT_EQ(taken.status().message(),
+            absl::StrCat("cannot listen on 127.0.0.1:", server_->port(), ": Address already in use"));
+}
+
+}  // namespace
+}  // namespace cdcview
