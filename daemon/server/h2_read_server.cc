@@ -319,13 +319,16 @@ class H2ReadServer::Loop {
     std::string body;
     bool too_large = false;
     bool answered = false;  // an answer was submitted (or the stream refused)
-    // Set when the stream closes: an offloaded read for it stops at its next slice.
-    std::shared_ptr<std::atomic<bool>> gone = std::make_shared<std::atomic<bool>>(false);
+    // Set when the stream closes: an offloaded read for it stops at its next slice. Made only
+    // for reads that go off the loop (none for the inline ones).
+    std::shared_ptr<std::atomic<bool>> gone;
     // The answer: message bytes with gRPC's prefix, then the trailers' status.
     std::string out;
     size_t sent = 0;
     std::string status_text, message_text;
-    ~Stream() { gone->store(true); }
+    ~Stream() {
+      if (gone) gone->store(true);
+    }
   };
   struct Connection {
     Loop* loop = nullptr;
@@ -707,6 +710,7 @@ class H2ReadServer::Loop {
     auto job = std::make_unique<Job>();
     job->conn = s->conn->serial;
     job->stream = s->id;
+    s->gone = std::make_shared<std::atomic<bool>>(false);
     job->gone = s->gone;
     job->method = method->second.first;
     job->deadline = deadline;
