@@ -61,7 +61,10 @@ int OnHeader(nghttp2_session* h2, const nghttp2_frame* frame, const uint8_t* nam
   if (stream == nullptr) return 0;
   std::string_view n(reinterpret_cast<const char*>(name), namelen);
   std::string_view v(reinterpret_cast<const char*>(value), valuelen);
-  if (n == "grpc-status") {
+  if (n == ":status") {
+    int status = 0;
+    stream->call->http_status = absl::SimpleAtoi(absl::string_view(v.data(), v.size()), &status) ? status : -1;
+  } else if (n == "grpc-status") {
     int status = -1;
     // Not a number: an answer no gRPC server sends; counted as a failed call (-1).
     stream->call->grpc_status =
@@ -195,7 +198,8 @@ absl::StatusOr<bool> Receive(Session* s) {
 
 absl::StatusOr<H2OpenLoopResult> RunH2OpenLoop(int port, const std::string& path,
                                                const std::vector<std::string>& requests,
-                                               double qps, double seconds) {
+                                               double qps, double seconds,
+                                               const H2Options& options) {
   if (requests.empty()) return absl::InvalidArgumentError("no requests to send");
   Session s;
   if (absl::Status st = Connect(port, &s); !st.ok()) return st;
@@ -231,22 +235,27 @@ absl::StatusOr<H2OpenLoopResult> RunH2OpenLoop(int port, const std::string& path
       stream.scheduled = scheduled;
       stream.call = &out.calls[next];
       const std::string& msg = requests[next % requests.size()];
-      stream.framed.resize(5 + msg.size());
-      stream.framed[0] = 0;
-      for (int i = 0; i < 4; ++i) {
-        stream.framed[1 + i] = static_cast<char>((msg.size() >> (8 * (3 - i))) & 0xff);
+      if (options.framed) {
+        stream.framed = msg;
+      } else {
+        stream.framed.resize(5 + msg.size());
+        stream.framed[0] = 0;
+        for (int i = 0; i < 4; ++i) {
+          stream.framed[1 + i] = static_cast<char>((msg.size() >> (8 * (3 - i))) & 0xff);
+        }
+        memcpy(stream.framed.data() + 5, msg.data(), msg.size());
       }
-      memcpy(stream.framed.data() + 5, msg.data(), msg.size());
-      nghttp2_nv headers[] = {Header(":method", "POST"),
-                              Header(":scheme", "http"),
-                              Header(":path", path),
-                              Header(":authority", authority),
-                              Header("content-type", "application/grpc"),
-                              Header("te", "trailers")};
+      std::vector<nghttp2_nv> headers = {Header(":method", "POST"),
+                                         Header(":scheme", "http"),
+                                         Header(":path", path),
+                                         Header(":authority", authority),
+                                         Header("content-type", options.content_type),
+                                         Header("te", "trailers")};
+      for (const auto& [name, value] : options.headers) headers.push_back(Header(name, value));
       nghttp2_data_provider body;
       body.source.ptr = &stream;
       body.read_callback = ReadRequest;
-      int32_t id = nghttp2_submit_request(s.h2, nullptr, headers, std::size(headers), &body, &stream);
+      int32_t id = nghttp2_submit_request(s.h2, nullptr, headers.data(), headers.size(), &body, &stream);
       if (id < 0) return absl::InternalError(absl::StrCat("HTTP/2 request: ", nghttp2_strerror(id)));
       ++s.open_streams;
       ++next;

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -20,6 +21,7 @@ namespace cdcview::bench {
 
 struct H2Call {
   double latency_us = 0;    // from the scheduled send time to the end of the answer's trailers
+  int http_status = 0;      // the answer's :status
   int grpc_status = -1;     // the trailers' grpc-status; -1 when the call never finished
   std::string grpc_message; // the trailers' grpc-message, if any
   std::string response;     // the response message, without gRPC's 5-byte frame prefix
@@ -33,6 +35,13 @@ struct H2OpenLoopResult {
   double seconds = 0;  // first scheduled send to the last answer
 };
 
+// For protocol tests: what a request carries besides gRPC's defaults.
+struct H2Options {
+  std::string content_type = "application/grpc";
+  std::vector<std::pair<std::string, std::string>> headers;  // added as they are
+  bool framed = false;  // the requests are whole bodies, sent without adding gRPC's prefix
+};
+
 // Sends requests[k % requests.size()] (serialized protobuf messages) to `path` (e.g.
 // "/cdcview.v1.ViewService/Query") on 127.0.0.1:`port` at `qps` for `seconds`, each at its
 // scheduled time; latency runs from that time, so a late send counts against the figures.
@@ -42,6 +51,7 @@ struct H2OpenLoopResult {
 // still missing 10 s after the last send. Each message names what failed.
 absl::StatusOr<H2OpenLoopResult> RunH2OpenLoop(int port, const std::string& path,
                                                const std::vector<std::string>& requests,
-                                               double qps, double seconds);
+                                               double qps, double seconds,
+                                               const H2Options& options = {});
 
 }  // namespace cdcview::bench

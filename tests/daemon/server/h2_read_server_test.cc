@@ -27,6 +27,7 @@
 #include "daemon/server/view_reader.h"
 #include "daemon/store/store.h"
 #include "gtest/gtest.h"
+#include "tests/bench/h2_client.h"
 #include "tests/fakes/fake_dead_letter_sink.h"
 #include "tests/fakes/records.h"
 #include "tests/fakes/temp_dir.h"
@@ -410,6 +411,69 @@ TEST_F(H2ReadServerTest, ShutdownEndsAWaitingReadPromptly) {
   EXPECT_TRUE(absl::StartsWith(s.error_message(),
                                "view ByDay: min_position not applied before the deadline"))
       << s.error_message();
+}
+
+TEST_F(H2ReadServerTest, RequestsNoGrpcClientSendsGetClearAnswers) {
+  // One call with `body` and `options` on the lean HTTP/2 client.
+  auto call = [&](const std::string& body, const bench::H2Options& options) {
+    auto run = bench::RunH2OpenLoop(server_->port(), "/cdcview.v1.ViewService/Query", {body},
+                                    100, 0.01, options);
+    EXPECT_TRUE(run.ok()) << run.status();
+    EXPECT_EQ(run.ok() ? run->calls.size() : 0u, 1u);
+    return run.ok() && !run->calls.empty() ? run->calls[0] : bench::H2Call{};
+  };
+  const std::string query = Day("D1", 1).SerializeAsString();
+
+  bench::H2Options json;
+  json.content_type = "application/json";
+  EXPECT_EQ(call(query, json).http_status, 415);  // not gRPC: HTTP's answer
+  bench::H2Options grpc_web;
+  grpc_web.content_type = "application/grpc-web";
+  EXPECT_EQ(call(query, grpc_web).http_status, 415);
+
+  bench::H2Options plus_proto;
+  plus_proto.content_type = "application/grpc+proto";
+  bench::H2Call ok = call(query, plus_proto);
+  EXPECT_EQ(ok.grpc_status, 0) << ok.grpc_message;
+  v1::QueryResponse parsed;
+  EXPECT_TRUE(parsed.ParseFromString(ok.response));
+  EXPECT_EQ(parsed.entries_size(), 1);
+
+  bench::H2Options bad_timeout;
+  bad_timeout.headers = {{"grpc-timeout", "1x"}};
+  bench::H2Call timeout = call(query, bad_timeout);
+  EXPECT_EQ(timeout.http_status, 200);
+  EXPECT_EQ(timeout.grpc_status, 3);
+  EXPECT_EQ(timeout.grpc_message, "malformed grpc-timeout header");
+
+  // Two messages in one unary request, and a prefix that promises more than arrives.
+  bench::H2Options framed;
+  framed.framed = true;
+  auto frame = [](const std::string& message) {
+    std::string f(5, '\0');
+    for (int i = 0; i < 4; ++i) f[1 + i] = static_cast<char>((message.size() >> (8 * (3 - i))) & 0xff);
+    return f + message;
+  };
+  const std::string framing_error = "expected one length-prefixed gRPC message in the request body";
+  bench::H2Call two = call(frame(query) + frame(query), framed);
+  EXPECT_EQ(two.grpc_status, 13);
+  EXPECT_EQ(two.grpc_message, framing_error);
+  bench::H2Call short_body = call(frame(query).substr(0, 8), framed);
+  EXPECT_EQ(short_body.grpc_status, 13);
+  EXPECT_EQ(short_body.grpc_message, framing_error);
+  // A compressed-flag byte with no grpc-encoding is a broken prefix, not compression.
+  std::string flagged = frame(query);
+  flagged[0] = 1;
+  bench::H2Call no_encoding = call(flagged, framed);
+  EXPECT_EQ(no_encoding.grpc_status, 13);
+  EXPECT_EQ(no_encoding.grpc_message,
+            "malformed gRPC message prefix: compressed flag without a grpc-encoding");
+  // Not a QueryRequest at all.
+  bench::H2Call garbage = call(frame("\xff\xff\xff"), framed);
+  EXPECT_EQ(garbage.grpc_status, 13);
+  EXPECT_EQ(garbage.grpc_message,
+            "cannot parse the request as cdcview.v1.QueryRequest; is the client built from "
+            "cdcview's proto/?");
 }
 
 TEST_F(H2ReadServerTest, ShutdownClosesThePort) {
