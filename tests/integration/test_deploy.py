@@ -699,7 +699,9 @@ def test_manifests_agree_with_the_binary(overlay, tmp_path, daemon_factory):
     for flag in (a for a in c["args"] if a.startswith("--")):
         assert re.search(rf"^\s*{re.escape(flag)}\b", flags_help, re.M), f"{flag} not in --help"
     for name in env:
-        assert f"Env:{name}" in flags_help, f"{name} not in --help"
+        # A flag's variable, or one of the config fields' variables --help lists.
+        assert (f"Env:{name}" in flags_help or
+                re.search(rf"^\s+{name}\s+\(", flags_help, re.M)), f"{name} not in --help"
 
     # Ports: probes and the ports the container declares are the ones cdcviewd listens on;
     # the kubelet's gRPC probes connect to the pod IP, so gRPC must not listen on loopback.
@@ -708,6 +710,9 @@ def test_manifests_agree_with_the_binary(overlay, tmp_path, daemon_factory):
     assert config["server"]["metrics"].rsplit(":", 1)[0] in ("0.0.0.0", "[::]")
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     assert sorted(ports.values()) == sorted([grpc_port, metrics_port])
+    # The fast read port, where it is on, serves the pod's own app only: loopback, no port.
+    fast = config["server"]["fast_reads"]
+    assert fast == "" or fast.rsplit(":", 1)[0] in ("127.0.0.1", "[::1]"), fast
 
     # Probes: native gRPC on the health service, with names the daemon serves.
     views = [v["name"] for t in config["tables"] for v in t.get("views", [])]
