@@ -31,6 +31,7 @@
 #include "tests/fakes/fake_dead_letter_sink.h"
 #include "tests/fakes/records.h"
 #include "tests/fakes/temp_dir.h"
+#include "tests/fakes/reader_fixture.h"
 #include "tests/fakes/test_store.h"
 
 namespace cdcview {
@@ -61,18 +62,10 @@ tables:
         measures: [count]
 )";
 
-class H2ReadServerTest : public ::testing::Test {
+class H2ReadServerTest : public test::ReaderFixture {
  protected:
   void SetUp() override {
-    SetLogLevel(LogLevel::kWarning);
-    ASSERT_EQ(test::OpenTestStore(kConfigYaml, dir_.Sub("store"), &config_, &store_),
-              absl::OkStatus());
-    catalog_ = std::make_unique<Catalog>(config_, store_->max_key_size());
-    applier_ = std::make_unique<Applier>(*catalog_, store_.get(), nullptr,
-                                         std::vector<DeadLetterSink*>{&sink_}, [] { return 0; });
-    reader_ = std::make_unique<ViewReader>(*catalog_, *store_, *applier_,
-                                           std::vector<const ChangeSource*>{});
-    ASSERT_TRUE(applier_->Recover().ok());
+    ASSERT_NO_FATAL_FAILURE(OpenReader(kConfigYaml));
     ASSERT_TRUE(applier_->RebuildViews().ok());
     for (int i = 0; i < 5; ++i) Apply(absl::StrCat("P#", i), i < 3 ? "D1" : "D2", i + 1);
     auto metrics = MetricsRegistry::Start("");
@@ -126,13 +119,6 @@ class H2ReadServerTest : public ::testing::Test {
     return "";
   }
 
-  test::TempDir dir_;
-  Config config_;
-  std::unique_ptr<Store> store_;
-  std::unique_ptr<Catalog> catalog_;
-  FakeDeadLetterSink sink_;
-  std::unique_ptr<Applier> applier_;
-  std::unique_ptr<ViewReader> reader_;
   std::unique_ptr<MetricsRegistry> metrics_;
   std::unique_ptr<QueryProbe> probe_;
   std::unique_ptr<H2ReadServer> server_;

@@ -19,6 +19,7 @@
 #include "tests/fakes/fake_dead_letter_sink.h"
 #include "tests/fakes/records.h"
 #include "tests/fakes/temp_dir.h"
+#include "tests/fakes/reader_fixture.h"
 #include "tests/fakes/test_store.h"
 
 namespace cdcview {
@@ -84,20 +85,11 @@ tables:
     key: { partition: PK }
 )";
 
-class ReadConsistencyTest : public ::testing::Test {
+class ReadConsistencyTest : public test::ReaderFixture {
  protected:
   void SetUp() override {
-    SetLogLevel(LogLevel::kWarning);
-    ASSERT_EQ(test::OpenTestStore(kConfigYaml, dir_.Sub("store"), &config_, &store_),
-              absl::OkStatus());
-    catalog_ = std::make_unique<Catalog>(config_, store_->max_key_size());
-    applier_ = std::make_unique<Applier>(*catalog_, store_.get(), nullptr,
-                                         std::vector<DeadLetterSink*>{&sink_, &sink_, &sink_},
-                                         [this] { return now_ms_.load(); });
-    reader_ = std::make_unique<ViewReader>(
-        *catalog_, *store_, *applier_,
-        std::vector<const ChangeSource*>{&orders_, &sample_, &other_});
-    ASSERT_TRUE(applier_->Recover().ok());
+    ASSERT_NO_FATAL_FAILURE(OpenReader(kConfigYaml, [this] { return now_ms_.load(); },
+                                       {&orders_, &sample_, &other_}));
     ASSERT_TRUE(applier_->RebuildViews().ok());
   }
 
@@ -137,15 +129,8 @@ class ReadConsistencyTest : public ::testing::Test {
   }
   static ViewReader::Deadline In(milliseconds ms) { return std::chrono::steady_clock::now() + ms; }
 
-  test::TempDir dir_;
-  Config config_;
-  std::unique_ptr<Store> store_;
-  std::unique_ptr<Catalog> catalog_;
-  FakeDeadLetterSink sink_;
   FakeSource orders_{"running"}, sample_{"running"}, other_{"running"};
   std::atomic<int64_t> now_ms_{0};
-  std::unique_ptr<Applier> applier_;
-  std::unique_ptr<ViewReader> reader_;
 };
 
 TEST(PositionReachedTest, ComparesPositionsPerSourceKind) {

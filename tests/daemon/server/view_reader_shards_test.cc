@@ -21,6 +21,7 @@
 #include "tests/fakes/fake_dead_letter_sink.h"
 #include "tests/fakes/records.h"
 #include "tests/fakes/temp_dir.h"
+#include "tests/fakes/reader_fixture.h"
 #include "tests/fakes/test_store.h"
 
 namespace cdcview {
@@ -135,18 +136,10 @@ std::vector<Cond> Conditions() {
   };
 }
 
-class ShardedViewTest : public ::testing::Test {
+class ShardedViewTest : public test::ReaderFixture {
  protected:
   void SetUp() override {
-    SetLogLevel(LogLevel::kWarning);
-    ASSERT_EQ(test::OpenTestStore(kConfigYaml, dir_.Sub("store"), &config_, &store_),
-              absl::OkStatus());
-    catalog_ = std::make_unique<Catalog>(config_, store_->max_key_size());
-    applier_ = std::make_unique<Applier>(*catalog_, store_.get(), nullptr,
-                                         std::vector<DeadLetterSink*>{&sink_}, [] { return 0; });
-    reader_ = std::make_unique<ViewReader>(*catalog_, *store_, *applier_,
-                                           std::vector<const ChangeSource*>{});
-    ASSERT_TRUE(applier_->Recover().ok());
+    ASSERT_NO_FATAL_FAILURE(OpenReader(kConfigYaml));
     ASSERT_TRUE(applier_->RebuildViews().ok());
   }
 
@@ -266,13 +259,6 @@ class ShardedViewTest : public ::testing::Test {
                                         std::vector<const ChangeSource*>{});
   }
 
-  test::TempDir dir_;
-  Config config_;
-  std::unique_ptr<Store> store_;
-  std::unique_ptr<Catalog> catalog_;
-  FakeDeadLetterSink sink_;
-  std::unique_ptr<Applier> applier_;
-  std::unique_ptr<ViewReader> reader_;
   std::unique_ptr<Config> other_config_;
   std::unique_ptr<Catalog> other_catalog_;
   int position_ = 0;
