@@ -60,7 +60,8 @@ constexpr uint32_t kMaxConcurrentStreams = 100;
 struct Prepared {
   bool runs_inline = false;
   bool waits = false;  // carries a position to wait for
-  std::function<absl::StatusOr<std::string>(Deadline)> run;  // the serialized answer
+  // The answer as gRPC frames it: 5 bytes of prefix (filled in by Answer), then the message.
+  std::function<absl::StatusOr<std::string>(Deadline)> run;
 };
 
 using Prepare = std::function<absl::StatusOr<Prepared>(std::string_view message)>;
@@ -83,7 +84,7 @@ bool WaitsFor(const Req& request) {
 }
 
 template <typename Req, typename Read, typename Cheap>
-Prepare Method(Read read, Cheap cheap) {
+Prepare Unary(Read read, Cheap cheap) {
   return [read, cheap](std::string_view message) -> absl::StatusOr<Prepared> {
     auto request = std::make_shared<Req>();
     if (!request->ParseFromArray(message.data(), static_cast<int>(message.size()))) {
@@ -97,49 +98,58 @@ Prepare Method(Read read, Cheap cheap) {
     p.run = [read, request](Deadline deadline) -> absl::StatusOr<std::string> {
       auto answer = read(*request, deadline);
       if (!answer.ok()) return answer.status();
-      return answer->SerializeAsString();
+      // Serialized once, straight behind the room for gRPC's prefix.
+      std::string framed(5, '\0');
+      answer->AppendToString(&framed);
+      return framed;
     };
     return p;
   };
 }
 
+struct Method {
+  std::string name;  // "Query": the label of its metrics
+  Prepare prepare;
+};
+using MethodTable = std::map<std::string, Method, std::less<>>;
+
 // "/cdcview.v1.ViewService/<Method>" -> how to serve it.
-std::map<std::string, std::pair<std::string, Prepare>, std::less<>> Methods(const ViewReader& r) {
+MethodTable Methods(const ViewReader& r) {
   auto never = [](const auto&) { return false; };
-  std::map<std::string, std::pair<std::string, Prepare>, std::less<>> m;
+  MethodTable m;
   auto add = [&m](const std::string& name, Prepare p) {
-    m.emplace(absl::StrCat("/cdcview.v1.ViewService/", name), std::make_pair(name, std::move(p)));
+    m.emplace(absl::StrCat("/cdcview.v1.ViewService/", name), Method{name, std::move(p)});
   };
-  add("Query", Method<v1::QueryRequest>(
+  add("Query", Unary<v1::QueryRequest>(
                    [&r](const v1::QueryRequest& q, Deadline d) { return r.Query(q, d); },
                    [](const v1::QueryRequest& q) { return SmallPage(q.limit()); }));
-  add("Scan", Method<v1::ScanRequest>(
+  add("Scan", Unary<v1::ScanRequest>(
                   [&r](const v1::ScanRequest& q, Deadline d) { return r.Scan(q, d); },
                   [](const v1::ScanRequest& q) { return SmallPage(q.limit()); }));
-  add("GetItem", Method<v1::GetItemRequest>(
+  add("GetItem", Unary<v1::GetItemRequest>(
                      [&r](const v1::GetItemRequest& q, Deadline d) { return r.GetItem(q, d); },
                      [](const v1::GetItemRequest&) { return true; }));
   add("GetAggregate",
-      Method<v1::GetAggregateRequest>(
+      Unary<v1::GetAggregateRequest>(
           [&r](const v1::GetAggregateRequest& q, Deadline d) { return r.GetAggregate(q, d); },
           [](const v1::GetAggregateRequest&) { return true; }));
   add("ListAggregates",
-      Method<v1::ListAggregatesRequest>(
+      Unary<v1::ListAggregatesRequest>(
           [&r](const v1::ListAggregatesRequest& q, Deadline d) { return r.ListAggregates(q, d); },
           [](const v1::ListAggregatesRequest& q) { return SmallPage(q.limit()); }));
-  add("ListViews", Method<v1::ListViewsRequest>(
+  add("ListViews", Unary<v1::ListViewsRequest>(
                        [&r](const v1::ListViewsRequest&, Deadline) { return r.ListViews(); }, never));
   add("DescribeView",
-      Method<v1::DescribeViewRequest>(
+      Unary<v1::DescribeViewRequest>(
           [&r](const v1::DescribeViewRequest& q, Deadline) { return r.DescribeView(q.view()); },
           never));
-  add("GetStatus", Method<v1::GetStatusRequest>(
+  add("GetStatus", Unary<v1::GetStatusRequest>(
                        [&r](const v1::GetStatusRequest&, Deadline) {
                          return absl::StatusOr<v1::StatusResponse>(r.GetStatus());
                        },
                        never));
   add("GetHotKeys",
-      Method<v1::GetHotKeysRequest>(
+      Unary<v1::GetHotKeysRequest>(
           [&r](const v1::GetHotKeysRequest& q, Deadline) { return r.GetHotKeys(q); }, never));
   return m;
 }
@@ -664,22 +674,22 @@ class H2ReadServer::Loop {
     }
     const Clock::time_point start = Clock::now();
     if (s->too_large) {
-      return Finish(s, method->second.first, start,
+      return Finish(s, method->second.name, start,
                     absl::ResourceExhaustedError(absl::StrCat("the request is larger than ",
                                                               kMaxMessageBytes, " bytes")));
     }
     if (s->bad_timeout) {
-      return Finish(s, method->second.first, start,
+      return Finish(s, method->second.name, start,
                     absl::InvalidArgumentError("malformed grpc-timeout header"));
     }
     const std::string& b = s->body;
     if (b.size() < 5 || DeclaredLength(b) != b.size() - 5) {
-      return Finish(s, method->second.first, start,
+      return Finish(s, method->second.name, start,
                     absl::InternalError(
                         "expected one length-prefixed gRPC message in the request body"));
     }
     if (b[0] != 0) {
-      return Finish(s, method->second.first, start,
+      return Finish(s, method->second.name, start,
                     b[0] == 1 && !s->encoding.empty() && s->encoding != "identity"
                         ? absl::UnimplementedError(absl::StrCat(
                               "compressed messages (grpc-encoding ", s->encoding,
@@ -687,13 +697,13 @@ class H2ReadServer::Loop {
                         : absl::InternalError("malformed gRPC message prefix: compressed flag "
                                               "without a grpc-encoding"));
     }
-    absl::StatusOr<Prepared> call = method->second.second(std::string_view(b).substr(5));
+    absl::StatusOr<Prepared> call = method->second.prepare(std::string_view(b).substr(5));
     s->body.clear();
     s->body.shrink_to_fit();
-    if (!call.ok()) return Finish(s, method->second.first, start, call.status());
+    if (!call.ok()) return Finish(s, method->second.name, start, call.status());
     Deadline deadline = s->timeout ? start + *s->timeout : Deadline::max();
     if (call->runs_inline) {
-      return Finish(s, method->second.first, start, call->run(deadline));
+      return Finish(s, method->second.name, start, call->run(deadline));
     }
     // A wait is capped as the reader caps one without a deadline, so a waiting read
     // holds one of kWaitThreads for bounded time.
@@ -701,7 +711,7 @@ class H2ReadServer::Loop {
     std::unique_lock<std::mutex> lock(mu_);
     if (offloaded_ >= kMaxOffloaded) {
       lock.unlock();
-      return Finish(s, method->second.first, start,
+      return Finish(s, method->second.name, start,
                     absl::ResourceExhaustedError(absl::StrCat(
                         kMaxOffloaded, " reads are already waiting or running off the event "
                                        "loop; retry with backoff")));
@@ -712,7 +722,7 @@ class H2ReadServer::Loop {
     job->stream = s->id;
     s->gone = std::make_shared<std::atomic<bool>>(false);
     job->gone = s->gone;
-    job->method = method->second.first;
+    job->method = method->second.name;
     job->deadline = deadline;
     job->start = start;
     Pool& pool = call->waits ? waits_ : heavy_;
@@ -744,11 +754,9 @@ class H2ReadServer::Loop {
       nghttp2_submit_response(h2, s->id, headers, std::size(headers), nullptr);
       return;
     }
-    const size_t n = answer->size();
-    s->out.reserve(n + 5);
-    s->out.push_back('\0');
-    for (int shift : {24, 16, 8, 0}) s->out.push_back(static_cast<char>((n >> shift) & 0xff));
-    s->out.append(*answer);
+    s->out = *std::move(answer);  // framed by Prepared::run; the prefix is filled in here
+    const size_t n = s->out.size() - 5;
+    for (int i = 0; i < 4; ++i) s->out[1 + i] = static_cast<char>((n >> (24 - 8 * i)) & 0xff);
     nghttp2_nv headers[] = {Header(":status", "200"), Header("content-type", "application/grpc"),
                             Header("grpc-accept-encoding", "identity")};
     nghttp2_data_provider body;
@@ -831,7 +839,7 @@ class H2ReadServer::Loop {
     }
   }
 
-  const std::map<std::string, std::pair<std::string, Prepare>, std::less<>> methods_;
+  const MethodTable methods_;
   QueryProbe* const probe_;
   const std::string grpc_setting_;
   int listen_fd_ = -1, epoll_fd_ = -1, wake_fd_ = -1;

@@ -101,14 +101,24 @@ class H2ReadServerTest : public test::ReaderFixture {
     q.set_limit(limit);
     return q;
   }
-  // Waits for orders/0's next offset to pass `offset`.
-  static v1::ReadConsistency AfterOffset(int64_t offset) {
-    v1::ReadConsistency c;
-    auto* k = c.add_min_kafka_offsets();
+  // Day(day, limit), read once orders/0's next offset is past `offset`.
+  static v1::QueryRequest AfterOffset(const std::string& day, uint32_t limit, int64_t offset) {
+    v1::QueryRequest q = Day(day, limit);
+    auto* k = q.mutable_consistency()->add_min_kafka_offsets();
     k->set_topic("orders");
     k->set_partition(0);
     k->set_offset(offset);
-    return c;
+    return q;
+  }
+  // `q` on the fast read port from another thread, with a 20 s deadline.
+  std::future<std::pair<grpc::Status, v1::QueryResponse>> QueryInBackground(v1::QueryRequest q) {
+    return std::async(std::launch::async, [this, q] {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+      v1::QueryResponse got;
+      grpc::Status s = stub_->Query(&ctx, q, &got);
+      return std::make_pair(s, got);
+    });
   }
 
   // The exposition line of `name` with labels `labels`, e.g. {method="Query"}.
@@ -262,15 +272,7 @@ TEST_F(H2ReadServerTest, AReadThatWaitsDoesNotHoldTheLoop) {
   // Read-your-writes for offset 9 of orders/0 (applied up to next offset 6): it waits on an
   // offload thread. Were it on the loop, the point query below could not be answered until
   // the wait ended, and the wait ends only after that query (Apply below).
-  v1::QueryRequest waiting = Day("D3", 0);
-  *waiting.mutable_consistency() = AfterOffset(9);
-  auto waited = std::async(std::launch::async, [&] {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
-    v1::QueryResponse got;
-    grpc::Status s = stub_->Query(&ctx, waiting, &got);
-    return std::make_pair(s, got);
-  });
+  auto waited = QueryInBackground(AfterOffset("D3", 0, 9));
   std::this_thread::sleep_for(milliseconds(100));  // the waiting read is in
   EXPECT_EQ(waited.wait_for(milliseconds(0)), std::future_status::timeout);
   grpc::ClientContext ctx;
@@ -286,8 +288,7 @@ TEST_F(H2ReadServerTest, AReadThatWaitsDoesNotHoldTheLoop) {
 }
 
 TEST_F(H2ReadServerTest, AWaitEndsAtTheClientsDeadline) {
-  v1::QueryRequest waiting = Day("D3", 1);  // a small page, but it waits: offloaded
-  *waiting.mutable_consistency() = AfterOffset(99);
+  const v1::QueryRequest waiting = AfterOffset("D3", 1, 99);  // a small page, but it waits
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + milliseconds(300));
   v1::QueryResponse got;
@@ -379,20 +380,13 @@ TEST_F(H2ReadServerTest, AStreamingCallIsRefusedAtOnceNotWhenItsRequestEnds) {
 }
 
 TEST_F(H2ReadServerTest, ShutdownEndsAWaitingReadPromptly) {
-  v1::QueryRequest waiting = Day("D3", 1);
-  *waiting.mutable_consistency() = AfterOffset(99);
-  auto waited = std::async(std::launch::async, [&] {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
-    v1::QueryResponse got;
-    return stub_->Query(&ctx, waiting, &got);
-  });
+  auto waited = QueryInBackground(AfterOffset("D3", 1, 99));
   std::this_thread::sleep_for(milliseconds(200));  // the waiting read is in
   const auto start = std::chrono::steady_clock::now();
   server_->Shutdown(5000);
   // The wait ends within a slice of the shutdown; its answer goes out before the port closes.
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
-  grpc::Status s = waited.get();
+  grpc::Status s = waited.get().first;
   EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
   EXPECT_TRUE(absl::StartsWith(s.error_message(),
                                "view ByDay: min_position not applied before the deadline"))
