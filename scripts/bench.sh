@@ -53,7 +53,7 @@ grep -E '^(ingest|changes delivered|delivery latency|watchers cut off)' "$out/wa
 #   KAFKA_BENCH_ARGS    extra flags (e.g. "--events 200000 --lag-seconds 10")
 # ---------------------------------------------------------------------------------------------
 if [ "${KAFKA_BENCH:-1}" != "0" ]; then
-  "$here/scripts/build.sh" cdcviewd kafka_consume_bench kafka_produce_bench
+  "$here/scripts/build.sh" cdcviewd kafka_consume_bench kafka_produce_bench cpu_jitter_bench
   "$here/scripts/install-deps.sh" >/dev/null
   # The broker's data and both daemons' stores go where apply_bench's did (tmpfs if any).
   echo "[bench] kafka_bench --tmp $bench_tmp ${KAFKA_BENCH_ARGS:-}"
