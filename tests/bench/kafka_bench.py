@@ -7,7 +7,8 @@ six views. Prints figures, asserts nothing.
   2. A bare librdkafka loop (kafka_consume_bench) reads the whole topic: the raw consume rate.
   3. cdcviewd consumes and applies the same topic (new group, empty store): events/s from its
      first applied batch until every partition's stored offset reaches the high watermark.
-  4. cdcviewd applies the same events from a file (the file source): the storage ceiling.
+  4. cdcviewd applies the same events from a file (the file source): the storage ceiling, right
+     after step 3, as this VM's speed drifts by 20% and more within minutes.
   5. Replication lag at half load: events produced at 50% of step 3's rate for --lag-seconds
      to a second topic the same cdcviewd follows, by kafka_produce_bench (C++, librdkafka,
      pre-encoded records on an absolute schedule, linger.ms --linger-ms); p50/p99 of
@@ -19,20 +20,32 @@ six views. Prints figures, asserts nothing.
      The live source fetches with fetch.wait.max.ms --live-fetch-wait-ms (default 5) and
      fetch.min.bytes 256 KiB (see live_fetch). --kafka-alone then adds the Kafka part of the lag
      alone (a bare consumer with the same fetch settings, no cdcviewd).
+     Before the lag phase, cpu_jitter_bench times the same 0.25 ms of CPU work on cdcviewd's
+     core, back to back and after 3 ms idle: how steady the machine itself is.
   6. The same lag at lower loads (--lag-sweep, default 10%, 20% and 30% of step 3's rate,
-     --sweep-seconds each): the highest of them whose p99 stays under 50 ms on this machine,
-     where producer, broker and daemon share the cores.
+     --sweep-seconds each): the highest of them whose p99 stays under 50 ms.
+
+Where each process runs (--cpus): "split" (the default on a machine with two or more cores)
+gives cdcviewd, the bare consume loop and the bare follower the upper half of the cores, and the
+broker, the producer and this script the lower half, in every phase: in production the broker
+and the producers are other machines, and cdcviewd, a sidecar, has a CPU limit of its own. So
+"the maximum rate" is what cdcviewd does on its half, and half load leaves the other half to
+the broker and the producer. "shared" lets every process run on every core, as the bench did
+until 2026-11: on a 2-core machine the broker and the producer then take CPU from the daemon in
+the lag phase but not in the bulk phase, and half of the bulk rate saturated the machine.
 
 Usage: .venv/bin/python tests/bench/kafka_bench.py [--events N] [--lag-seconds S] [--tmp DIR]
+                                                   [--cpus split|shared]
                                                    [--lag-rate R] [--linger-ms MS]
                                                    [--warm-seconds S] [--kafka-alone]
                                                    [--live-fetch-wait-ms MS]
                                                    [--lag-sweep F,F,...] [--sweep-seconds S]
   --tmp DIR: where the broker's data and the stores live (default: the system's temp dir);
   /dev/shm puts them on tmpfs, where a commit's sync costs nothing (the CPU-bound figures).
-Environment: CDCVIEW_BUILD_DIR (cdcviewd, kafka_consume_bench, kafka_produce_bench),
-KAFKA_BOOTSTRAP (use a running broker instead of starting one with scripts/kafka.sh;
-KAFKA_BENCH_BROKER_PID then names its JVM for the CPU figures), KAFKA_BENCH_STORAGE (JSON
+Environment: CDCVIEW_BUILD_DIR (cdcviewd, kafka_consume_bench, kafka_produce_bench,
+cpu_jitter_bench), KAFKA_BOOTSTRAP (use a running broker instead of starting one with
+scripts/kafka.sh; KAFKA_BENCH_BROKER_PID then names its JVM for the CPU figures and --cpus
+split moves it to the lower half of the cores), KAFKA_BENCH_STORAGE (JSON
 merged into both daemons' storage section, e.g. '{"write_map": false}'),
 KAFKA_BENCH_PROPERTIES (JSON: librdkafka properties of the daemon's sources),
 KAFKA_BENCH_PERF (a directory: `perf record -g` of cdcviewd during the two bulk phases,
@@ -238,6 +251,20 @@ def live_fetch(args):
     return {"fetch.wait.max.ms": str(args.live_fetch_wait_ms), "fetch.min.bytes": "262144"}
 
 
+def cpu_layout(choice):
+    """(cdcviewd's cores, everything else's) as taskset lists for --cpus, or (None, None)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if choice == "shared" or len(cpus) < 2:
+        return None, None
+    half = len(cpus) // 2
+    return ",".join(map(str, cpus[half:])), ",".join(map(str, cpus[:half]))
+
+
+def pinned(cpus):
+    """A command prefix that runs the command on `cpus` (taskset execs it: the same pid)."""
+    return ["taskset", "-c", cpus] if cpus else []
+
+
 def kafka_alone(kafka, path, rate, args, broker_pid):
     """The Kafka part of the lag on its own: the same records at the same rate to a fresh topic
     that only kafka_consume_bench --follow reads (receive time - message timestamp), cdcviewd
@@ -245,6 +272,7 @@ def kafka_alone(kafka, path, rate, args, broker_pid):
     topic = kafka.topic("bench-alone")
     broker0, machine0 = process_cpu(broker_pid), machine_cpu()
     follower = subprocess.Popen(
+        pinned(args.daemon_cpus) +
         [os.path.join(BUILD_DIR, "tests", "bench", "kafka_consume_bench"), "--brokers",
          kafka.bootstrap, "--topic", topic, "--follow", str(args.lag_seconds + 3)]
         + [f"--property={name}={value}" for name, value in live_fetch(args).items()],
@@ -421,7 +449,15 @@ def main():
     parser.add_argument("--kafka-alone", action="store_true",
                         help="after the lag phase, the same load with a bare consumer instead "
                              "of cdcviewd: the Kafka part of the lag (20 s more)")
+    parser.add_argument("--cpus", choices=("split", "shared"), default="split",
+                        help="split: cdcviewd on the upper half of the cores, the broker and "
+                             "the producer on the lower half; shared: all on all (see above)")
     args = parser.parse_args()
+    args.daemon_cpus, args.other_cpus = cpu_layout(args.cpus)
+    if args.other_cpus:  # the producers this script starts inherit it
+        os.sched_setaffinity(0, {int(c) for c in args.other_cpus.split(",")})
+        log(f"cores: cdcviewd and the bare consumers on {args.daemon_cpus}, the broker, the "
+            f"producer and this script on {args.other_cpus} (--cpus shared: all on all)")
     work = tempfile.mkdtemp(prefix="cdcview-kafka-bench.", dir=args.tmp)
     run_dir = os.path.join(work, "kafka")
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
@@ -430,6 +466,9 @@ def main():
         if started.returncode != 0:
             raise SystemExit(f"scripts/kafka.sh start failed:\n{started.stderr}")
         bootstrap = started.stdout.strip().splitlines()[-1]
+    elif args.other_cpus and broker_pid(run_dir):  # a broker of one's own: all its threads
+        subprocess.run(["taskset", "-a", "-p", "-c", args.other_cpus, str(broker_pid(run_dir))],
+                       stdout=subprocess.DEVNULL, check=True)
     try:
         run(Kafka(bootstrap), work, args, broker_pid(run_dir))
     finally:
@@ -444,6 +483,29 @@ def main():
         shutil.rmtree(work, ignore_errors=True)  # on tmpfs it would hold gigabytes of memory
 
 
+def file_phase(work, path, table, storage, stubs, args, broker_pid):
+    """cdcviewd applying the same events from a file (the storage ceiling): returns events/s."""
+    os.makedirs(os.path.join(work, "file-daemon"))
+    f = Daemon(os.path.join(work, "file-daemon"), config={
+        "sources": [{"name": "file", "table": "App", "file": {"path": path}}], "tables": [table],
+        "storage": dict({"path": os.path.join(work, "file-daemon", "store"), "map_size": "2GiB"},
+                        **storage)},
+        stubs=stubs, prefix=pinned(args.daemon_cpus))
+    try:
+        f.start()
+        window, metrics0 = CpuWindow(f.proc.pid, broker_pid, "file"), f.metrics()
+        first, done = wait_positions(f, "file", {"": expected_position(path)})
+        window.report("cdcviewd (file)", batch_sizes(metrics0, f.metrics()))
+        file_rate = args.events / (done - first)
+        f.stop()
+    finally:
+        f.ensure_dead()
+    log(f"cdcviewd (file) applied {args.events} events in {done - first:.1f}s = {file_rate:.0f} events/s")
+    # Its store is not needed any more; on tmpfs it holds about a gigabyte of memory.
+    shutil.rmtree(os.path.join(work, "file-daemon", "store"), ignore_errors=True)
+    return file_rate
+
+
 def run(kafka, work, args, broker_pid):
     os.makedirs(os.path.join(work, "stubs"))
     stubs = make_stubs(os.path.join(work, "stubs"))
@@ -453,10 +515,13 @@ def run(kafka, work, args, broker_pid):
     t = time.monotonic()
     kafka.produce(topic, ddb_messages(records))
     log(f"produced {len(records)} events to {topic} in {time.monotonic() - t:.1f}s")
+    events_path = os.path.join(work, "events.ndjson")  # the same events for the file source
+    streams.write(events_path, records)
     want = {p: str(hw) for p, hw in kafka.high_watermarks(topic).items() if hw > 0}
 
     broker0, machine0, t0 = process_cpu(broker_pid), machine_cpu(), time.monotonic()
-    raw = subprocess.run([os.path.join(BUILD_DIR, "tests", "bench", "kafka_consume_bench"),
+    raw = subprocess.run(pinned(args.daemon_cpus) +
+                         [os.path.join(BUILD_DIR, "tests", "bench", "kafka_consume_bench"),
                           "--brokers", kafka.bootstrap, "--topic", topic],
                          capture_output=True, text=True, check=True).stdout.strip()
     raw_rate = float(re.search(r"= (\d+) msg/s", raw).group(1))
@@ -483,7 +548,7 @@ def run(kafka, work, args, broker_pid):
                           "map_size": "2GiB"}, **storage)
     d = Daemon(os.path.join(work, "kafka-daemon"),
                config={"sources": [bulk], "tables": [table], "storage": kafka_storage},
-               stubs=stubs)
+               stubs=stubs, prefix=pinned(args.daemon_cpus))
     try:
         d.start()
         window, metrics0 = CpuWindow(d.proc.pid, broker_pid, "kafka"), d.metrics()
@@ -492,12 +557,24 @@ def run(kafka, work, args, broker_pid):
         kafka_rate = args.events / (done - first)
         log(f"cdcviewd (kafka) applied {args.events} events in {done - first:.1f}s "
             f"= {kafka_rate:.0f} events/s")
+        d.stop()
+        # The storage ceiling right after, not minutes later: this VM's speed drifts by 20% and
+        # more within minutes, and the two rates are compared.
+        file_rate = file_phase(work, events_path, table, storage, stubs, args, broker_pid)
         # The live source joins now, on the same store: an idle source with its short fetch
         # wait would have cost the broker CPU during the bulk phase (see live_fetch).
-        d.stop()
         d.write_config({"sources": [bulk, live_source], "tables": [table],
                         "storage": kafka_storage})
         d.start()
+
+        # How steady the daemon's core is (the daemon idle): a p99 in milliseconds is measured
+        # on top of this machine's own stalls.
+        jitter = subprocess.run(
+            pinned(args.daemon_cpus) + [os.path.join(BUILD_DIR, "tests", "bench",
+                                                     "cpu_jitter_bench")],
+            capture_output=True, text=True, check=True).stdout.strip().splitlines()
+        for line in jitter:
+            log(f"cdcviewd's core, {line}")
 
         # Replication lag at half the rate cdcviewd sustained.
         lag_rate = args.lag_rate or kafka_rate / 2
@@ -558,28 +635,12 @@ def run(kafka, work, args, broker_pid):
         d.ensure_dead()
     alone = kafka_alone(kafka, path, lag_rate, args, broker_pid) if args.kafka_alone else None
 
-    path = os.path.join(work, "events.ndjson")
-    streams.write(path, records)
-    os.makedirs(os.path.join(work, "file-daemon"))
-    f = Daemon(os.path.join(work, "file-daemon"), config={
-        "sources": [{"name": "file", "table": "App", "file": {"path": path}}], "tables": [table],
-        "storage": dict({"path": os.path.join(work, "file-daemon", "store"), "map_size": "2GiB"},
-                        **storage)},
-        stubs=stubs)
-    try:
-        f.start()
-        window, metrics0 = CpuWindow(f.proc.pid, broker_pid, "file"), f.metrics()
-        first, done = wait_positions(f, "file", {"": expected_position(path)})
-        window.report("cdcviewd (file)", batch_sizes(metrics0, f.metrics()))
-        file_rate = args.events / (done - first)
-        f.stop()
-    finally:
-        f.ensure_dead()
-    log(f"cdcviewd (file) applied {args.events} events in {done - first:.1f}s = {file_rate:.0f} events/s")
-
     bound = min(raw_rate, file_rate)
     print()
     print(f"kafka: stores and broker under {work} ({filesystem(work)})")
+    print("kafka: cores: " + (f"cdcviewd and the bare consumers on {args.daemon_cpus}, the "
+                              f"broker and the producer on {args.other_cpus}"
+                              if args.daemon_cpus else "all processes share all cores"))
     print(f"kafka: cdcviewd consumed+applied {args.events} events, 6 views: {kafka_rate:.0f} events/s")
     print(f"kafka: bare librdkafka consume loop, same topic: {raw_rate:.0f} msg/s "
           f"(cdcviewd / raw = {kafka_rate / raw_rate:.2f})")
@@ -605,6 +666,8 @@ def run(kafka, work, args, broker_pid):
                else "none"))
     if alone:
         print(f"kafka: the same load, no cdcviewd (producer -> broker -> bare consumer): {alone}")
+    for line in jitter:
+        print(f"kafka: cdcviewd's core before the lag phase, {line}")
 
 
 if __name__ == "__main__":

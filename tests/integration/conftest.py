@@ -147,8 +147,10 @@ def expected_position(path):
 class Daemon:
     """One cdcviewd process on a store in `workdir`; restartable on the same store."""
 
-    def __init__(self, workdir, config=None, config_path=None, args=(), cwd=None, stubs=None):
+    def __init__(self, workdir, config=None, config_path=None, args=(), cwd=None, stubs=None,
+                 prefix=()):
         self.workdir = str(workdir)
+        self.prefix = list(prefix)  # a command that execs cdcviewd (e.g. taskset -c 1)
         self.store = os.path.join(self.workdir, "store")
         self.stubs = stubs
         self.args = list(args)
@@ -190,7 +192,7 @@ class Daemon:
         self._close_channel()
         with open(self.log_path, "wb") as log:
             config = ["--config", self.config_path] if self.config_path else []
-            self.proc = subprocess.Popen([DAEMON_BIN] + config + self.args,
+            self.proc = subprocess.Popen(self.prefix + [DAEMON_BIN] + config + self.args,
                                          cwd=self.cwd, stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL)
         _RUNNING.add(self)
