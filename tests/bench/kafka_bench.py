@@ -573,8 +573,9 @@ def run(kafka, work, args, broker_pid):
             pinned(args.daemon_cpus) + [os.path.join(BUILD_DIR, "tests", "bench",
                                                      "cpu_jitter_bench")],
             capture_output=True, text=True, check=True).stdout.strip().splitlines()
+        where = "cdcviewd's core" if args.daemon_cpus else "any core (--cpus shared)"
         for line in jitter:
-            log(f"cdcviewd's core, {line}")
+            log(f"{where}, {line}")
 
         # Replication lag at half the rate cdcviewd sustained.
         lag_rate = args.lag_rate or kafka_rate / 2
@@ -667,7 +668,7 @@ def run(kafka, work, args, broker_pid):
     if alone:
         print(f"kafka: the same load, no cdcviewd (producer -> broker -> bare consumer): {alone}")
     for line in jitter:
-        print(f"kafka: cdcviewd's core before the lag phase, {line}")
+        print(f"kafka: {where} before the lag phase, {line}")
 
 
 if __name__ == "__main__":
