@@ -1,8 +1,9 @@
 // How steady this machine's CPU is: the same small unit of work, timed many times on one
 // thread, back to back and again with an idle pause before each unit (as a writer that keeps
-// up with its sources sleeps between batches). On dedicated hardware the two agree and the
-// tail is close to the median; on a shared virtual machine the host can slow a vCPU down after
-// it idled and stall it for milliseconds, and every latency measured there carries that.
+// up with its sources sleeps between batches). On dedicated hardware the two should agree and
+// the tail stay close to the median. On the 2-core development VM the unit's p99.9 was 11-13
+// times its median, its median moved threefold within minutes, and every latency measured
+// there carries that.
 // tests/bench/kafka_bench.py runs it on cdcviewd's core before the lag phase.
 //
 //   cpu_jitter_bench [--seconds 4] [--unit-us 250] [--pause-us 3000] [--working-set-kib 1024]
