@@ -545,23 +545,19 @@ int Run(const Flags& flags) {
     fflush(stdout);
     auto metrics = MetricsRegistry::Start("");
     QueryProbe probe(**metrics, {"Query", "Scan", "GetItem", "ListViews", "DescribeView", "GetStatus"});
-    auto server = ViewServer::Start("127.0.0.1:0", reader, &probe);
-    if (!server.ok()) {
-      fprintf(stderr, "query_bench: %s\n", std::string(server.status().message()).c_str());
+    // A server that cannot start: the client, waiting for the ports, sees the pipe close.
+    auto fail = [&](const absl::Status& status) {
+      fprintf(stderr, "query_bench: %s\n", std::string(status.message()).c_str());
       close(port_pipe[1]);
       waitpid(client, nullptr, 0);
       RemoveTree(*dir);
       return 1;
-    }
+    };
+    auto server = ViewServer::Start("127.0.0.1:0", reader, &probe);
+    if (!server.ok()) return fail(server.status());
     (*server)->SetServing(true);
     auto fast = H2ReadServer::Start("127.0.0.1:0", reader, &probe, "server.grpc");
-    if (!fast.ok()) {
-      fprintf(stderr, "query_bench: %s\n", std::string(fast.status().message()).c_str());
-      close(port_pipe[1]);
-      waitpid(client, nullptr, 0);
-      RemoveTree(*dir);
-      return 1;
-    }
+    if (!fast.ok()) return fail(fast.status());
     const int ports[2] = {(*server)->port(), (*fast)->port()};
     if (write(port_pipe[1], ports, sizeof ports) != sizeof ports) perror("query_bench: pipe");
     close(port_pipe[1]);
