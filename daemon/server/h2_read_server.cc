@@ -163,19 +163,20 @@ std::optional<std::chrono::steady_clock::duration> ParseGrpcTimeout(std::string_
     if (c < '0' || c > '9') return std::nullopt;
     n = n * 10 + static_cast<uint64_t>(c - '0');
   }
-  double seconds = static_cast<double>(n);
+  // In whole nanoseconds per unit: exact, where a double would lose a nanosecond ("15n").
+  std::chrono::nanoseconds unit;
   switch (text.back()) {
-    case 'H': seconds *= 3600; break;
-    case 'M': seconds *= 60; break;
-    case 'S': break;
-    case 'm': seconds /= 1e3; break;
-    case 'u': seconds /= 1e6; break;
-    case 'n': seconds /= 1e9; break;
+    case 'H': unit = std::chrono::hours(1); break;
+    case 'M': unit = std::chrono::minutes(1); break;
+    case 'S': unit = std::chrono::seconds(1); break;
+    case 'm': unit = std::chrono::milliseconds(1); break;
+    case 'u': unit = std::chrono::microseconds(1); break;
+    case 'n': unit = std::chrono::nanoseconds(1); break;
     default: return std::nullopt;
   }
-  const auto longest = std::chrono::duration<double>(kLongestGrpcTimeout).count();
-  if (seconds >= longest) return Clock::duration(kLongestGrpcTimeout);
-  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  const std::chrono::nanoseconds longest = kLongestGrpcTimeout;
+  if (n >= static_cast<uint64_t>(longest / unit)) return Clock::duration(longest);
+  return std::chrono::duration_cast<Clock::duration>(unit * static_cast<int64_t>(n));
 }
 
 namespace {
@@ -361,6 +362,7 @@ class H2ReadServer::Loop {
     std::string method;
     Prepared call;
     Deadline deadline;
+    bool capped = false;  // a wait the request gave no deadline: kMaxWaitWithoutDeadline
     Clock::time_point start;
     absl::StatusOr<std::string> answer;
   };
@@ -705,9 +707,10 @@ class H2ReadServer::Loop {
     if (call->runs_inline) {
       return Finish(s, method->second.name, start, call->run(deadline));
     }
-    // A wait is capped as the reader caps one without a deadline, so a waiting read
-    // holds one of kWaitThreads for bounded time.
-    if (call->waits) deadline = std::min(deadline, start + ViewReader::kMaxWaitWithoutDeadline);
+    // A wait without a deadline is capped as the reader caps one (the slices below pass it
+    // finite deadlines, so the reader would not); the client's own deadline is kept as it is.
+    const bool capped = call->waits && !s->timeout;
+    if (capped) deadline = start + ViewReader::kMaxWaitWithoutDeadline;
     std::unique_lock<std::mutex> lock(mu_);
     if (offloaded_ >= kMaxOffloaded) {
       lock.unlock();
@@ -724,6 +727,7 @@ class H2ReadServer::Loop {
     job->gone = s->gone;
     job->method = method->second.name;
     job->deadline = deadline;
+    job->capped = capped;
     job->start = start;
     Pool& pool = call->waits ? waits_ : heavy_;
     job->call = *std::move(call);
@@ -795,14 +799,10 @@ class H2ReadServer::Loop {
         job = std::move(pool->queue.front());
         pool->queue.pop_front();
       }
-      // In slices, so that a stream reset, a client gone or a shutdown ends a wait early.
-      while (true) {
-        const auto slice_end = std::min(job->deadline, Clock::now() + kWaitSlice);
-        job->answer = job->call.run(job->call.waits ? slice_end : job->deadline);
-        if (!job->call.waits || !absl::IsDeadlineExceeded(job->answer.status()) ||
-            slice_end >= job->deadline || job->gone->load() || stopping_.load()) {
-          break;
-        }
+      if (job->gone->load()) {
+        job->answer = absl::CancelledError("the client went away");  // delivered to nobody
+      } else {
+        RunInSlices(job.get());
       }
       if (probe_ != nullptr && !job->gone->load()) {
         probe_->Observe(job->method,
@@ -814,6 +814,33 @@ class H2ReadServer::Loop {
         finished_.push_back(std::move(job));
       }
       Wake();
+    }
+  }
+
+  // A wait runs in slices, so that a stream reset, a client gone or a shutdown ends it early.
+  void RunInSlices(Job* job) {
+    while (true) {
+      const auto slice_end = std::min(job->deadline, Clock::now() + kWaitSlice);
+      job->answer = job->call.run(job->call.waits ? slice_end : job->deadline);
+      if (!job->call.waits || !absl::IsDeadlineExceeded(job->answer.status())) return;
+      if (slice_end >= job->deadline) break;
+      if (job->gone->load()) return;  // nobody to answer
+      if (stopping_.load()) {
+        // Not the client's deadline: a retry elsewhere, or after the restart, can succeed.
+        job->answer = absl::UnavailableError(
+            "the fast read port is shutting down; retry the read on another replica or "
+            "after the restart");
+        return;
+      }
+    }
+    if (job->capped) {  // the reader's own wording for a request without a deadline
+      std::string message(job->answer.status().message());
+      const std::string_view phrase = ViewReader::kNotAppliedInTime;
+      const size_t at = message.find(phrase);
+      if (at != std::string::npos) {
+        message.insert(at + phrase.size(), ViewReader::CappedWaitNote());
+        job->answer = absl::DeadlineExceededError(message);
+      }
     }
   }
 

@@ -762,11 +762,7 @@ absl::Status ViewReader::AwaitConsistency(const v1::ReadConsistency& consistency
       const auto now = std::chrono::steady_clock::now();
       if (now >= deadline) {
         return absl::DeadlineExceededError(absl::StrCat(
-            what, ": min_position not applied before the deadline",
-            capped ? absl::StrCat(" (the request had none; the server waits at most ",
-                                  kMaxWaitWithoutDeadline.count(), " s)")
-                   : "",
-            ": ", where));
+            what, ": ", kNotAppliedInTime, capped ? CappedWaitNote() : "", ": ", where));
       }
       // Commits wake the wait; the periodic wake-up only notices a source that fell into
       // error meanwhile (that changes no commit count).
@@ -775,6 +771,11 @@ absl::Status ViewReader::AwaitConsistency(const v1::ReadConsistency& consistency
   }
   if (max_staleness > 0) return CheckStaleness(max_staleness, table, what);
   return absl::OkStatus();
+}
+
+std::string ViewReader::CappedWaitNote() {
+  return absl::StrCat(" (the request had none; the server waits at most ",
+                      kMaxWaitWithoutDeadline.count(), " s)");
 }
 
 absl::Status ViewReader::CheckStaleness(double max_staleness_seconds, size_t table,

@@ -37,6 +37,10 @@ class ViewReader {
   // wait for a position is capped at kMaxWaitWithoutDeadline.
   using Deadline = std::chrono::steady_clock::time_point;
   static constexpr std::chrono::seconds kMaxWaitWithoutDeadline{10};
+  // A wait that ran out answers DEADLINE_EXCEEDED "<what>: " + kNotAppliedInTime, then, when
+  // the request had no deadline, CappedWaitNote(), then ": <where it stands>".
+  static constexpr char kNotAppliedInTime[] = "min_position not applied before the deadline";
+  static std::string CappedWaitNote();
 
   // `sources[i]` is source i (for GetStatus); may be empty in tests.
   ViewReader(const Catalog& catalog, const Store& store, const Applier& applier,
