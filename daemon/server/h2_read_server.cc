@@ -72,8 +72,7 @@ bool Waits(const v1::ReadConsistency& c) {
 
 bool SmallPage(uint32_t limit) { return limit > 0 && limit <= H2ReadServer::kInlinePageLimit; }
 
-// A Prepare for one method: parses Req, runs `read(request, deadline)` (a StatusOr of the
-// answer message), inline when `cheap(request)`.
+// Whether `request` waits for a position (requests without ReadConsistency never do).
 template <typename Req>
 bool WaitsFor(const Req& request) {
   if constexpr (requires { request.consistency(); }) {
@@ -83,6 +82,8 @@ bool WaitsFor(const Req& request) {
   }
 }
 
+// A Prepare for one method: parses Req, runs `read(request, deadline)` (a StatusOr of the
+// answer message), inline when `cheap(request)`.
 template <typename Req, typename Read, typename Cheap>
 Prepare Unary(Read read, Cheap cheap) {
   return [read, cheap](std::string_view message) -> absl::StatusOr<Prepared> {
@@ -260,8 +261,6 @@ absl::StatusOr<int> Listen(const std::string& address) {
 
 }  // namespace
 
-// The event loop, its connections and the offload threads. Everything but the offload queue,
-// the finished list and `stopping_` belongs to the loop thread.
 // The event loop, its connections and the offload threads. Everything but the offload queues,
 // the finished list and `stopping_` belongs to the loop thread.
 class H2ReadServer::Loop {
@@ -336,7 +335,6 @@ class H2ReadServer::Loop {
     // The answer: message bytes with gRPC's prefix, then the trailers' status.
     std::string out;
     size_t sent = 0;
-    std::string status_text, message_text;
     ~Stream() {
       if (gone) gone->store(true);
     }
@@ -747,14 +745,14 @@ class H2ReadServer::Loop {
   void Answer(Stream* s, absl::StatusOr<std::string> answer) {
     nghttp2_session* h2 = s->conn->h2;
     if (!answer.ok()) {
-      // Trailers-only: the status in the one HEADERS frame that ends the stream.
-      s->status_text = std::to_string(static_cast<int>(answer.status().code()));
+      // Trailers-only: the status in the one HEADERS frame that ends the stream. nghttp2
+      // copies the header values (no NO_COPY flags), so locals do.
+      const std::string status = std::to_string(static_cast<int>(answer.status().code()));
       const absl::string_view message = answer.status().message();
-      s->message_text = PercentEncode(std::string_view(message.data(), message.size()));
+      const std::string encoded = PercentEncode(std::string_view(message.data(), message.size()));
       nghttp2_nv headers[] = {Header(":status", "200"), Header("content-type", "application/grpc"),
                               Header("grpc-accept-encoding", "identity"),
-                              Header("grpc-status", s->status_text),
-                              Header("grpc-message", s->message_text)};
+                              Header("grpc-status", status), Header("grpc-message", encoded)};
       nghttp2_submit_response(h2, s->id, headers, std::size(headers), nullptr);
       return;
     }
