@@ -411,7 +411,8 @@ absl::StatusOr<AttrType> Loader::ReadKeyType(const Fields::Entry& entry,
 
 absl::Status Loader::ParseStorage(const Fields::Entry& entry, StorageConfig* storage) const {
   absl::StatusOr<Fields> fields =
-      ReadFields(entry, "storage", {"path", "map_size", "max_map_size", "write_map"});
+      ReadFields(entry, "storage", {"path", "map_size", "max_map_size", "write_map",
+                                    "flush_interval_ms"});
   if (!fields.ok()) return fields.status();
   if (const Fields::Entry* path = fields->Find("path")) {
     absl::StatusOr<std::string> text = ReadNonEmpty(*path, "storage.path");
@@ -434,6 +435,16 @@ absl::Status Loader::ParseStorage(const Fields::Entry& entry, StorageConfig* sto
     absl::StatusOr<bool> flag = ReadBool(*write_map, fields->PathOf("write_map"));
     if (!flag.ok()) return flag.status();
     storage->write_map = *flag;
+  }
+  if (const Fields::Entry* interval = fields->Find("flush_interval_ms")) {
+    absl::StatusOr<uint32_t> ms = ReadUint32(*interval, fields->PathOf("flush_interval_ms"), 0);
+    if (!ms.ok()) return ms.status();
+    if (*ms > StorageConfig::kMaxFlushIntervalMs) {
+      return Error(interval->value, fields->PathOf("flush_interval_ms"),
+                   Cat("at most ", StorageConfig::kMaxFlushIntervalMs, " (what is not flushed is lost at a crash "
+                       "and replayed); 0 turns write-back off"));
+    }
+    storage->flush_interval_ms = *ms;
   }
   if (storage->map_size > storage->max_map_size) {
     const Fields::Entry* culprit = map_size != nullptr ? map_size : max_map_size;
@@ -1520,6 +1531,7 @@ const std::vector<std::string>& EnvironmentSettablePaths() {
   // what --print-config prints, so a new field cannot be forgotten here.
   static const std::vector<std::string> paths = {
       "storage.map_size",     "storage.max_map_size", "storage.write_map",
+      "storage.flush_interval_ms",
       "server.fast_reads",    "server.ready_max_lag_seconds",
       "apply.batch_size",     "apply.max_delay_ms",   "apply.queue_capacity",
       "apply.log_counts_seconds",

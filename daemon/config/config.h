@@ -26,6 +26,13 @@ struct StorageConfig {
   // SIGBUS instead of failing the commit, data.mdb is as long as the map (sparse), and a stray
   // pointer write could reach the map. See docs/ARCHITECTURE.md, "Write map".
   bool write_map = true;
+  // Write-back: 0 (the default), a batch is visible once committed to LMDB. N > 0, a batch is
+  // visible once applied in memory, and a background thread commits what was applied to LMDB
+  // in one transaction at most N ms later. Costs: a process crash loses what was not flushed
+  // (the sources replay it, so views step back until then), and another process reading the
+  // store sees it up to N ms late. See docs/ARCHITECTURE.md, "Write-back".
+  uint32_t flush_interval_ms = 0;
+  static constexpr uint32_t kMaxFlushIntervalMs = 60000;
 
   bool operator==(const StorageConfig&) const = default;
 };

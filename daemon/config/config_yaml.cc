@@ -47,6 +47,7 @@ void EmitStorageServerApply(YAML::Emitter& out, const Config& c) {
   Field(out, "map_size", ByteSize(c.storage.map_size));
   Field(out, "max_map_size", ByteSize(c.storage.max_map_size));
   Field(out, "write_map", c.storage.write_map);
+  Field(out, "flush_interval_ms", c.storage.flush_interval_ms);
   out << YAML::EndMap;
   out << YAML::Key << "server" << YAML::Value << YAML::BeginMap;
   Field(out, "grpc", c.server.grpc);

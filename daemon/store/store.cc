@@ -1,12 +1,17 @@
 #include "daemon/store/store.h"
 
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/log/log.h"
 #include "index_builders/item_codec.h"
@@ -24,6 +29,10 @@ constexpr char kAggregateExtremesDbPrefix[] = "aggm/";
 // meta, one per table, one per view, two per aggregate: config validation does not bound
 // these counts, LMDB's cost per slot is small, and hitting the limit is a clear MDB_DBS_FULL.
 constexpr MDB_dbi kMaxDbs = 1024;
+// meta: the sequence of the last pending layer that LMDB holds (write-back).
+constexpr char kFlushedKey[] = "flushed_layer";
+// Per entry of a pending layer, besides its key and value: the map node and the strings.
+constexpr size_t kEntryOverhead = 96;
 
 MDB_val Val(std::string_view s) {
   return MDB_val{s.size(), const_cast<char*>(s.data())};
@@ -59,29 +68,238 @@ Cursor::Cursor(MDB_txn* txn, MDB_dbi dbi) {
     abort();
   }
 }
-Cursor::~Cursor() { mdb_cursor_close(cursor_); }
+Cursor::Cursor(MDB_txn* txn, MDB_dbi dbi, std::vector<const PendingLayer::Entries*> layers)
+    : merged_(true) {
+  if (txn != nullptr && mdb_cursor_open(txn, dbi, &cursor_) != MDB_SUCCESS) {
+    LogError("mdb_cursor_open failed for a merged cursor");
+    abort();
+  }
+  layers_.reserve(layers.size());
+  for (const PendingLayer::Entries* entries : layers) layers_.push_back({entries, entries->end()});
+}
+Cursor::~Cursor() {
+  if (cursor_ != nullptr) mdb_cursor_close(cursor_);
+}
 
 bool Cursor::Move(MDB_cursor_op op, std::string_view key) {
   if (op == MDB_SET_RANGE) key_ = Val(key);
   valid_ = mdb_cursor_get(cursor_, &key_, &value_, op) == MDB_SUCCESS;
   return valid_;
 }
-bool Cursor::SeekFirst() { return Move(MDB_FIRST); }
-bool Cursor::SeekLast() { return Move(MDB_LAST); }
-bool Cursor::Seek(std::string_view key) {
-  // LMDB refuses an empty key; every key is >= "".
-  return key.empty() ? SeekFirst() : Move(MDB_SET_RANGE, key);
+
+bool Cursor::SourceValid(size_t i) const {
+  return i < layers_.size() ? layers_[i].valid : lmdb_valid_;
 }
-bool Cursor::Next() { return Move(MDB_NEXT); }
-bool Cursor::Prev() { return Move(MDB_PREV); }
-std::string_view Cursor::key() const { return View(key_); }
-std::string_view Cursor::value() const { return View(value_); }
+
+std::string_view Cursor::SourceKey(size_t i) const {
+  return i < layers_.size() ? std::string_view(layers_[i].it->first) : View(key_);
+}
+
+void Cursor::SourceSeek(size_t i, std::string_view key) {
+  if (i < layers_.size()) {
+    Layer& l = layers_[i];
+    l.it = l.entries->lower_bound(key);
+    l.valid = l.it != l.entries->end();
+  } else if (key.empty()) {
+    lmdb_valid_ = Move(MDB_FIRST);  // LMDB refuses an empty key
+  } else {
+    lmdb_valid_ = Move(MDB_SET_RANGE, key);
+  }
+}
+
+void Cursor::SourceFirst(size_t i) {
+  if (i < layers_.size()) {
+    Layer& l = layers_[i];
+    l.it = l.entries->begin();
+    l.valid = l.it != l.entries->end();
+  } else {
+    lmdb_valid_ = Move(MDB_FIRST);
+  }
+}
+
+void Cursor::SourceLast(size_t i) {
+  if (i < layers_.size()) {
+    Layer& l = layers_[i];
+    l.valid = !l.entries->empty();
+    if (l.valid) l.it = std::prev(l.entries->end());
+  } else {
+    lmdb_valid_ = Move(MDB_LAST);
+  }
+}
+
+void Cursor::SourceStep(size_t i, bool forward) {
+  if (i < layers_.size()) {
+    Layer& l = layers_[i];
+    if (forward) {
+      l.valid = ++l.it != l.entries->end();
+    } else if (l.it == l.entries->begin()) {
+      l.valid = false;
+    } else {
+      --l.it;
+    }
+  } else {
+    lmdb_valid_ = Move(forward ? MDB_NEXT : MDB_PREV);
+  }
+}
+
+void Cursor::StepPast(std::string_view key, bool forward) {
+  for (size_t i = 0; i < Sources(); ++i) {
+    if (SourceValid(i) && SourceKey(i) == key) SourceStep(i, forward);
+  }
+}
+
+bool Cursor::Settle(bool forward) {
+  forward_ = forward;
+  for (;;) {
+    size_t best = Sources();
+    for (size_t i = 0; i < Sources(); ++i) {
+      if (!SourceValid(i)) continue;
+      // Strictly better only: on a tie the newer source (the lower index) keeps it.
+      if (best == Sources() || (forward ? SourceKey(i) < SourceKey(best) : SourceKey(i) > SourceKey(best))) {
+        best = i;
+      }
+    }
+    if (best == Sources()) return valid_ = false;
+    if (best == layers_.size() || layers_[best].it->second.op != PendingLayer::Op::kDelete) {
+      current_ = best;
+      return valid_ = true;
+    }
+    turn_key_.assign(SourceKey(best));  // deleted: step every source past it
+    StepPast(turn_key_, forward);
+  }
+}
+
+bool Cursor::SeekFirst() {
+  if (!merged_) return Move(MDB_FIRST);
+  for (size_t i = 0; i < Sources(); ++i) SourceFirst(i);
+  return Settle(true);
+}
+
+bool Cursor::SeekLast() {
+  if (!merged_) return Move(MDB_LAST);
+  for (size_t i = 0; i < Sources(); ++i) SourceLast(i);
+  return Settle(false);
+}
+
+bool Cursor::Seek(std::string_view key) {
+  if (!merged_) {
+    // LMDB refuses an empty key; every key is >= "".
+    return key.empty() ? SeekFirst() : Move(MDB_SET_RANGE, key);
+  }
+  for (size_t i = 0; i < Sources(); ++i) SourceSeek(i, key);
+  return Settle(true);
+}
+
+bool Cursor::Next() {
+  if (!merged_) return Move(MDB_NEXT);
+  if (!valid_) return false;
+  turn_key_.assign(key());
+  if (!forward_) {  // every source to its first key >= the merged one
+    for (size_t i = 0; i < Sources(); ++i) SourceSeek(i, turn_key_);
+  }
+  StepPast(turn_key_, true);
+  return Settle(true);
+}
+
+bool Cursor::Prev() {
+  if (!merged_) return Move(MDB_PREV);
+  if (!valid_) return false;
+  turn_key_.assign(key());
+  if (forward_) {  // every source to its last key <= the merged one
+    for (size_t i = 0; i < Sources(); ++i) {
+      SourceSeek(i, turn_key_);
+      if (!SourceValid(i)) {
+        SourceLast(i);
+      } else if (SourceKey(i) != turn_key_) {
+        SourceStep(i, false);
+      }
+    }
+  }
+  StepPast(turn_key_, false);
+  return Settle(false);
+}
+
+std::string_view Cursor::key() const {
+  if (merged_ && current_ < layers_.size()) return layers_[current_].it->first;
+  return View(key_);
+}
+
+std::string_view Cursor::value() const {
+  if (merged_ && current_ < layers_.size()) return layers_[current_].it->second.value;
+  return View(value_);
+}
+
+// ---- Pending layers
+
+namespace {
+// The two probes of a key's hash into a filter of `bits` (a power of two) bits.
+std::pair<size_t, size_t> BloomProbes(size_t hash, size_t bits) {
+  const size_t mask = bits - 1;
+  return {hash & mask, ((hash >> 32) | (hash << 32)) * 0x9E3779B97F4A7C15ull >> 7 & mask};
+}
+size_t KeyHash(std::string_view key) { return std::hash<std::string_view>{}(key); }
+}  // namespace
+
+bool PendingLayer::Db::MayHave(size_t hash) const {
+  if (bloom.empty()) return true;
+  const auto [a, b] = BloomProbes(hash, bloom.size() * 64);
+  return (bloom[a / 64] >> (a % 64) & 1) != 0 && (bloom[b / 64] >> (b % 64) & 1) != 0;
+}
+
+void PendingLayer::Db::BuildBloom() {
+  size_t bits = 64;
+  while (bits < entries.size() * 16) bits *= 2;
+  bloom.assign(bits / 64, 0);
+  for (const auto& [key, entry] : entries) {
+    const auto [a, b] = BloomProbes(KeyHash(key), bits);
+    bloom[a / 64] |= uint64_t{1} << (a % 64);
+    bloom[b / 64] |= uint64_t{1} << (b % 64);
+  }
+}
 
 // ---- Transactions
 
 Txn::~Txn() = default;
 
+Txn::Pending Txn::FindPending(MDB_dbi dbi, std::string_view key, std::string_view* value) const {
+  const size_t hash = KeyHash(key);
+  auto look = [&](const PendingLayer& layer, Pending* found) {
+    const PendingLayer::Db* db = layer.db(dbi);
+    if (db == nullptr) return false;
+    if (!db->MayHave(hash)) {
+      *found = Pending::kAbsent;
+      return db->cleared;
+    }
+    if (auto it = db->entries.find(key); it != db->entries.end()) {
+      *found = it->second.op == PendingLayer::Op::kDelete ? Pending::kAbsent : Pending::kFound;
+      *value = it->second.value;
+      return true;
+    }
+    *found = Pending::kAbsent;
+    return db->cleared;
+  };
+  Pending found = Pending::kBelow;
+  if (own_ != nullptr && look(*own_, &found)) return found;
+  if (layers_ != nullptr) {
+    for (size_t i = layers_->size(); i > first_layer_; --i) {
+      if (look(*(*layers_)[i - 1], &found)) return found;
+    }
+  }
+  return Pending::kBelow;
+}
+
 absl::StatusOr<std::optional<std::string_view>> Txn::Get(MDB_dbi dbi, std::string_view key) const {
+  if (has_pending()) {
+    std::string_view value;
+    switch (FindPending(dbi, key, &value)) {
+      case Pending::kFound:
+        return value;
+      case Pending::kAbsent:
+        return std::nullopt;
+      case Pending::kBelow:
+        break;
+    }
+  }
   MDB_val k = Val(key), v;
   int rc = mdb_get(txn_, dbi, &k, &v);
   if (rc == MDB_NOTFOUND) return std::nullopt;
@@ -90,7 +308,22 @@ absl::StatusOr<std::optional<std::string_view>> Txn::Get(MDB_dbi dbi, std::strin
 }
 
 std::unique_ptr<Cursor> Txn::OpenCursor(MDB_dbi dbi) const {
-  return std::make_unique<Cursor>(txn_, dbi);
+  if (!has_pending()) return std::make_unique<Cursor>(txn_, dbi);
+  std::vector<const PendingLayer::Entries*> layers;
+  bool lmdb = true;
+  auto add = [&](const PendingLayer& layer) {  // false: nothing older shows
+    const PendingLayer::Db* db = layer.db(dbi);
+    if (db == nullptr) return true;
+    if (!db->entries.empty()) layers.push_back(&db->entries);
+    lmdb = !db->cleared;
+    return lmdb;
+  };
+  bool older = own_ == nullptr || add(*own_);
+  if (layers_ != nullptr) {
+    for (size_t i = layers_->size(); older && i > first_layer_; --i) older = add(*(*layers_)[i - 1]);
+  }
+  if (layers.empty() && lmdb) return std::make_unique<Cursor>(txn_, dbi);
+  return std::make_unique<Cursor>(lmdb ? txn_ : nullptr, dbi, std::move(layers));
 }
 
 uint64_t Txn::Entries(MDB_dbi dbi) const {
@@ -113,9 +346,45 @@ ReadTxn::~ReadTxn() {
 WriteTxn::~WriteTxn() { Abort(); }
 
 void WriteTxn::Abort() {
+  if (own_layer_ != nullptr || read_lock_.owns_lock()) {
+    // A buffered transaction's cursors are on a read snapshot, which LMDB does not close.
+    for (MDB_cursor* cursor : cursors_) {
+      if (cursor != nullptr) mdb_cursor_close(cursor);
+    }
+  }
   if (txn_ != nullptr) mdb_txn_abort(txn_);  // closes the write cursors
   txn_ = nullptr;
   cursors_.clear();
+  own_layer_.reset();
+  own_ = nullptr;
+  layers_.reset();
+  absorbed_.reset();
+  if (read_lock_.owns_lock()) read_lock_.unlock();
+  if (flush_lock_.owns_lock()) flush_lock_.unlock();
+}
+
+PendingLayer::Db& WriteTxn::OwnDb(MDB_dbi dbi) {
+  if (dbi >= own_layer_->dbs.size()) own_layer_->dbs.resize(dbi + 1);
+  return own_layer_->dbs[dbi];
+}
+
+absl::Status WriteTxn::Record(MDB_dbi dbi, std::string_view key, PendingLayer::Op op,
+                              std::string_view value) {
+  // What LMDB would refuse when the layer is flushed, refused now, in LMDB's words.
+  if (key.empty() || key.size() > store_->max_key_size()) {
+    return LmdbStatus(MDB_BAD_VALSIZE, "writing the store");
+  }
+  PendingLayer::Entries& entries = OwnDb(dbi).entries;
+  auto [it, added] = entries.try_emplace(std::string(key));
+  if (added) {
+    own_layer_->bytes += key.size() + kEntryOverhead;
+  } else {
+    own_layer_->bytes -= it->second.value.size();
+  }
+  it->second.op = op;
+  it->second.value.assign(value);
+  own_layer_->bytes += value.size();
+  return absl::OkStatus();
 }
 
 absl::StatusOr<MDB_cursor*> WriteTxn::CursorFor(MDB_dbi dbi) {
@@ -131,6 +400,17 @@ absl::StatusOr<MDB_cursor*> WriteTxn::CursorFor(MDB_dbi dbi) {
 }
 
 absl::StatusOr<std::optional<std::string_view>> WriteTxn::Get(MDB_dbi dbi, std::string_view key) {
+  if (own_layer_ != nullptr) {
+    std::string_view value;
+    switch (FindPending(dbi, key, &value)) {
+      case Pending::kFound:
+        return value;
+      case Pending::kAbsent:
+        return std::nullopt;
+      case Pending::kBelow:
+        break;  // the snapshot, through the cursor below
+    }
+  }
   auto cursor = CursorFor(dbi);
   if (!cursor.ok()) return cursor.status();
   MDB_val k = Val(key), v;
@@ -141,6 +421,7 @@ absl::StatusOr<std::optional<std::string_view>> WriteTxn::Get(MDB_dbi dbi, std::
 }
 
 absl::Status WriteTxn::Put(MDB_dbi dbi, std::string_view key, std::string_view value) {
+  if (own_layer_ != nullptr) return Record(dbi, key, PendingLayer::Op::kPut, value);
   auto cursor = CursorFor(dbi);
   if (!cursor.ok()) return cursor.status();
   MDB_val k = Val(key), v = Val(value);
@@ -148,6 +429,7 @@ absl::Status WriteTxn::Put(MDB_dbi dbi, std::string_view key, std::string_view v
 }
 
 absl::Status WriteTxn::Append(MDB_dbi dbi, std::string_view key, std::string_view value) {
+  if (own_layer_ != nullptr) return Record(dbi, key, PendingLayer::Op::kAppend, value);
   auto cursor = CursorFor(dbi);
   if (!cursor.ok()) return cursor.status();
   MDB_val k = Val(key), v = Val(value);
@@ -155,6 +437,7 @@ absl::Status WriteTxn::Append(MDB_dbi dbi, std::string_view key, std::string_vie
 }
 
 absl::Status WriteTxn::Delete(MDB_dbi dbi, std::string_view key) {
+  if (own_layer_ != nullptr) return Record(dbi, key, PendingLayer::Op::kDelete, {});
   auto cursor = CursorFor(dbi);
   if (!cursor.ok()) return cursor.status();
   MDB_val k = Val(key), v;
@@ -165,6 +448,14 @@ absl::Status WriteTxn::Delete(MDB_dbi dbi, std::string_view key) {
 }
 
 absl::StatusOr<bool> WriteTxn::Take(MDB_dbi dbi, std::string_view key, std::string* value) {
+  if (own_layer_ != nullptr) {
+    auto stored = Get(dbi, key);
+    if (!stored.ok()) return stored.status();
+    if (!*stored) return false;
+    value->assign(**stored);  // before the entry is overwritten
+    if (absl::Status s = Record(dbi, key, PendingLayer::Op::kDelete, {}); !s.ok()) return s;
+    return true;
+  }
   auto cursor = CursorFor(dbi);
   if (!cursor.ok()) return cursor.status();
   MDB_val k = Val(key), v;
@@ -179,13 +470,30 @@ absl::StatusOr<bool> WriteTxn::Take(MDB_dbi dbi, std::string_view key, std::stri
 }
 
 absl::Status WriteTxn::Clear(MDB_dbi dbi) {
+  if (own_layer_ != nullptr) {
+    PendingLayer::Db& db = OwnDb(dbi);
+    for (const auto& [key, entry] : db.entries) {
+      own_layer_->bytes -= key.size() + entry.value.size() + kEntryOverhead;
+    }
+    db.entries.clear();
+    db.cleared = true;
+    return absl::OkStatus();
+  }
   return LmdbStatus(mdb_drop(txn_, dbi, 0), "clearing a database");
 }
 
 absl::Status WriteTxn::Commit() {
+  if (own_layer_ != nullptr) {
+    std::unique_ptr<PendingLayer> layer = std::move(own_layer_);
+    Abort();  // the snapshot; the layer is out already
+    store_->Publish(std::move(layer));
+    return absl::OkStatus();
+  }
   int rc = mdb_txn_commit(txn_);
   txn_ = nullptr;  // committed or aborted by LMDB either way, with the write cursors
   cursors_.clear();
+  if (rc == MDB_SUCCESS && absorbed_ != nullptr) store_->Flushed(*absorbed_, absl::OkStatus());
+  Abort();  // releases the flush lock
   return LmdbStatus(rc, "committing to the store");
 }
 
@@ -289,10 +597,33 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StorageConfig& config,
   if (info.me_mapsize > config.map_size) store->config_.map_size = info.me_mapsize;
   store->max_key_size_ = static_cast<size_t>(mdb_env_get_maxkeysize(store->env_));
   if (absl::Status s = store->OpenDatabases(tables); !s.ok()) return s;
+  if (store->write_back()) {
+    // Layer sequences continue from the last one flushed, so a snapshot's stored sequence
+    // never hides a layer of this run.
+    auto txn = store->BeginRead();
+    if (!txn.ok()) return txn.status();
+    auto flushed = (*txn)->Get(store->meta_, kFlushedKey);
+    if (!flushed.ok()) return flushed.status();
+    uint64_t last = 0;
+    if (*flushed && !absl::SimpleAtoi(absl::string_view((*flushed)->data(), (*flushed)->size()), &last)) {
+      return absl::DataLossError(absl::StrCat("store \"", config.path, "\": meta key ", kFlushedKey,
+                                              " is not a number; start from an empty storage.path"));
+    }
+    store->next_sequence_ = last + 1;
+    store->flusher_ = std::thread([s = store.get()] { s->FlushLoop(); });
+  }
   return store;
 }
 
 Store::~Store() {
+  if (flusher_.joinable()) {
+    {
+      std::lock_guard lock(pending_mu_);
+      stopping_ = true;
+    }
+    pending_changed_.notify_all();
+    flusher_.join();  // flushes what is pending first
+  }
   if (env_ != nullptr) mdb_env_close(env_);
 }
 
@@ -399,6 +730,35 @@ absl::Status Store::DropStaleAggregates(WriteTxn* txn, MDB_dbi main) {
 }
 
 absl::StatusOr<std::unique_ptr<WriteTxn>> Store::BeginWrite() {
+  if (!write_back()) return BeginLmdbWrite();
+  // Until this transaction ends no flush runs, and it begins with the pending layers.
+  std::unique_lock flushing(flush_mu_);
+  std::shared_ptr<const PendingLayers> layers;
+  {
+    std::lock_guard lock(pending_mu_);
+    layers = pending_;
+  }
+  for (;;) {
+    auto txn = BeginLmdbWrite();
+    if (!txn.ok() || layers->empty()) {
+      if (txn.ok()) (*txn)->flush_lock_ = std::move(flushing);
+      return txn;
+    }
+    absl::Status s = WriteLayers(*layers, txn->get());
+    if (s.ok()) {
+      (*txn)->store_ = this;
+      (*txn)->absorbed_ = std::move(layers);
+      (*txn)->flush_lock_ = std::move(flushing);
+      return txn;
+    }
+    if (!absl::IsResourceExhausted(s)) return s;
+    (*txn)->Abort();
+    if (absl::Status grown = GrowMap(); !grown.ok()) return grown;
+    LogInfo(absl::StrCat("LMDB map grown to ", map_size(), " bytes"));
+  }
+}
+
+absl::StatusOr<std::unique_ptr<WriteTxn>> Store::BeginLmdbWrite() {
   std::unique_ptr<WriteTxn> txn(new WriteTxn());
   int rc = mdb_txn_begin(env_, nullptr, 0, &txn->txn_);
   if (rc == MDB_MAP_RESIZED) {
@@ -410,11 +770,231 @@ absl::StatusOr<std::unique_ptr<WriteTxn>> Store::BeginWrite() {
   return txn;
 }
 
-absl::StatusOr<std::unique_ptr<ReadTxn>> Store::BeginRead() const {
-  std::unique_ptr<ReadTxn> txn(new ReadTxn(std::shared_lock(resize_mu_)));
+absl::Status Store::BeginSnapshot(Txn* txn) const {
+  // The layers first, then the snapshot: a layer flushed in between is in both, and the
+  // stored sequence below skips it. The other order could pair a snapshot with layers older
+  // than it, which would hide its newer values.
+  std::shared_ptr<const PendingLayers> published;
+  if (write_back()) {
+    std::lock_guard lock(pending_mu_);
+    published = pending_;
+  }
   int rc = mdb_txn_begin(env_, nullptr, MDB_RDONLY, &txn->txn_);
   if (rc != MDB_SUCCESS) return LmdbStatus(rc, "beginning a read transaction");
+  if (published != nullptr && !published->empty()) {
+    MDB_val k = Val(kFlushedKey), v;
+    uint64_t flushed = 0;
+    if (mdb_get(txn->txn_, meta_, &k, &v) == MDB_SUCCESS) {
+      std::string_view text = View(v);
+      if (!absl::SimpleAtoi(absl::string_view(text.data(), text.size()), &flushed)) flushed = 0;
+    }
+    size_t i = 0;
+    while (i < published->size() && (*published)[i]->sequence <= flushed) ++i;
+    if (i < published->size()) {
+      txn->layers_ = std::move(published);
+      txn->first_layer_ = i;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<ReadTxn>> Store::BeginRead() const {
+  std::unique_ptr<ReadTxn> txn(new ReadTxn(std::shared_lock(resize_mu_)));
+  if (absl::Status s = BeginSnapshot(txn.get()); !s.ok()) return s;
   return txn;
+}
+
+absl::StatusOr<std::unique_ptr<WriteTxn>> Store::BeginBuffered() {
+  if (!write_back()) return BeginWrite();
+  {
+    std::unique_lock lock(pending_mu_);
+    while (pending_bytes_ > kMaxPendingBytes) {
+      const uint64_t flushes = flushes_;
+      pending_changed_.wait(lock, [&] { return flushes_ != flushes || stopping_; });
+      if (stopping_) return absl::CancelledError("the store is closing");
+      if (pending_bytes_ > kMaxPendingBytes && !flush_error_.empty()) {
+        return absl::UnavailableError(absl::StrCat(
+            "applied batches cannot be flushed to LMDB (", pending_bytes_,
+            " bytes wait in memory): ", flush_error_));
+      }
+    }
+  }
+  std::unique_ptr<WriteTxn> txn(new WriteTxn());
+  txn->read_lock_ = std::shared_lock(resize_mu_);
+  if (absl::Status s = BeginSnapshot(txn.get()); !s.ok()) return s;
+  txn->store_ = this;
+  txn->own_layer_ = std::make_unique<PendingLayer>();
+  txn->own_ = txn->own_layer_.get();
+  return txn;
+}
+
+void Store::Publish(std::unique_ptr<PendingLayer> layer) {
+  for (PendingLayer::Db& db : layer->dbs) {
+    if (!db.entries.empty()) db.BuildBloom();
+  }
+  {
+    std::lock_guard lock(pending_mu_);
+    layer->sequence = next_sequence_++;
+    layer->published = std::chrono::steady_clock::now();
+    pending_bytes_ += layer->bytes;
+    auto next = std::make_shared<PendingLayers>(*pending_);
+    next->push_back(std::move(layer));
+    pending_ = std::move(next);
+  }
+  pending_changed_.notify_all();
+}
+
+absl::Status Store::Flush() {
+  if (!write_back()) return absl::OkStatus();
+  if (absl::Status s = FlushNow(); !s.ok()) {
+    return absl::UnavailableError(absl::StrCat("cannot flush applied batches to LMDB: ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Store::FlushNow() {
+  std::lock_guard flushing(flush_mu_);
+  std::shared_ptr<const PendingLayers> layers;
+  {
+    std::lock_guard lock(pending_mu_);
+    layers = pending_;
+  }
+  if (layers->empty()) return absl::OkStatus();  // a direct write took them
+  absl::Status s;
+  for (;;) {
+    auto txn = BeginLmdbWrite();
+    if (!txn.ok()) {
+      s = txn.status();
+      break;
+    }
+    s = WriteLayers(*layers, txn->get());
+    if (s.ok()) s = (*txn)->Commit();
+    if (!absl::IsResourceExhausted(s)) break;
+    (*txn)->Abort();
+    s = GrowMap();
+    if (!s.ok()) break;
+    LogInfo(absl::StrCat("LMDB map grown to ", map_size(), " bytes"));
+  }
+  Flushed(*layers, s);
+  return s;
+}
+
+void Store::Flushed(const PendingLayers& layers, const absl::Status& s) {
+  {
+    std::lock_guard lock(pending_mu_);
+    ++flushes_;
+    if (s.ok()) {
+      // Layers are only published at the back and only flushed from the front, one flush
+      // (or direct write) at a time: `layers` is the front of pending_.
+      size_t bytes = 0;
+      for (const auto& layer : layers) bytes += layer->bytes;
+      pending_bytes_ -= bytes;
+      pending_ = std::make_shared<PendingLayers>(pending_->begin() + layers.size(), pending_->end());
+      flush_error_.clear();
+    } else {
+      flush_error_ = std::string(s.message());
+    }
+  }
+  pending_changed_.notify_all();
+}
+
+std::string Store::flush_error() const {
+  std::lock_guard lock(pending_mu_);
+  return flush_error_;
+}
+
+size_t Store::pending_layers() const {
+  std::lock_guard lock(pending_mu_);
+  return pending_->size();
+}
+
+size_t Store::pending_bytes() const {
+  std::lock_guard lock(pending_mu_);
+  return pending_bytes_;
+}
+
+void Store::FlushLoop() {
+  // The flush is background work: the threads that apply and serve should not wait behind
+  // it on a busy core. Raising one's own nice value needs no privilege.
+  setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 10);
+  const auto interval = std::chrono::milliseconds(config_.flush_interval_ms);
+  auto backoff = std::chrono::milliseconds(250);
+  for (;;) {
+    size_t layers = 0;
+    {
+      std::unique_lock lock(pending_mu_);
+      for (;;) {
+        if (pending_->empty()) {
+          if (stopping_) return;
+          pending_changed_.wait(lock);
+          continue;
+        }
+        if (stopping_ || pending_bytes_ >= kFlushBytes || pending_->size() >= kFlushLayers) break;
+        const auto due = pending_->front()->published + interval;
+        if (std::chrono::steady_clock::now() >= due) break;
+        pending_changed_.wait_until(lock, due);
+      }
+      layers = pending_->size();
+    }
+    absl::Status s = FlushNow();
+    if (s.ok()) {
+      backoff = std::chrono::milliseconds(250);
+      continue;
+    }
+    std::unique_lock lock(pending_mu_);
+    if (stopping_) {
+      LogError(absl::StrCat("cannot flush the last ", layers,
+                            " applied batches to LMDB at shutdown: ", s.message(),
+                            "; their sources deliver those events again at the next start"));
+      return;
+    }
+    LogError(absl::StrCat("cannot flush ", layers, " applied batches to LMDB, retrying in ",
+                          backoff.count(), "ms: ", s.message()));
+    pending_changed_.wait_for(lock, backoff, [&] { return stopping_; });
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(30000));
+  }
+}
+
+absl::Status Store::WriteLayers(const PendingLayers& layers, WriteTxn* txn) {
+  size_t dbs = 0;
+  for (const auto& layer : layers) dbs = std::max(dbs, layer->dbs.size());
+  // Per database, the last write of each key across the layers, in key order.
+  std::vector<std::pair<bool, std::map<std::string_view, const PendingLayer::Entry*>>> merged(dbs);
+  for (const auto& layer : layers) {
+    for (size_t dbi = 0; dbi < layer->dbs.size(); ++dbi) {
+      const PendingLayer::Db& db = layer->dbs[dbi];
+      auto& [cleared, entries] = merged[dbi];
+      if (db.cleared) {
+        cleared = true;
+        entries.clear();
+      }
+      for (const auto& [key, entry] : db.entries) entries.insert_or_assign(key, &entry);
+    }
+  }
+  for (size_t dbi = 0; dbi < dbs; ++dbi) {
+    const auto& [cleared, entries] = merged[dbi];
+    const MDB_dbi d = static_cast<MDB_dbi>(dbi);
+    if (cleared) {
+      if (absl::Status s = txn->Clear(d); !s.ok()) return s;
+    }
+    for (const auto& [key, entry] : entries) {
+      absl::Status s;
+      switch (entry->op) {
+        case PendingLayer::Op::kPut:
+          s = txn->Put(d, key, entry->value);
+          break;
+        case PendingLayer::Op::kAppend:
+          s = txn->Append(d, key, entry->value);
+          if (absl::IsInternal(s)) s = txn->Put(d, key, entry->value);  // not past the last key
+          break;
+        case PendingLayer::Op::kDelete:
+          s = txn->Delete(d, key);
+          break;
+      }
+      if (!s.ok()) return s;
+    }
+  }
+  return txn->Put(meta_, kFlushedKey, std::to_string(layers.back()->sequence));
 }
 
 absl::Status Store::GrowMap() {

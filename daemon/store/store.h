@@ -24,10 +24,22 @@
 // LMDB work halves. The file is then as long as the map (sparse: only used pages take disk),
 // and running out of disk space raises SIGBUS (the process dies; the last commit is intact)
 // where pwrite would have failed the commit. docs/ARCHITECTURE.md, "Write map", has figures.
+//
+// Write-back (storage.flush_interval_ms > 0): a batch becomes visible when it is applied in
+// memory, before it is in LMDB. BeginBuffered gives a WriteTxn that records its writes in a
+// PendingLayer instead of writing LMDB; its Commit publishes the layer. Every transaction
+// begun later overlays the published layers on its LMDB snapshot (Get and Cursor merge them,
+// newest first), and a background thread commits them to LMDB in one transaction once the
+// oldest is flush_interval_ms old (its source positions with them). A process crash loses the
+// layers not flushed yet, and their positions with them, so the sources deliver those events
+// again: views stay exactly-once, but a reader may see the views step back until they are
+// replayed. See docs/ARCHITECTURE.md, "Write-back".
 #pragma once
 
 #include <lmdb.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -35,6 +47,7 @@
 #include <shared_mutex>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -49,10 +62,41 @@ class Store;
 // RESOURCE_EXHAUSTED (the caller grows the map and retries), MDB_BAD_VALSIZE INVALID_ARGUMENT.
 absl::Status LmdbStatus(int rc, std::string_view what);
 
-// A cursor over one database; valid within its transaction.
+// Writes applied in memory and not committed to LMDB yet: one immutable layer per batch (see
+// "Write-back" above). A layer holds the last write of each key it touched.
+struct PendingLayer {
+  enum class Op : uint8_t { kPut, kAppend, kDelete };
+  struct Entry {
+    Op op;
+    std::string value;  // empty for a delete
+  };
+  using Entries = std::map<std::string, Entry, std::less<>>;
+  struct Db {
+    bool cleared = false;  // WriteTxn::Clear: what older layers and LMDB hold is gone
+    Entries entries;
+    // The keys' Bloom filter (16 bits per key, two probes), built when the layer is
+    // published: a lookup of a key the layer lacks costs two bit tests, not a tree search.
+    // Empty: not built (a layer being written), so every key may be there.
+    std::vector<uint64_t> bloom;
+    bool MayHave(size_t hash) const;
+    void BuildBloom();
+  };
+  uint64_t sequence = 0;  // 1, 2, ... in the order layers are published, across restarts
+  std::chrono::steady_clock::time_point published;
+  size_t bytes = 0;     // what the layer holds, roughly: keys, values, map nodes
+  std::vector<Db> dbs;  // by dbi; a dbi past the end was not touched
+  const Db* db(MDB_dbi dbi) const { return dbi < dbs.size() ? &dbs[dbi] : nullptr; }
+};
+using PendingLayers = std::vector<std::shared_ptr<const PendingLayer>>;
+
+// A cursor over one database; valid within its transaction. Over pending layers it merges
+// them with LMDB (the newest write of a key wins, a delete hides it), in either direction.
 class Cursor {
  public:
   Cursor(MDB_txn* txn, MDB_dbi dbi);
+  // Merges `layers` (newest first) over the LMDB database; `txn` null: over nothing (a layer
+  // cleared the database).
+  Cursor(MDB_txn* txn, MDB_dbi dbi, std::vector<const PendingLayer::Entries*> layers);
   ~Cursor();
   Cursor(const Cursor&) = delete;
   Cursor& operator=(const Cursor&) = delete;
@@ -69,10 +113,36 @@ class Cursor {
 
  private:
   bool Move(MDB_cursor_op op, std::string_view key = {});
+  // Merged mode. Sources 0..layers_.size()-1 are the layers, newest first; the next one is
+  // LMDB when cursor_ is set. Forward, every source stands on its first key >= the merged
+  // key; backward, on its last key <= it.
+  struct Layer {
+    const PendingLayer::Entries* entries;
+    PendingLayer::Entries::const_iterator it;
+    bool valid = false;
+  };
+  size_t Sources() const { return layers_.size() + (cursor_ != nullptr ? 1 : 0); }
+  bool SourceValid(size_t i) const;
+  std::string_view SourceKey(size_t i) const;
+  void SourceSeek(size_t i, std::string_view key);
+  void SourceFirst(size_t i);
+  void SourceLast(size_t i);
+  void SourceStep(size_t i, bool forward);
+  // Stands on the smallest (forward) or largest key of the sources, taking the newest
+  // source's entry there and stepping over deleted keys.
+  bool Settle(bool forward);
+  // Moves every source standing on `key` one step.
+  void StepPast(std::string_view key, bool forward);
 
   MDB_cursor* cursor_ = nullptr;
   MDB_val key_{}, value_{};
   bool valid_ = false;
+  bool merged_ = false;
+  std::vector<Layer> layers_;
+  bool lmdb_valid_ = false;  // merged mode: LMDB's own position
+  size_t current_ = 0;       // merged mode: the source of key() and value()
+  bool forward_ = true;
+  std::string turn_key_;  // the merged key, kept while the sources move
 };
 
 // Transaction base: Get and cursors work in both read and write transactions.
@@ -91,8 +161,20 @@ class Txn {
   MDB_txn* raw() const { return txn_; }
 
  protected:
+  friend class Store;
   Txn() = default;
+  enum class Pending { kFound, kAbsent, kBelow };  // kBelow: ask LMDB
+  Pending FindPending(MDB_dbi dbi, std::string_view key, std::string_view* value) const;
+  bool has_pending() const {
+    return own_ != nullptr || (layers_ != nullptr && first_layer_ < layers_->size());
+  }
+
   MDB_txn* txn_ = nullptr;
+  // Write-back: the published layers that the LMDB snapshot does not hold yet are
+  // (*layers_)[first_layer_..], oldest first; a buffered WriteTxn's own writes, newest of all.
+  std::shared_ptr<const PendingLayers> layers_;
+  size_t first_layer_ = 0;
+  PendingLayer* own_ = nullptr;
 };
 
 class ReadTxn : public Txn {
@@ -139,7 +221,20 @@ class WriteTxn : public Txn {
   // The write cursor of `dbi`, opened on first use; LMDB frees it when the transaction ends.
   absl::StatusOr<MDB_cursor*> CursorFor(MDB_dbi dbi);
 
+  // A buffered transaction (Store::BeginBuffered): writes go to own_layer_, txn_ is an LMDB
+  // read snapshot, and Commit publishes the layer.
+  absl::Status Record(MDB_dbi dbi, std::string_view key, PendingLayer::Op op,
+                      std::string_view value);
+  PendingLayer::Db& OwnDb(MDB_dbi dbi);
+
   std::vector<MDB_cursor*> cursors_;  // by dbi; nullptr until used
+  Store* store_ = nullptr;            // buffered only
+  std::unique_ptr<PendingLayer> own_layer_;
+  std::shared_lock<std::shared_mutex> read_lock_;  // buffered: as a ReadTxn's
+  // A direct transaction with write-back on: the store's flush lock, and the pending layers
+  // it began with (written into it), which its commit drops from the store.
+  std::unique_lock<std::mutex> flush_lock_;
+  std::shared_ptr<const PendingLayers> absorbed_;
 };
 
 // What the items database keeps per primary key.
@@ -178,8 +273,28 @@ class Store {
                                                      const std::vector<TableSpec>& tables);
   ~Store();
 
+  // A write transaction on LMDB itself. With write-back on, it begins with the published
+  // layers written into it, and its commit flushes them: what it writes lands after them.
   absl::StatusOr<std::unique_ptr<WriteTxn>> BeginWrite();
   absl::StatusOr<std::unique_ptr<ReadTxn>> BeginRead() const;
+  // With write-back on (write_back()), a WriteTxn whose Commit publishes its writes as a
+  // pending layer; otherwise BeginWrite(). Waits while the layers not flushed yet hold more
+  // than kMaxPendingBytes, and fails (UNAVAILABLE, saying why) if flushing them fails
+  // meanwhile. One writer thread at a time, as for BeginWrite.
+  absl::StatusOr<std::unique_ptr<WriteTxn>> BeginBuffered();
+  bool write_back() const { return config_.flush_interval_ms > 0; }
+  // Commits every published layer to LMDB now; the flush's error if it fails.
+  absl::Status Flush();
+  // Why the last flush failed ("" after one succeeded), for the writer's status.
+  std::string flush_error() const;
+  // Layers published and not in LMDB yet, and their bytes.
+  size_t pending_layers() const;
+  size_t pending_bytes() const;
+  // A flush starts early once the layers hold this much, or once there are this many (each
+  // read looks a key up in every layer); BeginBuffered waits beyond kMaxPendingBytes.
+  static constexpr size_t kFlushBytes = 32u << 20;
+  static constexpr size_t kFlushLayers = 32;
+  static constexpr size_t kMaxPendingBytes = 128u << 20;
 
   // Doubles the map size, up to max_map_size; RESOURCE_EXHAUSTED when already there (the
   // message says to raise storage.max_map_size). Call with no transaction of this thread open.
@@ -202,8 +317,23 @@ class Store {
   const std::vector<std::string>& dropped_aggregates() const { return dropped_aggregates_; }
 
  private:
+  friend class WriteTxn;
   Store() = default;
   absl::Status OpenDatabases(const std::vector<TableSpec>& tables);
+  absl::StatusOr<std::unique_ptr<WriteTxn>> BeginLmdbWrite();
+  // Begins `txn`'s LMDB read snapshot (under resize_mu_, held by the caller's lock) and lays
+  // over it the published layers it does not hold.
+  absl::Status BeginSnapshot(Txn* txn) const;
+  void Publish(std::unique_ptr<PendingLayer> layer);
+  void FlushLoop();
+  // Writes `layers` (oldest first) into `txn`: per database the last write of each key, in
+  // key order, and the last layer's sequence under meta/flushed_layer.
+  absl::Status WriteLayers(const PendingLayers& layers, WriteTxn* txn);
+  // Commits every published layer to LMDB in one transaction, growing the map as needed.
+  absl::Status FlushNow();
+  // After a flush of `layers` (the front of the published ones): drops them, or keeps the
+  // error for flush_error().
+  void Flushed(const PendingLayers& layers, const absl::Status& s);
   // Drops agg/ and aggm/ databases (and their meta keys) of aggregates no longer configured.
   absl::Status DropStaleAggregates(WriteTxn* txn, MDB_dbi main);
 
@@ -218,6 +348,20 @@ class Store {
   std::map<std::string, std::pair<MDB_dbi, MDB_dbi>, std::less<>> aggregates_;
   std::vector<std::string> dropped_aggregates_;
   mutable std::shared_mutex resize_mu_;  // shared: live read txns; exclusive: GrowMap
+
+  // Write-back; everything below is guarded by pending_mu_ (but the thread).
+  mutable std::mutex pending_mu_;
+  mutable std::condition_variable pending_changed_;
+  std::shared_ptr<const PendingLayers> pending_ = std::make_shared<PendingLayers>();
+  size_t pending_bytes_ = 0;
+  uint64_t next_sequence_ = 1;
+  bool stopping_ = false;
+  uint64_t flushes_ = 0;  // flushes that ended (well or not)
+  std::string flush_error_;
+  std::thread flusher_;
+  // Held by a flush, and by a direct WriteTxn from BeginWrite to its end: one at a time, so
+  // layers leave pending_ in order. Taken before pending_mu_.
+  std::mutex flush_mu_;
 };
 
 }  // namespace cdcview

@@ -217,7 +217,7 @@ TEST(ConfigTest, DefaultsWhenOnlyTablesAreGiven) {
 TEST(ConfigTest, ExplicitSettingsOverrideDefaults) {
   absl::StatusOr<Config> config = Parse(
       "storage: { path: /var/lib/cdcview/, map_size: 1MiB, max_map_size: 1GB,\n"
-      "           write_map: false }\n"
+      "           write_map: false, flush_interval_ms: 25 }\n"
       "server: { grpc: \"[::1]:0\", metrics: \"\" }\n"
       "apply: { batch_size: 1, max_delay_ms: 0, queue_capacity: 4294967295 }\n"
       "sources:\n"
@@ -231,6 +231,7 @@ TEST(ConfigTest, ExplicitSettingsOverrideDefaults) {
   EXPECT_EQ(config->storage.map_size, 1ull << 20);
   EXPECT_EQ(config->storage.max_map_size, 1000000000ull);
   EXPECT_FALSE(config->storage.write_map);
+  EXPECT_EQ(config->storage.flush_interval_ms, 25u);
   EXPECT_EQ(config->server.grpc, "[::1]:0");
   EXPECT_EQ(config->server.metrics, "");
   EXPECT_EQ(config->apply.batch_size, 1u);
@@ -602,6 +603,13 @@ TEST(ConfigErrorTest, SizesAndLimits) {
                     "tables: [ { name: App, key: { partition: PK } } ]\n"),
             "t.yaml:1: storage.max_map_size: map_size (4294967296 bytes) must not exceed "
             "max_map_size (1073741824 bytes)");
+  EXPECT_EQ(ErrorOf("storage: { flush_interval_ms: 60001 }\n"
+                    "tables: [ { name: App, key: { partition: PK } } ]\n"),
+            "t.yaml:1: storage.flush_interval_ms: at most 60000 (what is not flushed is lost at a "
+            "crash and replayed); 0 turns write-back off");
+  EXPECT_EQ(ErrorOf("storage: { flush_interval_ms: -5 }\n"
+                    "tables: [ { name: App, key: { partition: PK } } ]\n"),
+            "t.yaml:1: storage.flush_interval_ms: expected a whole number from 0 to 4294967295, got \"-5\"");
   EXPECT_EQ(ErrorOf("storage: { write_map: sometimes }\n"
                     "tables: [ { name: App, key: { partition: PK } } ]\n"),
             "t.yaml:1: storage.write_map: expected true or false, got \"sometimes\"");
