@@ -160,6 +160,8 @@ void Application::ReadinessMain() {
 
 void Application::UpdateViewHealth() {
   applier_->PublishHotKeyMetrics();
+  apply_probe_->SetUnflushed(store_->pending_layers(), store_->pending_bytes());
+  applier_->PublishFlushedSizes();
   for (size_t i = 0; i < sources_.size(); ++i) {
     apply_probe_->SetSourceState(i, ProgressOf(*applier_, i, sources_[i].get()).state);
   }

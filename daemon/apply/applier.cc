@@ -809,8 +809,12 @@ absl::Status Applier::Commit(Prepared* batch) {
   failed_source_ = -1;
   // From the commit until the batch's counters and positions are published (HoldCommits).
   std::unique_lock<std::shared_mutex> publishing(commit_visibility_mu_, std::defer_lock);
+  // With write-back on, a batch smaller than apply.batch_size is published in memory (see
+  // Store); a full one (the writer is behind its sources) is large enough to be cheap per event
+  // in LMDB, and commits there directly with the layers before it.
+  const bool buffered = records.size() < catalog_.config().apply.batch_size;
   for (;;) {
-    auto txn_or = store_->BeginWrite();
+    auto txn_or = buffered ? store_->BeginBuffered() : store_->BeginWrite();
     if (!txn_or.ok()) return txn_or.status();
     WriteTxn& txn = **txn_or;
     absl::Status s = WriteBatch(*batch, &txn);
@@ -1139,17 +1143,45 @@ double Applier::IndexWritesPerEvent(size_t global_view) const {
 }
 
 std::string Applier::WriterError() const {
-  std::lock_guard lock(mu_);
-  return writer_error_.empty() ? prepare_error_ : writer_error_;
+  {
+    std::lock_guard lock(mu_);
+    if (!writer_error_.empty()) return writer_error_;
+    if (!prepare_error_.empty()) return prepare_error_;
+  }
+  return FlushError();
 }
 
 std::string Applier::WriterError(size_t source) const {
-  std::lock_guard lock(mu_);
-  if (writer_error_.empty() ||
-      (writer_error_source_ >= 0 && static_cast<size_t>(writer_error_source_) != source)) {
-    return prepare_error_;  // a batch that cannot be prepared holds up every source
+  {
+    std::lock_guard lock(mu_);
+    if (!writer_error_.empty() &&
+        (writer_error_source_ < 0 || static_cast<size_t>(writer_error_source_) == source)) {
+      return writer_error_;
+    }
+    if (!prepare_error_.empty()) return prepare_error_;  // it holds up every source
   }
-  return writer_error_;
+  return FlushError();
+}
+
+std::string Applier::FlushError() const {
+  std::string error = store_->flush_error();
+  if (error.empty()) return error;
+  return absl::StrCat("applied events cannot be flushed to LMDB (", store_->pending_bytes(),
+                      " bytes wait in memory; retrying): ", error);
+}
+
+void Applier::PublishFlushedSizes() const {
+  if (probe_ == nullptr || !store_->write_back()) return;
+  auto txn = store_->BeginRead();
+  if (!txn.ok()) return;
+  for (const ViewRef& view : catalog_.views()) {
+    probe_->SetViewSize(view.global, (*txn)->Entries(view_dbis_[view.global]),
+                        (*txn)->Bytes(view_dbis_[view.global]));
+  }
+  for (const AggregateRef& aggregate : catalog_.aggregates()) {
+    probe_->SetAggregateGroups(aggregate.global,
+                               (*txn)->Entries(aggregate_dbs_[aggregate.global].groups));
+  }
 }
 
 void Applier::PublishHotKeyMetrics() const {

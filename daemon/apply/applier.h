@@ -165,6 +165,11 @@ class Applier {
   // view from the windows as of now (the readiness ticker calls it once a second, so the gauges
   // fall as a window slides past writes even when no batch comes). Any thread.
   void PublishHotKeyMetrics() const;
+  // With write-back on, sets the view and aggregate size gauges from LMDB as it is now: each
+  // batch sets them from the LMDB snapshot it began on, which trails the published layers, so
+  // the readiness ticker refreshes them once a second (they are right once flushed). Any
+  // thread.
+  void PublishFlushedSizes() const;
   // Logs one summary line per source (rejected records) and per view or aggregate (items left
   // out of a rebuild) whose warnings were throttled in the interval that ended: only the first
   // kLoggedPerInterval of each are logged in full per kLogIntervalMs. Any thread; the
@@ -247,6 +252,8 @@ class Applier {
   void SetViewState(size_t global_view, ViewState state, double progress);
   void SetWriterError(const absl::Status& s, int source);
   void SetPrepareError(const absl::Status& s);  // the preparer's, beside the committer's
+  // The store's flush error, with what it holds back ("" while flushes succeed).
+  std::string FlushError() const;
 
   const Catalog& catalog_;
   Store* store_;

@@ -219,6 +219,17 @@ ApplyProbe::ApplyProbe(MetricsRegistry& metrics, const Config& config)
                          .Help("Batches that could not commit and were retried.")
                          .Register(registry_)
                          .Add({});
+  unflushed_bytes_ = &BuildGauge()
+                          .Name("cdcview_store_unflushed_bytes")
+                          .Help("Bytes of applied batches that reads see and LMDB does not hold "
+                                "yet (storage.flush_interval_ms; 0 when write-back is off).")
+                          .Register(registry_)
+                          .Add({});
+  unflushed_batches_ = &BuildGauge()
+                            .Name("cdcview_store_unflushed_batches")
+                            .Help("Applied batches that reads see and LMDB does not hold yet.")
+                            .Register(registry_)
+                            .Add({});
   change_log_entries_ = &BuildGauge()
                              .Name("cdcview_change_log_entries")
                              .Help("Entry changes kept in the change log Watch streams read and "
@@ -292,6 +303,21 @@ void ApplyProbe::SetHotKey(size_t view, double share, double writes_per_second) 
   if (view >= hot_key_share_.size()) return;
   hot_key_share_[view]->Set(share);
   hot_key_rate_[view]->Set(writes_per_second);
+}
+
+void ApplyProbe::SetUnflushed(size_t batches, size_t bytes) {
+  unflushed_batches_->Set(static_cast<double>(batches));
+  unflushed_bytes_->Set(static_cast<double>(bytes));
+}
+
+void ApplyProbe::SetViewSize(size_t view, uint64_t items, uint64_t bytes) {
+  if (view >= views_.size()) return;
+  views_[view].items->Set(static_cast<double>(items));
+  views_[view].bytes->Set(static_cast<double>(bytes));
+}
+
+void ApplyProbe::SetAggregateGroups(size_t aggregate, uint64_t groups) {
+  if (aggregate < aggregates_.size()) aggregates_[aggregate].groups->Set(static_cast<double>(groups));
 }
 
 void ApplyProbe::SetSourceState(size_t source, std::string_view state) {

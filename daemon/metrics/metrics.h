@@ -97,6 +97,14 @@ class ApplyProbe {
   // cdcview_view_hot_key_share_ratio and cdcview_view_hot_key_writes_per_second of view
   // `view` (global index).
   void SetHotKey(size_t view, double share, double writes_per_second);
+  // cdcview_store_unflushed_bytes and cdcview_store_unflushed_batches: applied batches that
+  // reads see and LMDB does not hold yet (write-back; 0 when off). The readiness ticker sets
+  // them once a second.
+  void SetUnflushed(size_t batches, size_t bytes);
+  // cdcview_view_items and cdcview_view_bytes of view `view`, cdcview_aggregate_groups of
+  // aggregate `aggregate` (global indexes), outside a batch.
+  void SetViewSize(size_t view, uint64_t items, uint64_t bytes);
+  void SetAggregateGroups(size_t aggregate, uint64_t groups);
   // cdcview_source_state{source, state}: 1 for `state` (ChangeSource::Health().state), 0 for
   // the other kSourceStates. Set by the readiness ticker once a second.
   void SetSourceState(size_t source, std::string_view state);
@@ -138,6 +146,8 @@ class ApplyProbe {
   prometheus::Gauge* map_size_;
   prometheus::Counter* batch_failures_;
   prometheus::Gauge* change_log_entries_;
+  prometheus::Gauge* unflushed_bytes_;
+  prometheus::Gauge* unflushed_batches_;
   std::vector<double> lag_bounds_;
   std::vector<prometheus::Gauge*> hot_key_share_;  // by global view index
   std::vector<prometheus::Gauge*> hot_key_rate_;

@@ -182,11 +182,13 @@ absl::Status ChangeLogWriter::Finish(WriteTxn* txn) {
 
 absl::Status ChangeLogWriter::Trim(WriteTxn* txn) {
   // The oldest blocks sit on the leftmost leaf pages, so each delete touches pages the
-  // previous one already copied.
+  // previous one already copied. The oldest block starts at pending_.oldest: seeking there
+  // rather than to the first key matters with write-back, where the blocks trimmed since the
+  // last flush are deletes that a cursor from the first key would step over one by one.
   while (pending_.next - pending_.oldest > retain_) {
     const uint64_t cut = pending_.next - retain_;  // the first change to keep
     auto cursor = txn->OpenCursor(dbi_);
-    if (!cursor->SeekFirst()) return absl::OkStatus();  // nothing written yet
+    if (!cursor->Seek(ChangeKey(pending_.oldest))) return absl::OkStatus();  // nothing written yet
     const std::string oldest_key(cursor->key());
     std::string_view oldest = cursor->value();
     if (cursor->Next()) {

@@ -755,6 +755,43 @@ TEST_F(ApplierTest, PipelinedBatchesSeeTheItemsOfTheBatchBeforeEvenBeforeItCommi
   EXPECT_EQ(positions, (std::vector<std::string>{"sample/=48", "second/=line 23"}));
 }
 
+TEST_F(ApplierTest, WriteBackShowsEachBatchBeforeItIsInLmdbAndEndsWithTheSameStore) {
+  constexpr int kBatches = 12;  // fewer than Store::kFlushLayers: none is flushed early
+  static_assert(kBatches < Store::kFlushLayers);
+  ASSERT_TRUE(Open().ok());
+  ASSERT_TRUE(ApplyPipelined(*applier_, ChurningBatches(key(), kBatches)).ok());
+  const ViewContents views = Views();
+  const std::vector<std::string> items = StoredItems();
+  const std::vector<std::string> positions = Meta("pos/");
+  ASSERT_FALSE(views.empty());
+
+  // The same batches with write-back and no timed flush: every batch is a pending layer, and
+  // reads (the preparer's among them) see exactly what committing each batch gave.
+  Close();
+  store_name_ = "write-back";
+  config_.storage.flush_interval_ms = 60000;
+  ASSERT_TRUE(Open().ok());
+  ASSERT_TRUE(ApplyPipelined(*applier_, ChurningBatches(key(), kBatches)).ok());
+  EXPECT_EQ(store_->pending_layers(), size_t{kBatches});
+  EXPECT_EQ(applier_->commit_count(), uint64_t{kBatches});
+  EXPECT_EQ(views, Views());
+  EXPECT_EQ(items, StoredItems());
+  EXPECT_EQ(positions, Meta("pos/"));
+  EXPECT_EQ(applier_->WriterError(), "");
+
+  ASSERT_TRUE(store_->Flush().ok());
+  EXPECT_EQ(store_->pending_layers(), 0u);
+  EXPECT_EQ(views, Views());
+
+  // Reopened without write-back, LMDB alone holds it all.
+  Close();
+  config_.storage.flush_interval_ms = 0;
+  ASSERT_TRUE(Open().ok());
+  EXPECT_EQ(views, Views());
+  EXPECT_EQ(items, StoredItems());
+  EXPECT_EQ(positions, Meta("pos/"));
+}
+
 TEST_F(ApplierTest, PipelineStopsAtAFailingBatchUnderStopAndAppliesNothingAfter) {
   ASSERT_TRUE(Open().ok());
   second_sink_.FailAfter(2, absl::UnavailableError("disk full"));
