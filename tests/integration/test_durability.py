@@ -104,6 +104,48 @@ def test_kill_9_during_ingestion_loses_and_repeats_nothing(daemon_factory, tmp_p
     clean.stop()
 
 
+def test_kill_9_with_write_back_ends_exact_and_its_gauges_follow_the_flush(daemon_factory,
+                                                                          tmp_path):
+    """With write-back a kill loses the batches not flushed yet; their events are read again."""
+    records = streams.generate(60000, seed=20250302)
+    path = tmp_path / "big.ndjson"
+    streams.write(path, records)
+    model = ref.build(ref.EXAMPLE_TABLE, list(enumerate(records, start=1)))
+    rng = random.Random(6)
+    targets = sorted(rng.sample(range(len(records) // 10, len(records) * 9 // 10), 4))
+    # Batches under 4,096 events are published in memory and flushed every 50 ms; a backlog
+    # batch of 4,096 or more commits to LMDB directly, with the layers before it.
+    config = config_for(path, batch_size=4096, max_delay_ms=5)
+    crashed = daemon_factory(config, name="crashed")
+    crashed.write_config(dict(config, storage={"path": crashed.store, "map_size": "64MiB",
+                                               "flush_interval_ms": 50}))
+    for target in targets:
+        crashed.start()
+        # The visible position: with write-back it may be ahead of what LMDB holds.
+        wait_for(f"the applied position to pass line {target}",
+                 lambda: (committed_line(crashed) or 0) >= target, interval=0.005)
+        crashed.kill()
+    crashed.start()
+    crashed.wait_finished("src", path)
+    want = reference_scans(model)
+    assert crashed.scan_all(VIEWS) == want
+    assert crashed.positions("src") == {"": expected_position(path)}
+    wait_for("the last batches to be flushed", lambda: metric(
+        crashed.metrics(), "cdcview_store_unflushed_batches") == 0)
+    m = wait_for("the view gauges to follow the flush", lambda: (lambda m: m if all(
+        metric(m, "cdcview_view_items", view=v) == len(want[v]) for v in VIEWS) else None)(
+            crashed.metrics()))
+    assert metric(m, "cdcview_store_unflushed_bytes") == 0
+    crashed.stop(expect_code=0)
+    # Stopped cleanly, LMDB alone holds it all: the same views without write-back.
+    crashed.write_config(config)
+    crashed.start()
+    crashed.wait_finished("src", path)
+    assert crashed.source("src").events_applied == 0
+    assert crashed.scan_all(VIEWS) == want
+    crashed.stop()
+
+
 def test_changed_view_definition_rebuilds_that_view(daemon_factory, pb):
     d = daemon_factory(config_for(SAMPLE))
     d.start()
