@@ -809,12 +809,9 @@ absl::Status Applier::Commit(Prepared* batch) {
   failed_source_ = -1;
   // From the commit until the batch's counters and positions are published (HoldCommits).
   std::unique_lock<std::shared_mutex> publishing(commit_visibility_mu_, std::defer_lock);
-  // With write-back on, a batch smaller than apply.batch_size is published in memory (see
-  // Store); a full one (the writer is behind its sources) is large enough to be cheap per event
-  // in LMDB, and commits there directly with the layers before it.
-  const bool buffered = records.size() < catalog_.config().apply.batch_size;
   for (;;) {
-    auto txn_or = buffered ? store_->BeginBuffered() : store_->BeginWrite();
+    // With write-back on, the commit publishes the batch in memory (see Store).
+    auto txn_or = store_->BeginBuffered();
     if (!txn_or.ok()) return txn_or.status();
     WriteTxn& txn = **txn_or;
     absl::Status s = WriteBatch(*batch, &txn);
@@ -843,9 +840,16 @@ absl::Status Applier::Commit(Prepared* batch) {
       const auto committing = std::chrono::steady_clock::now();
       s = txn.Commit();
       if (s.ok()) {
-        last_commit_us_.store(std::chrono::duration_cast<std::chrono::microseconds>(
-                                  std::chrono::steady_clock::now() - committing)
-                                  .count());
+        int64_t took = std::chrono::duration_cast<std::chrono::microseconds>(
+                           std::chrono::steady_clock::now() - committing)
+                           .count();
+        // A publication takes microseconds, but each one is a layer that reads look through
+        // until a flush: lingering a share of the last flush (its sync included) keeps about
+        // kFlushLayers of them while a slow flush runs.
+        if (store_->write_back()) {
+          took = std::max<int64_t>(took, store_->last_flush().count() / Store::kFlushLayers);
+        }
+        last_commit_us_.store(took);
       } else {
         publishing.unlock();
       }

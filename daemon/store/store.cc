@@ -1,8 +1,6 @@
 #include "daemon/store/store.h"
 
-#include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -854,6 +852,7 @@ absl::Status Store::Flush() {
 
 absl::Status Store::FlushNow() {
   std::lock_guard flushing(flush_mu_);
+  const auto started = std::chrono::steady_clock::now();
   std::shared_ptr<const PendingLayers> layers;
   {
     std::lock_guard lock(pending_mu_);
@@ -874,6 +873,11 @@ absl::Status Store::FlushNow() {
     s = GrowMap();
     if (!s.ok()) break;
     LogInfo(absl::StrCat("LMDB map grown to ", map_size(), " bytes"));
+  }
+  if (s.ok()) {
+    last_flush_us_.store(std::chrono::duration_cast<std::chrono::microseconds>(
+                             std::chrono::steady_clock::now() - started)
+                             .count());
   }
   Flushed(*layers, s);
   return s;
@@ -914,9 +918,6 @@ size_t Store::pending_bytes() const {
 }
 
 void Store::FlushLoop() {
-  // The flush is background work: the threads that apply and serve should not wait behind
-  // it on a busy core. Raising one's own nice value needs no privilege.
-  setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 10);
   const auto interval = std::chrono::milliseconds(config_.flush_interval_ms);
   auto backoff = std::chrono::milliseconds(250);
   for (;;) {

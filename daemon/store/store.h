@@ -38,6 +38,7 @@
 
 #include <lmdb.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -290,6 +291,10 @@ class Store {
   // Layers published and not in LMDB yet, and their bytes.
   size_t pending_layers() const;
   size_t pending_bytes() const;
+  // How long the last flush took, its sync included (0 before the first).
+  std::chrono::microseconds last_flush() const {
+    return std::chrono::microseconds(last_flush_us_.load());
+  }
   // A flush starts early once the layers hold this much, or once there are this many (each
   // read looks a key up in every layer); BeginBuffered waits beyond kMaxPendingBytes.
   static constexpr size_t kFlushBytes = 32u << 20;
@@ -362,6 +367,7 @@ class Store {
   // Held by a flush, and by a direct WriteTxn from BeginWrite to its end: one at a time, so
   // layers leave pending_ in order. Taken before pending_mu_.
   std::mutex flush_mu_;
+  std::atomic<int64_t> last_flush_us_{0};
 };
 
 }  // namespace cdcview

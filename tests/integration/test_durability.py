@@ -113,9 +113,8 @@ def test_kill_9_with_write_back_ends_exact_and_its_gauges_follow_the_flush(daemo
     model = ref.build(ref.EXAMPLE_TABLE, list(enumerate(records, start=1)))
     rng = random.Random(6)
     targets = sorted(rng.sample(range(len(records) // 10, len(records) * 9 // 10), 4))
-    # Batches under 4,096 events are published in memory and flushed every 50 ms; a backlog
-    # batch of 4,096 or more commits to LMDB directly, with the layers before it.
-    config = config_for(path, batch_size=4096, max_delay_ms=5)
+    # Every batch is published in memory and flushed within 50 ms.
+    config = config_for(path, batch_size=256, max_delay_ms=5)
     crashed = daemon_factory(config, name="crashed")
     crashed.write_config(dict(config, storage={"path": crashed.store, "map_size": "64MiB",
                                                "flush_interval_ms": 50}))

@@ -349,7 +349,8 @@ TEST(WriteBackTest, MergedReadsMatchAModelInEveryDirection) {
     ASSERT_TRUE(own.ok());
     if (seed % 2 == 0) batch(true, own->get());
 
-    for (const Txn* txn : {static_cast<const Txn*>(own->get())}) {
+    {
+      const Txn* txn = own->get();
       EXPECT_EQ(Forwards(*txn, v), model);
       EXPECT_EQ(Backwards(*txn, v), Reversed(model));
       for (int i = 0; i < 60; ++i) {
@@ -358,7 +359,9 @@ TEST(WriteBackTest, MergedReadsMatchAModelInEveryDirection) {
         ASSERT_TRUE(got.ok());
         auto it = model.find(k);
         EXPECT_EQ(got->has_value(), it != model.end()) << k;
-        if (got->has_value() && it != model.end()) EXPECT_EQ(**got, it->second) << k;
+        if (got->has_value() && it != model.end()) {
+          EXPECT_EQ(**got, it->second) << k;
+        }
       }
       // A random walk: seeks, steps both ways, turning often.
       auto cursor = txn->OpenCursor(v);
