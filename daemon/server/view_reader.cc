@@ -703,6 +703,7 @@ v1::StatusResponse ViewReader::GetStatus() const {
       if (e.source() == sources[i].name) *s->add_positions() = e;
     }
   }
+  if (txn.ok()) txn->reset();  // the map figures wait for a growth that waits for readers
   response.set_lmdb_map_used_bytes(store_.map_used_bytes());
   response.set_lmdb_map_size_bytes(store_.map_size());
   return response;

@@ -434,6 +434,19 @@ absl::Status WriteTxn::Append(MDB_dbi dbi, std::string_view key, std::string_vie
   return LmdbStatus(mdb_cursor_put(*cursor, &k, &v, MDB_APPEND), "appending to the store");
 }
 
+absl::Status WriteTxn::AppendOrPut(MDB_dbi dbi, std::string_view key, std::string_view value) {
+  auto cursor = CursorFor(dbi);
+  if (!cursor.ok()) return cursor.status();
+  MDB_val k = Val(key), v = Val(value);
+  int rc = mdb_cursor_put(*cursor, &k, &v, MDB_APPEND);
+  if (rc == MDB_KEYEXIST) {  // not past the last key
+    k = Val(key);
+    v = Val(value);
+    rc = mdb_cursor_put(*cursor, &k, &v, 0);
+  }
+  return LmdbStatus(rc, "appending to the store");
+}
+
 absl::Status WriteTxn::Delete(MDB_dbi dbi, std::string_view key) {
   if (own_layer_ != nullptr) return Record(dbi, key, PendingLayer::Op::kDelete, {});
   auto cursor = CursorFor(dbi);
@@ -751,7 +764,7 @@ absl::StatusOr<std::unique_ptr<WriteTxn>> Store::BeginWrite() {
     }
     if (!absl::IsResourceExhausted(s)) return s;
     (*txn)->Abort();
-    if (absl::Status grown = GrowMap(); !grown.ok()) return grown;
+    if (absl::Status grown = GrowMapLocked(); !grown.ok()) return grown;
     LogInfo(absl::StrCat("LMDB map grown to ", map_size(), " bytes"));
   }
 }
@@ -807,14 +820,15 @@ absl::StatusOr<std::unique_ptr<WriteTxn>> Store::BeginBuffered() {
   {
     std::unique_lock lock(pending_mu_);
     while (pending_bytes_ > kMaxPendingBytes) {
-      const uint64_t flushes = flushes_;
-      pending_changed_.wait(lock, [&] { return flushes_ != flushes || stopping_; });
-      if (stopping_) return absl::CancelledError("the store is closing");
-      if (pending_bytes_ > kMaxPendingBytes && !flush_error_.empty()) {
+      if (!flush_error_.empty()) {  // the writer retries with back-off, saying why
         return absl::UnavailableError(absl::StrCat(
             "applied batches cannot be flushed to LMDB (", pending_bytes_,
             " bytes wait in memory): ", flush_error_));
       }
+      if (stopping_) return absl::CancelledError("the store is closing");
+      const uint64_t flushes = flushes_;
+      pending_changed_.wait_for(lock, std::chrono::seconds(1),
+                                [&] { return flushes_ != flushes || stopping_; });
     }
   }
   std::unique_ptr<WriteTxn> txn(new WriteTxn());
@@ -870,7 +884,7 @@ absl::Status Store::FlushNow() {
     if (s.ok()) s = (*txn)->Commit();
     if (!absl::IsResourceExhausted(s)) break;
     (*txn)->Abort();
-    s = GrowMap();
+    s = GrowMapLocked();
     if (!s.ok()) break;
     LogInfo(absl::StrCat("LMDB map grown to ", map_size(), " bytes"));
   }
@@ -985,8 +999,7 @@ absl::Status Store::WriteLayers(const PendingLayers& layers, WriteTxn* txn) {
           s = txn->Put(d, key, entry->value);
           break;
         case PendingLayer::Op::kAppend:
-          s = txn->Append(d, key, entry->value);
-          if (absl::IsInternal(s)) s = txn->Put(d, key, entry->value);  // not past the last key
+          s = txn->AppendOrPut(d, key, entry->value);
           break;
         case PendingLayer::Op::kDelete:
           s = txn->Delete(d, key);
@@ -999,8 +1012,15 @@ absl::Status Store::WriteLayers(const PendingLayers& layers, WriteTxn* txn) {
 }
 
 absl::Status Store::GrowMap() {
+  // With write-back the flusher may have a write transaction open: not while the map moves.
+  std::unique_lock<std::mutex> flushing;
+  if (write_back()) flushing = std::unique_lock(flush_mu_);
+  return GrowMapLocked();
+}
+
+absl::Status Store::GrowMapLocked() {
   std::unique_lock lock(resize_mu_);
-  uint64_t current = map_size();
+  uint64_t current = MapSizeUnlocked();
   if (current >= config_.max_map_size) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the LMDB map is full at storage.max_map_size (", current,
@@ -1021,13 +1041,19 @@ MDB_dbi Store::aggregate_extremes(std::string_view name) const {
   return aggregates_.find(name)->second.second;
 }
 
-uint64_t Store::map_size() const {
+uint64_t Store::MapSizeUnlocked() const {
   MDB_envinfo info;
   mdb_env_info(env_, &info);
   return info.me_mapsize;
 }
 
+uint64_t Store::map_size() const {
+  std::shared_lock lock(resize_mu_);  // mdb_env_info reads the meta pages, inside the map
+  return MapSizeUnlocked();
+}
+
 uint64_t Store::map_used_bytes() const {
+  std::shared_lock lock(resize_mu_);
   MDB_envinfo info;
   mdb_env_info(env_, &info);
   MDB_stat st;

@@ -42,6 +42,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -85,7 +86,9 @@ struct PendingLayer {
   uint64_t sequence = 0;  // 1, 2, ... in the order layers are published, across restarts
   std::chrono::steady_clock::time_point published;
   size_t bytes = 0;     // what the layer holds, roughly: keys, values, map nodes
-  std::vector<Db> dbs;  // by dbi; a dbi past the end was not touched
+  // By dbi; a dbi past the end was not touched. A deque: growing it for a higher dbi keeps
+  // the entries of the others where a cursor of the layer's own transaction points.
+  std::deque<Db> dbs;
   const Db* db(MDB_dbi dbi) const { return dbi < dbs.size() ? &dbs[dbi] : nullptr; }
 };
 using PendingLayers = std::vector<std::shared_ptr<const PendingLayer>>;
@@ -155,6 +158,8 @@ class Txn {
 
   // The value, nullopt when absent; INTERNAL on an LMDB error.
   absl::StatusOr<std::optional<std::string_view>> Get(MDB_dbi dbi, std::string_view key) const;
+  // In a buffered WriteTxn the cursor also merges the transaction's own writes: close it
+  // before writing to that database again (the trim of the change log does).
   std::unique_ptr<Cursor> OpenCursor(MDB_dbi dbi) const;
   // Entries and bytes (pages * page size) of a database, as seen by this transaction.
   uint64_t Entries(MDB_dbi dbi) const;
@@ -206,6 +211,8 @@ class WriteTxn : public Txn {
   // is split by starting a new one, so appended pages stay full. INTERNAL (MDB_KEYEXIST) for
   // a key out of order.
   absl::Status Append(MDB_dbi dbi, std::string_view key, std::string_view value);
+  // Append, or Put when `key` is not past the last key.
+  absl::Status AppendOrPut(MDB_dbi dbi, std::string_view key, std::string_view value);
   // Deleting an absent key is not an error.
   absl::Status Delete(MDB_dbi dbi, std::string_view key);
   // Deletes `key` and copies its value to `*value` first: one search for what Get + Delete
@@ -303,6 +310,7 @@ class Store {
 
   // Doubles the map size, up to max_map_size; RESOURCE_EXHAUSTED when already there (the
   // message says to raise storage.max_map_size). Call with no transaction of this thread open.
+  // With write-back it waits for a flush that is running.
   absl::Status GrowMap();
 
   MDB_dbi meta() const { return meta_; }
@@ -316,6 +324,8 @@ class Store {
   MDB_dbi aggregate_extremes(std::string_view name) const;
 
   size_t max_key_size() const { return max_key_size_; }
+  // Both read LMDB's meta pages, inside the map, so they wait for a GrowMap that is running:
+  // call them with no transaction of this thread open.
   uint64_t map_size() const;
   uint64_t map_used_bytes() const;  // (last page + 1) * page size
   const std::vector<std::string>& dropped_views() const { return dropped_views_; }
@@ -329,6 +339,9 @@ class Store {
   // Begins `txn`'s LMDB read snapshot (under resize_mu_, held by the caller's lock) and lays
   // over it the published layers it does not hold.
   absl::Status BeginSnapshot(Txn* txn) const;
+  // GrowMap for a caller that holds flush_mu_ (or has no flusher).
+  absl::Status GrowMapLocked();
+  uint64_t MapSizeUnlocked() const;  // with resize_mu_ held
   void Publish(std::unique_ptr<PendingLayer> layer);
   void FlushLoop();
   // Writes `layers` (oldest first) into `txn`: per database the last write of each key, in

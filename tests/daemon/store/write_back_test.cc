@@ -262,6 +262,25 @@ TEST(WriteBackTest, ClearHidesOlderLayersAndLmdbUntilWrittenAgain) {
   EXPECT_EQ(Forwards(**flushed, v), (Model{{"c", "3"}, {"d", "4"}}));
 }
 
+TEST(WriteBackTest, AppendsFlushWhetherOrNotTheyArePastTheLastKey) {
+  test::TempDir dir;
+  auto store = OpenOrDie(Storage(dir.Sub("s"), 60000));
+  ASSERT_NE(store, nullptr);
+  const MDB_dbi v = store->view("V");
+  ASSERT_TRUE(Write(*store, v, {{"m", "1"}}, {}, false).ok());
+  {
+    auto txn = store->BeginBuffered();
+    ASSERT_TRUE(txn.ok());
+    ASSERT_TRUE((*txn)->Append(v, "z", "past").ok());
+    ASSERT_TRUE((*txn)->Append(v, "a", "before").ok());  // MDB_APPEND would refuse it
+    ASSERT_TRUE((*txn)->Commit().ok());
+  }
+  ASSERT_TRUE(store->Flush().ok());
+  auto txn = store->BeginRead();
+  ASSERT_TRUE(txn.ok());
+  EXPECT_EQ(Forwards(**txn, v), (Model{{"a", "before"}, {"m", "1"}, {"z", "past"}}));
+}
+
 TEST(WriteBackTest, BufferedWritesRefuseWhatLmdbWouldRefuseInItsWords) {
   test::TempDir dir;
   auto store = OpenOrDie(Storage(dir.Sub("s"), 60000));
