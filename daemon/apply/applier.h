@@ -165,10 +165,9 @@ class Applier {
   // view from the windows as of now (the readiness ticker calls it once a second, so the gauges
   // fall as a window slides past writes even when no batch comes). Any thread.
   void PublishHotKeyMetrics() const;
-  // With write-back on, sets the view and aggregate size gauges from LMDB as it is now: each
-  // batch sets them from the LMDB snapshot it began on, which trails the published layers, so
-  // the readiness ticker refreshes them once a second (they are right once flushed). Any
-  // thread.
+  // With write-back on, sets the view and aggregate size gauges from LMDB as it is now. The
+  // batches do not set them then (LMDB trails the published layers); the readiness ticker
+  // calls this once a second, so they are right up to the last flush. Any thread.
   void PublishFlushedSizes() const;
   // Logs one summary line per source (rejected records) and per view or aggregate (items left
   // out of a rebuild) whose warnings were throttled in the interval that ended: only the first

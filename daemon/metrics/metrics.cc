@@ -265,8 +265,10 @@ void ApplyProbe::RecordBatch(const BatchStats& stats, int64_t now_ms) {
     const BatchStats::View& v = stats.views[i];
     if (v.puts) views_[i].puts->Increment(static_cast<double>(v.puts));
     if (v.deletes) views_[i].deletes->Increment(static_cast<double>(v.deletes));
-    views_[i].items->Set(static_cast<double>(v.items));
-    views_[i].bytes->Set(static_cast<double>(v.bytes));
+    if (stats.sizes) {
+      views_[i].items->Set(static_cast<double>(v.items));
+      views_[i].bytes->Set(static_cast<double>(v.bytes));
+    }
   }
   for (size_t i = 0; i < stats.aggregates.size() && i < aggregates_.size(); ++i) {
     const BatchStats::Aggregate& a = stats.aggregates[i];
@@ -274,7 +276,7 @@ void ApplyProbe::RecordBatch(const BatchStats& stats, int64_t now_ms) {
     if (a.inconsistencies) {
       aggregates_[i].inconsistencies->Increment(static_cast<double>(a.inconsistencies));
     }
-    aggregates_[i].groups->Set(static_cast<double>(a.groups));
+    if (stats.sizes) aggregates_[i].groups->Set(static_cast<double>(a.groups));
   }
   // One ObserveMultiple per batch: a histogram takes a lock per call.
   auto observe = [&](prometheus::Histogram* histogram, const std::vector<double>& values) {

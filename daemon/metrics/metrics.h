@@ -83,6 +83,9 @@ struct BatchStats {
   uint64_t map_used_bytes = 0;
   uint64_t map_size_bytes = 0;
   uint64_t change_log_entries = 0;   // after the batch (Watch's change log)
+  // Whether views[].items/bytes and aggregates[].groups were measured (with write-back they
+  // are not: LMDB trails the batch, and the readiness ticker sets those gauges).
+  bool sizes = true;
 };
 
 class ApplyProbe {
