@@ -259,44 +259,36 @@ void PendingLayer::Db::BuildBloom() {
 
 Txn::~Txn() = default;
 
-Txn::Pending Txn::FindPending(MDB_dbi dbi, std::string_view key, std::string_view* value) const {
+std::optional<std::optional<std::string_view>> Txn::FindPending(MDB_dbi dbi,
+                                                              std::string_view key) const {
   const size_t hash = KeyHash(key);
-  auto look = [&](const PendingLayer& layer, Pending* found) {
+  // The layer's answer, or nullopt: ask the next older one.
+  auto look = [&](const PendingLayer& layer) -> std::optional<std::optional<std::string_view>> {
     const PendingLayer::Db* db = layer.db(dbi);
-    if (db == nullptr) return false;
-    if (!db->MayHave(hash)) {
-      *found = Pending::kAbsent;
-      return db->cleared;
+    if (db == nullptr) return std::nullopt;
+    if (db->MayHave(hash)) {
+      if (auto it = db->entries.find(key); it != db->entries.end()) {
+        if (it->second.op == PendingLayer::Op::kDelete) return std::optional<std::string_view>();
+        return std::optional<std::string_view>(it->second.value);
+      }
     }
-    if (auto it = db->entries.find(key); it != db->entries.end()) {
-      *found = it->second.op == PendingLayer::Op::kDelete ? Pending::kAbsent : Pending::kFound;
-      *value = it->second.value;
-      return true;
-    }
-    *found = Pending::kAbsent;
-    return db->cleared;
+    if (db->cleared) return std::optional<std::string_view>();  // absent, whatever is older
+    return std::nullopt;
   };
-  Pending found = Pending::kBelow;
-  if (own_ != nullptr && look(*own_, &found)) return found;
+  if (own_ != nullptr) {
+    if (auto found = look(*own_)) return found;
+  }
   if (layers_ != nullptr) {
     for (size_t i = layers_->size(); i > first_layer_; --i) {
-      if (look(*(*layers_)[i - 1], &found)) return found;
+      if (auto found = look(*(*layers_)[i - 1])) return found;
     }
   }
-  return Pending::kBelow;
+  return std::nullopt;
 }
 
 absl::StatusOr<std::optional<std::string_view>> Txn::Get(MDB_dbi dbi, std::string_view key) const {
   if (has_pending()) {
-    std::string_view value;
-    switch (FindPending(dbi, key, &value)) {
-      case Pending::kFound:
-        return value;
-      case Pending::kAbsent:
-        return std::nullopt;
-      case Pending::kBelow:
-        break;
-    }
+    if (auto found = FindPending(dbi, key)) return *found;
   }
   MDB_val k = Val(key), v;
   int rc = mdb_get(txn_, dbi, &k, &v);
@@ -399,15 +391,7 @@ absl::StatusOr<MDB_cursor*> WriteTxn::CursorFor(MDB_dbi dbi) {
 
 absl::StatusOr<std::optional<std::string_view>> WriteTxn::Get(MDB_dbi dbi, std::string_view key) {
   if (own_layer_ != nullptr) {
-    std::string_view value;
-    switch (FindPending(dbi, key, &value)) {
-      case Pending::kFound:
-        return value;
-      case Pending::kAbsent:
-        return std::nullopt;
-      case Pending::kBelow:
-        break;  // the snapshot, through the cursor below
-    }
+    if (auto found = FindPending(dbi, key)) return *found;  // else the snapshot, below
   }
   auto cursor = CursorFor(dbi);
   if (!cursor.ok()) return cursor.status();

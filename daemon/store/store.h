@@ -169,8 +169,10 @@ class Txn {
  protected:
   friend class Store;
   Txn() = default;
-  enum class Pending { kFound, kAbsent, kBelow };  // kBelow: ask LMDB
-  Pending FindPending(MDB_dbi dbi, std::string_view key, std::string_view* value) const;
+  // What the pending layers say of `key`: a value, absent (deleted or cleared), or nothing
+  // (nullopt: ask LMDB).
+  std::optional<std::optional<std::string_view>> FindPending(MDB_dbi dbi,
+                                                             std::string_view key) const;
   bool has_pending() const {
     return own_ != nullptr || (layers_ != nullptr && first_layer_ < layers_->size());
   }
