@@ -28,9 +28,10 @@ struct StorageConfig {
   bool write_map = true;
   // Write-back: 0 (the default), a batch is visible once committed to LMDB. N > 0, a batch is
   // visible once applied in memory, and a background thread commits what was applied to LMDB
-  // in one transaction at most N ms later. Costs: a process crash loses what was not flushed
-  // (the sources replay it, so views step back until then), and another process reading the
-  // store sees it up to N ms late. See docs/ARCHITECTURE.md, "Write-back".
+  // in one transaction, normally within N ms (a flush still syncing delays the next). Costs: a
+  // process crash loses what was not flushed (the sources replay it, so views step back until
+  // then), and another process reading the store sees it that much later. Worth it where a
+  // commit's sync is slow (a disk). See docs/ARCHITECTURE.md, "Write-back".
   uint32_t flush_interval_ms = 0;
   static constexpr uint32_t kMaxFlushIntervalMs = 60000;
 
