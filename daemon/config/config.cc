@@ -189,7 +189,8 @@ class Loader {
                                              std::map<std::string, int, std::less<>>* lines) const;
   absl::StatusOr<bool> ReadBool(const Fields::Entry& entry, std::string_view path) const;
   absl::StatusOr<uint32_t> ReadUint32(const Fields::Entry& entry, std::string_view path,
-                                      uint32_t min) const;
+                                      uint32_t min,
+                                      uint32_t max = std::numeric_limits<uint32_t>::max()) const;
   absl::StatusOr<uint64_t> ReadSize(const Fields::Entry& entry, std::string_view path) const;
   absl::StatusOr<AttrType> ReadKeyType(const Fields::Entry& entry, std::string_view path) const;
 
@@ -371,13 +372,12 @@ absl::StatusOr<bool> Loader::ReadBool(const Fields::Entry& entry, std::string_vi
 }
 
 absl::StatusOr<uint32_t> Loader::ReadUint32(const Fields::Entry& entry, std::string_view path,
-                                            uint32_t min) const {
+                                            uint32_t min, uint32_t max) const {
   uint32_t value = 0;
   if (!entry.value.IsScalar() || !absl::SimpleAtoi(entry.value.Scalar(), &value) ||
-      value < min || !absl::ascii_isdigit(entry.value.Scalar().front())) {
+      value < min || value > max || !absl::ascii_isdigit(entry.value.Scalar().front())) {
     return Error(ValueNode(entry), path,
-                 Cat("expected a whole number from ", min, " to ",
-                     std::numeric_limits<uint32_t>::max(), ", got ",
+                 Cat("expected a whole number from ", min, " to ", max, ", got ",
                      Describe(entry.value)));
   }
   return value;
@@ -437,13 +437,10 @@ absl::Status Loader::ParseStorage(const Fields::Entry& entry, StorageConfig* sto
     storage->write_map = *flag;
   }
   if (const Fields::Entry* interval = fields->Find("flush_interval_ms")) {
-    absl::StatusOr<uint32_t> ms = ReadUint32(*interval, fields->PathOf("flush_interval_ms"), 0);
+    // At most a minute: what is not flushed is lost at a crash and replayed.
+    absl::StatusOr<uint32_t> ms = ReadUint32(*interval, fields->PathOf("flush_interval_ms"), 0,
+                                             StorageConfig::kMaxFlushIntervalMs);
     if (!ms.ok()) return ms.status();
-    if (*ms > StorageConfig::kMaxFlushIntervalMs) {
-      return Error(interval->value, fields->PathOf("flush_interval_ms"),
-                   Cat("at most ", StorageConfig::kMaxFlushIntervalMs, " (what is not flushed is lost at a crash "
-                       "and replayed); 0 turns write-back off"));
-    }
     storage->flush_interval_ms = *ms;
   }
   if (storage->map_size > storage->max_map_size) {

@@ -605,11 +605,12 @@ TEST(ConfigErrorTest, SizesAndLimits) {
             "max_map_size (1073741824 bytes)");
   EXPECT_EQ(ErrorOf("storage: { flush_interval_ms: 60001 }\n"
                     "tables: [ { name: App, key: { partition: PK } } ]\n"),
-            "t.yaml:1: storage.flush_interval_ms: at most 60000 (what is not flushed is lost at a "
-            "crash and replayed); 0 turns write-back off");
+            "t.yaml:1: storage.flush_interval_ms: expected a whole number from 0 to 60000, got "
+            "\"60001\"");
   EXPECT_EQ(ErrorOf("storage: { flush_interval_ms: -5 }\n"
                     "tables: [ { name: App, key: { partition: PK } } ]\n"),
-            "t.yaml:1: storage.flush_interval_ms: expected a whole number from 0 to 4294967295, got \"-5\"");
+            "t.yaml:1: storage.flush_interval_ms: expected a whole number from 0 to 60000, got "
+            "\"-5\"");
   EXPECT_EQ(ErrorOf("storage: { write_map: sometimes }\n"
                     "tables: [ { name: App, key: { partition: PK } } ]\n"),
             "t.yaml:1: storage.write_map: expected true or false, got \"sometimes\"");
