@@ -365,8 +365,10 @@ absl::Status WriteTxn::Record(MDB_dbi dbi, std::string_view key, PendingLayer::O
     return LmdbStatus(MDB_BAD_VALSIZE, "writing the store");
   }
   PendingLayer::Entries& entries = OwnDb(dbi).entries;
-  auto [it, added] = entries.try_emplace(std::string(key));
-  if (added) {
+  // A key written again (an aggregate group, per event) is not copied again.
+  auto it = entries.lower_bound(key);
+  if (it == entries.end() || it->first != key) {
+    it = entries.emplace_hint(it, std::string(key), PendingLayer::Entry{});
     own_layer_->bytes += key.size() + kEntryOverhead;
   } else {
     own_layer_->bytes -= it->second.value.size();
