@@ -1,5 +1,6 @@
 #include "daemon/store/store.h"
 
+#include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -918,6 +919,7 @@ size_t Store::pending_bytes() const {
 }
 
 void Store::FlushLoop() {
+  pthread_setname_np(pthread_self(), "cdcview-flush");  // for top -H, perf and the benches
   const auto interval = std::chrono::milliseconds(config_.flush_interval_ms);
   auto backoff = std::chrono::milliseconds(250);
   for (;;) {
