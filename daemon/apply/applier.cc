@@ -36,6 +36,12 @@ std::chrono::microseconds WriterLinger(const ApplyConfig& cfg, std::chrono::micr
   return std::clamp<std::chrono::microseconds>(last_commit, std::min(kMinLinger, most), most);
 }
 
+bool CommitsDirectly(const ApplyConfig& cfg, size_t events,
+                     std::chrono::microseconds last_lmdb_commit) {
+  return events > cfg.batch_size &&
+         last_lmdb_commit <= kDirectCommitPerEvent * static_cast<int64_t>(events);
+}
+
 namespace {
 
 // A new image must carry the key it was sent under: add missing key attributes, refuse
@@ -814,8 +820,12 @@ absl::Status Applier::Commit(Prepared* batch) {
   // From the commit until the batch's counters and positions are published (HoldCommits).
   std::unique_lock<std::shared_mutex> publishing(commit_visibility_mu_, std::defer_lock);
   for (;;) {
-    // With write-back on, the commit publishes the batch in memory (see Store).
-    auto txn_or = store_->BeginBuffered();
+    // With write-back on, the commit publishes the batch in memory (see Store), but for a
+    // large batch where LMDB commits cheaply (CommitsDirectly).
+    auto txn_or = store_->write_back() && CommitsDirectly(catalog_.config().apply, records.size(),
+                                                          store_->last_lmdb_commit())
+                      ? store_->BeginWrite()
+                      : store_->BeginBuffered();
     if (!txn_or.ok()) return txn_or.status();
     WriteTxn& txn = **txn_or;
     absl::Status s = WriteBatch(*batch, &txn);

@@ -487,7 +487,13 @@ absl::Status WriteTxn::Commit() {
     store_->Publish(std::move(layer));
     return absl::OkStatus();
   }
+  const auto committing = std::chrono::steady_clock::now();
   int rc = mdb_txn_commit(txn_);
+  if (store_ != nullptr) {
+    store_->last_lmdb_commit_us_.store(std::chrono::duration_cast<std::chrono::microseconds>(
+                                           std::chrono::steady_clock::now() - committing)
+                                           .count());
+  }
   txn_ = nullptr;  // committed or aborted by LMDB either way, with the write cursors
   cursors_.clear();
   if (rc == MDB_SUCCESS && absorbed_ != nullptr) store_->Flushed(*absorbed_, absl::OkStatus());
@@ -765,6 +771,7 @@ absl::StatusOr<std::unique_ptr<WriteTxn>> Store::BeginLmdbWrite() {
     rc = mdb_txn_begin(env_, nullptr, 0, &txn->txn_);
   }
   if (rc != MDB_SUCCESS) return LmdbStatus(rc, "beginning a write transaction");
+  if (write_back()) txn->store_ = this;  // its commit's cost: last_lmdb_commit()
   return txn;
 }
 

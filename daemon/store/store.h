@@ -238,7 +238,7 @@ class WriteTxn : public Txn {
   PendingLayer::Db& OwnDb(MDB_dbi dbi);
 
   std::vector<MDB_cursor*> cursors_;  // by dbi; nullptr until used
-  Store* store_ = nullptr;            // buffered only
+  Store* store_ = nullptr;  // buffered, and direct ones with write-back (the commit's cost)
   std::unique_ptr<PendingLayer> own_layer_;
   std::shared_lock<std::shared_mutex> read_lock_;  // buffered: as a ReadTxn's
   // A direct transaction with write-back on: the store's flush lock, and the pending layers
@@ -303,6 +303,12 @@ class Store {
   // How long the last flush took, its sync included (0 before the first).
   std::chrono::microseconds last_flush() const {
     return std::chrono::microseconds(last_flush_us_.load());
+  }
+  // With write-back on, how long mdb_txn_commit took for the last write transaction on LMDB
+  // (a flush or a direct one): what a direct commit would make its writer wait, its sync
+  // first of all. 0 before the first.
+  std::chrono::microseconds last_lmdb_commit() const {
+    return std::chrono::microseconds(last_lmdb_commit_us_.load());
   }
   // A flush starts early once the layers hold this much, or once there are this many (each
   // read looks a key up in every layer); BeginBuffered waits beyond kMaxPendingBytes.
@@ -383,6 +389,7 @@ class Store {
   // layers leave pending_ in order. Taken before pending_mu_.
   std::mutex flush_mu_;
   std::atomic<int64_t> last_flush_us_{0};
+  std::atomic<int64_t> last_lmdb_commit_us_{0};
 };
 
 }  // namespace cdcview

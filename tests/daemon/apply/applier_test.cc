@@ -792,6 +792,53 @@ TEST_F(ApplierTest, WriteBackShowsEachBatchBeforeItIsInLmdbAndEndsWithTheSameSto
   EXPECT_EQ(positions, Meta("pos/"));
 }
 
+TEST_F(ApplierTest, WriteBackCommitsABacklogBatchToLmdbItselfWithTheLayersBeforeIt) {
+  // With batch_size 3, a batch of three events is a layer; one of 500 is what a writer behind
+  // its sources takes, and goes to LMDB itself where a commit there costs at most 2 us an
+  // event: 1 ms here, where the last commit (opening a store whose views are built) wrote
+  // nothing and took microseconds.
+  config_.apply.batch_size = 3;
+  std::vector<SourceRecord> small = ChurningBatches(key(), 1)[0];
+  ASSERT_EQ(small.size(), 3u);
+  std::vector<SourceRecord> large;
+  for (int i = 0; i < 500; ++i) {
+    Item user = User1();
+    user["PK"] = S(absl::StrCat("USER#b", i));
+    user["score"] = N(absl::StrCat(i));
+    large.push_back(test::Insert(key(), user, At(absl::StrCat(10 + i)).Seq(absl::StrCat(10 + i))));
+  }
+  ASSERT_TRUE(Open().ok());
+  ASSERT_TRUE(ApplyPipelined(*applier_, {small, large}).ok());
+  const ViewContents views = Views();
+  const std::vector<std::string> items = StoredItems();
+  const std::vector<std::string> positions = Meta("pos/");
+  ASSERT_EQ(views.at("ByScore").size(), 501u);
+
+  Close();
+  store_name_ = "write-back";
+  ASSERT_TRUE(Open().ok());  // the views are built without write-back
+  Close();
+  config_.storage.flush_interval_ms = 60000;
+  ASSERT_TRUE(Open().ok());
+  ASSERT_TRUE(ApplyPipelined(*applier_, {small}).ok());
+  EXPECT_EQ(store_->pending_layers(), 1u);
+  ASSERT_TRUE(ApplyPipelined(*applier_, {large}).ok());
+  EXPECT_EQ(store_->pending_layers(), 0u);  // in LMDB, the small batch's layer first
+  EXPECT_EQ(store_->pending_bytes(), 0u);
+  EXPECT_EQ(applier_->commit_count(), 2u);
+  EXPECT_EQ(views, Views());
+  EXPECT_EQ(items, StoredItems());
+  EXPECT_EQ(positions, Meta("pos/"));
+
+  // Reopened without write-back, LMDB alone holds both batches.
+  Close();
+  config_.storage.flush_interval_ms = 0;
+  ASSERT_TRUE(Open().ok());
+  EXPECT_EQ(views, Views());
+  EXPECT_EQ(items, StoredItems());
+  EXPECT_EQ(positions, Meta("pos/"));
+}
+
 TEST_F(ApplierTest, PipelineStopsAtAFailingBatchUnderStopAndAppliesNothingAfter) {
   ASSERT_TRUE(Open().ok());
   second_sink_.FailAfter(2, absl::UnavailableError("disk full"));
@@ -1181,6 +1228,18 @@ TEST(WriterLingerTest, AsLongAsTheLastCommitTookWithinOneMillisecondAndMaxDelay)
   EXPECT_EQ(WriterLinger(cfg, milliseconds(80)), milliseconds(20));  // a slow sync: the cap
   cfg.max_delay_ms = 0;  // no lingering at all, as configured
   EXPECT_EQ(WriterLinger(cfg, milliseconds(5)), microseconds(0));
+}
+
+TEST(CommitsDirectlyTest, OnlyABatchLargerThanBatchSizeWhereAnLmdbCommitCostsAtMostTwoMicrosecondsAnEvent) {
+  using std::chrono::microseconds;
+  ApplyConfig cfg;
+  cfg.batch_size = 1024;
+  EXPECT_FALSE(CommitsDirectly(cfg, 1024, microseconds(0)));  // not behind: a layer
+  EXPECT_TRUE(CommitsDirectly(cfg, 1025, microseconds(0)));   // no commit to LMDB yet
+  EXPECT_TRUE(CommitsDirectly(cfg, 1025, microseconds(2050)));
+  EXPECT_FALSE(CommitsDirectly(cfg, 1025, microseconds(2051)));
+  EXPECT_TRUE(CommitsDirectly(cfg, 8192, microseconds(900)));      // tmpfs
+  EXPECT_FALSE(CommitsDirectly(cfg, 8192, microseconds(750000)));  // a slow disk's sync
 }
 
 }  // namespace
