@@ -7,8 +7,12 @@ six views. Prints figures, asserts nothing.
   2. A bare librdkafka loop (kafka_consume_bench) reads the whole topic: the raw consume rate.
   3. cdcviewd consumes and applies the same topic (new group, empty store): events/s from its
      first applied batch until every partition's stored offset reaches the high watermark.
-  4. cdcviewd applies the same events from a file (the file source): the storage ceiling, right
-     after step 3, as this VM's speed drifts by 20% and more within minutes.
+  4. cdcviewd applies the same events from a file (the file source): the storage ceiling.
+     Steps 3 and 4 run --rounds times each (default 2), in the order Kafka, file, file, Kafka
+     (then again), each on an empty store, and each rate is over all its rounds: this VM's
+     speed drifts by 20% and more within minutes, and a drift during the run then weighs on
+     both alike. (One round each, Kafka then file, gave ratios from 0.80 to 1.04 within an
+     hour.)
   5. Replication lag at half load: events produced at 50% of step 3's rate for --lag-seconds
      to a second topic the same cdcviewd follows, by kafka_produce_bench (C++, librdkafka,
      pre-encoded records on an absolute schedule, linger.ms --linger-ms); p50/p99 of
@@ -40,6 +44,7 @@ Usage: .venv/bin/python tests/bench/kafka_bench.py [--events N] [--lag-seconds S
                                                    [--warm-seconds S] [--kafka-alone]
                                                    [--live-fetch-wait-ms MS]
                                                    [--lag-sweep F,F,...] [--sweep-seconds S]
+                                                   [--rounds R]
   --tmp DIR: where the broker's data and the stores live (default: the system's temp dir);
   /dev/shm puts them on tmpfs, where a commit's sync costs nothing (the CPU-bound figures).
 Environment: CDCVIEW_BUILD_DIR (cdcviewd, kafka_consume_bench, kafka_produce_bench,
@@ -48,8 +53,9 @@ scripts/kafka.sh; KAFKA_BENCH_BROKER_PID then names its JVM for the CPU figures 
 split moves it to the lower half of the cores), KAFKA_BENCH_STORAGE (JSON
 merged into both daemons' storage section, e.g. '{"write_map": false}'),
 KAFKA_BENCH_PROPERTIES (JSON: librdkafka properties of the daemon's sources),
-KAFKA_BENCH_PERF (a directory: `perf record -g` of cdcviewd during the two bulk phases,
-kafka.data and file.data), KAFKA_BENCH_LOGS (a directory the daemons' logs are copied to).
+KAFKA_BENCH_PERF (a directory: `perf record -g` of cdcviewd during the bulk phases,
+kafka-<round>.data and file-<round>.data), KAFKA_BENCH_LOGS (a directory the daemons' logs
+are copied to).
 
 Each phase prints the CPU seconds of cdcviewd's threads (by name; the writer is cdcview-writer,
 the Kafka consumer threads kafka:<source>, librdkafka's rdk:*), how long each waited for a CPU
@@ -449,6 +455,9 @@ def main():
     parser.add_argument("--kafka-alone", action="store_true",
                         help="after the lag phase, the same load with a bare consumer instead "
                              "of cdcviewd: the Kafka part of the lag (20 s more)")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="how many times the Kafka and the file bulk phases run each, in "
+                             "the order K F F K (see above)")
     parser.add_argument("--cpus", choices=("split", "shared"), default="split",
                         help="split: cdcviewd on the upper half of the cores, the broker and "
                              "the producer on the lower half; shared: all on all (see above)")
@@ -477,19 +486,20 @@ def main():
         keep = os.environ.get("KAFKA_BENCH_LOGS")
         if keep:  # the daemons' logs outlive the work directory
             os.makedirs(keep, exist_ok=True)
-            for daemon in ("kafka-daemon", "file-daemon"):
-                for name in glob.glob(os.path.join(work, daemon, "*.log")):
-                    shutil.copy(name, os.path.join(keep, f"{daemon}.{os.path.basename(name)}"))
+            for name in glob.glob(os.path.join(work, "*-daemon-*", "*.log")):
+                daemon = os.path.basename(os.path.dirname(name))
+                shutil.copy(name, os.path.join(keep, f"{daemon}.{os.path.basename(name)}"))
         shutil.rmtree(work, ignore_errors=True)  # on tmpfs it would hold gigabytes of memory
 
 
-def file_phase(work, path, table, storage, stubs, args, broker_pid):
-    """cdcviewd applying the same events from a file (the storage ceiling): returns events/s."""
-    os.makedirs(os.path.join(work, "file-daemon"))
-    f = Daemon(os.path.join(work, "file-daemon"), config={
+def file_phase(work, path, table, storage, stubs, args, broker_pid, round_):
+    """cdcviewd applying the same events from a file (the storage ceiling), on an empty store:
+    returns the seconds from its first applied batch to its last."""
+    home = os.path.join(work, f"file-daemon-{round_}")
+    os.makedirs(home)
+    f = Daemon(home, config={
         "sources": [{"name": "file", "table": "App", "file": {"path": path}}], "tables": [table],
-        "storage": dict({"path": os.path.join(work, "file-daemon", "store"), "map_size": "2GiB"},
-                        **storage)},
+        "storage": dict({"path": os.path.join(home, "store"), "map_size": "2GiB"}, **storage)},
         stubs=stubs, prefix=pinned(args.daemon_cpus))
     # Before the start: reading the whole file takes this script seconds, and the first stored
     # position seen after them would leave the events applied meanwhile out of the time (it
@@ -497,17 +507,17 @@ def file_phase(work, path, table, storage, stubs, args, broker_pid):
     want = {"": expected_position(path)}
     try:
         f.start()
-        window, metrics0 = CpuWindow(f.proc.pid, broker_pid, "file"), f.metrics()
+        window, metrics0 = CpuWindow(f.proc.pid, broker_pid, f"file-{round_}"), f.metrics()
         first, done = wait_positions(f, "file", want)
-        window.report("cdcviewd (file)", batch_sizes(metrics0, f.metrics()))
-        file_rate = args.events / (done - first)
+        window.report(f"cdcviewd (file), round {round_}", batch_sizes(metrics0, f.metrics()))
         f.stop()
     finally:
         f.ensure_dead()
-    log(f"cdcviewd (file) applied {args.events} events in {done - first:.1f}s = {file_rate:.0f} events/s")
+    log(f"cdcviewd (file), round {round_}: applied {args.events} events in {done - first:.1f}s = "
+        f"{args.events / (done - first):.0f} events/s")
     # Its store is not needed any more; on tmpfs it holds about a gigabyte of memory.
-    shutil.rmtree(os.path.join(work, "file-daemon", "store"), ignore_errors=True)
-    return file_rate
+    shutil.rmtree(os.path.join(home, "store"), ignore_errors=True)
+    return done - first
 
 
 def run(kafka, work, args, broker_pid):
@@ -546,28 +556,53 @@ def run(kafka, work, args, broker_pid):
                    "kafka": {"brokers": kafka.bootstrap, "topics": [lag_topic], "start": "latest",
                              "group": f"bench-{lag_topic}",
                              "properties": dict(live_fetch(args), **props)}}
-    os.makedirs(os.path.join(work, "kafka-daemon"))
     storage = json.loads(os.environ.get("KAFKA_BENCH_STORAGE", "{}"))
-    kafka_storage = dict({"path": os.path.join(work, "kafka-daemon", "store"),
-                          "map_size": "2GiB"}, **storage)
-    d = Daemon(os.path.join(work, "kafka-daemon"),
-               config={"sources": [bulk], "tables": [table], "storage": kafka_storage},
-               stubs=stubs, prefix=pinned(args.daemon_cpus))
+
+    def kafka_round(round_):
+        """cdcviewd consuming the topic into an empty store (a group of its own): the daemon,
+        stopped, and the seconds from its first applied batch to its last."""
+        home = os.path.join(work, f"kafka-daemon-{round_}")
+        os.makedirs(home)
+        source = dict(bulk, kafka=dict(bulk["kafka"], group=f"bench-{topic}-{round_}"))
+        daemon_storage = dict({"path": os.path.join(home, "store"), "map_size": "2GiB"},
+                              **storage)
+        daemon = Daemon(home, config={"sources": [source], "tables": [table],
+                                      "storage": daemon_storage},
+                        stubs=stubs, prefix=pinned(args.daemon_cpus))
+        try:
+            daemon.start()
+            window, metrics0 = (CpuWindow(daemon.proc.pid, broker_pid, f"kafka-{round_}"),
+                                daemon.metrics())
+            first, done = wait_positions(daemon, "bulk", want)
+            window.report(f"cdcviewd (kafka) bulk phase, round {round_}",
+                          batch_sizes(metrics0, daemon.metrics()))
+            daemon.stop()
+        finally:
+            daemon.ensure_dead()
+        log(f"cdcviewd (kafka), round {round_}: applied {args.events} events in "
+            f"{done - first:.1f}s = {args.events / (done - first):.0f} events/s")
+        return daemon, source, daemon_storage, done - first
+
+    # Kafka, file, file, Kafka, ...: see the docstring.
+    kafka_seconds, file_seconds, d = [], [], None
+    for round_ in range(args.rounds):
+        for phase in ("kafka", "file") if round_ % 2 == 0 else ("file", "kafka"):
+            if phase == "file":
+                file_seconds.append(file_phase(work, events_path, table, storage, stubs, args,
+                                               broker_pid, round_))
+                continue
+            if d is not None:  # only the last round's store goes on to the lag phase
+                shutil.rmtree(d.store, ignore_errors=True)
+            d, bulk_source, kafka_storage, seconds = kafka_round(round_)
+            kafka_seconds.append(seconds)
+    kafka_rate = args.events * len(kafka_seconds) / sum(kafka_seconds)
+    file_rate = args.events * len(file_seconds) / sum(file_seconds)
+    log(f"bulk phases: cdcviewd (kafka) {kafka_rate:.0f} events/s, the file source "
+        f"{file_rate:.0f} events/s, over {args.rounds} round(s) each")
     try:
-        d.start()
-        window, metrics0 = CpuWindow(d.proc.pid, broker_pid, "kafka"), d.metrics()
-        first, done = wait_positions(d, "bulk", want)
-        window.report("cdcviewd (kafka) bulk phase", batch_sizes(metrics0, d.metrics()))
-        kafka_rate = args.events / (done - first)
-        log(f"cdcviewd (kafka) applied {args.events} events in {done - first:.1f}s "
-            f"= {kafka_rate:.0f} events/s")
-        d.stop()
-        # The storage ceiling right after, not minutes later: this VM's speed drifts by 20% and
-        # more within minutes, and the two rates are compared.
-        file_rate = file_phase(work, events_path, table, storage, stubs, args, broker_pid)
         # The live source joins now, on the same store: an idle source with its short fetch
         # wait would have cost the broker CPU during the bulk phase (see live_fetch).
-        d.write_config({"sources": [bulk, live_source], "tables": [table],
+        d.write_config({"sources": [bulk_source, live_source], "tables": [table],
                         "storage": kafka_storage})
         d.start()
 
@@ -646,11 +681,14 @@ def run(kafka, work, args, broker_pid):
     print("kafka: cores: " + (f"cdcviewd and the bare consumers on {args.daemon_cpus}, the "
                               f"broker and the producer on {args.other_cpus}"
                               if args.daemon_cpus else "all processes share all cores"))
-    print(f"kafka: cdcviewd consumed+applied {args.events} events, 6 views: {kafka_rate:.0f} events/s")
+    print(f"kafka: cdcviewd consumed+applied {args.events} events, 6 views: {kafka_rate:.0f} events/s "
+          f"(over {args.rounds} round(s): " + ", ".join(f"{args.events / t:.0f}" for t in kafka_seconds)
+          + ")")
     print(f"kafka: bare librdkafka consume loop, same topic: {raw_rate:.0f} msg/s "
           f"(cdcviewd / raw = {kafka_rate / raw_rate:.2f})")
-    print(f"kafka: file source, same events (storage ceiling): {file_rate:.0f} events/s "
-          f"(cdcviewd / ceiling = {kafka_rate / file_rate:.2f})")
+    print(f"kafka: file source, same events (storage ceiling): {file_rate:.0f} events/s (rounds: "
+          + ", ".join(f"{args.events / t:.0f}" for t in file_seconds)
+          + f"; cdcviewd / ceiling = {kafka_rate / file_rate:.2f})")
     print(f"kafka: target >= 80% of min(raw, ceiling) = {0.8 * bound:.0f} events/s: "
           f"{'met' if kafka_rate >= 0.8 * bound else 'NOT met'}")
     load = "50% load" if not args.lag_rate else f"{args.lag_rate:.0f}/s requested"
