@@ -37,9 +37,9 @@ std::chrono::microseconds WriterLinger(const ApplyConfig& cfg, std::chrono::micr
 }
 
 bool CommitsDirectly(const ApplyConfig& cfg, size_t events,
-                     std::chrono::microseconds last_lmdb_commit) {
-  return events > cfg.batch_size &&
-         last_lmdb_commit <= kDirectCommitPerEvent * static_cast<int64_t>(events);
+                     std::optional<std::chrono::microseconds> last_lmdb_commit) {
+  return events > cfg.batch_size && last_lmdb_commit.has_value() &&
+         *last_lmdb_commit <= kDirectCommitPerEvent * static_cast<int64_t>(events);
 }
 
 namespace {

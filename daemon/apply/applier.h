@@ -23,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <span>
 #include <string>
@@ -72,8 +73,9 @@ std::chrono::microseconds WriterLinger(const ApplyConfig& cfg, std::chrono::micr
 // what the preparer spends on the next batch meanwhile: on tmpfs or a fast SSD. Where a sync
 // takes hundreds of milliseconds (a slow disk) the flusher waits for it instead of the writer.
 inline constexpr std::chrono::nanoseconds kDirectCommitPerEvent{2000};
+// Without a last commit to go by (none since the start), buffered.
 bool CommitsDirectly(const ApplyConfig& cfg, size_t events,
-                     std::chrono::microseconds last_lmdb_commit);
+                     std::optional<std::chrono::microseconds> last_lmdb_commit);
 
 class Applier {
  public:

@@ -409,6 +409,7 @@ absl::Status WriteTxn::Put(MDB_dbi dbi, std::string_view key, std::string_view v
   if (own_layer_ != nullptr) return Record(dbi, key, PendingLayer::Op::kPut, value);
   auto cursor = CursorFor(dbi);
   if (!cursor.ok()) return cursor.status();
+  wrote_ = true;
   MDB_val k = Val(key), v = Val(value);
   return LmdbStatus(mdb_cursor_put(*cursor, &k, &v, 0), "writing the store");
 }
@@ -417,6 +418,7 @@ absl::Status WriteTxn::Append(MDB_dbi dbi, std::string_view key, std::string_vie
   if (own_layer_ != nullptr) return Record(dbi, key, PendingLayer::Op::kAppend, value);
   auto cursor = CursorFor(dbi);
   if (!cursor.ok()) return cursor.status();
+  wrote_ = true;
   MDB_val k = Val(key), v = Val(value);
   return LmdbStatus(mdb_cursor_put(*cursor, &k, &v, MDB_APPEND), "appending to the store");
 }
@@ -424,6 +426,7 @@ absl::Status WriteTxn::Append(MDB_dbi dbi, std::string_view key, std::string_vie
 absl::Status WriteTxn::AppendOrPut(MDB_dbi dbi, std::string_view key, std::string_view value) {
   auto cursor = CursorFor(dbi);
   if (!cursor.ok()) return cursor.status();
+  wrote_ = true;
   MDB_val k = Val(key), v = Val(value);
   int rc = mdb_cursor_put(*cursor, &k, &v, MDB_APPEND);
   if (rc == MDB_KEYEXIST) {  // not past the last key
@@ -440,7 +443,10 @@ absl::Status WriteTxn::Delete(MDB_dbi dbi, std::string_view key) {
   if (!cursor.ok()) return cursor.status();
   MDB_val k = Val(key), v;
   int rc = mdb_cursor_get(*cursor, &k, &v, MDB_SET);
-  if (rc == MDB_SUCCESS) rc = mdb_cursor_del(*cursor, 0);
+  if (rc == MDB_SUCCESS) {
+    wrote_ = true;
+    rc = mdb_cursor_del(*cursor, 0);
+  }
   if (rc == MDB_NOTFOUND) return absl::OkStatus();
   return LmdbStatus(rc, "deleting from the store");
 }
@@ -460,6 +466,7 @@ absl::StatusOr<bool> WriteTxn::Take(MDB_dbi dbi, std::string_view key, std::stri
   int rc = mdb_cursor_get(*cursor, &k, &v, MDB_SET_KEY);
   if (rc == MDB_SUCCESS) {
     value->assign(static_cast<const char*>(v.mv_data), v.mv_size);  // before the page changes
+    wrote_ = true;
     rc = mdb_cursor_del(*cursor, 0);
   }
   if (rc == MDB_NOTFOUND) return false;
@@ -477,6 +484,7 @@ absl::Status WriteTxn::Clear(MDB_dbi dbi) {
     db.cleared = true;
     return absl::OkStatus();
   }
+  wrote_ = true;
   return LmdbStatus(mdb_drop(txn_, dbi, 0), "clearing a database");
 }
 
@@ -489,7 +497,7 @@ absl::Status WriteTxn::Commit() {
   }
   const auto committing = std::chrono::steady_clock::now();
   int rc = mdb_txn_commit(txn_);
-  if (store_ != nullptr) {
+  if (store_ != nullptr && wrote_ && rc == MDB_SUCCESS) {
     store_->last_lmdb_commit_us_.store(std::chrono::duration_cast<std::chrono::microseconds>(
                                            std::chrono::steady_clock::now() - committing)
                                            .count());
@@ -750,7 +758,6 @@ absl::StatusOr<std::unique_ptr<WriteTxn>> Store::BeginWrite() {
     }
     absl::Status s = WriteLayers(*layers, txn->get());
     if (s.ok()) {
-      (*txn)->store_ = this;
       (*txn)->absorbed_ = std::move(layers);
       (*txn)->flush_lock_ = std::move(flushing);
       return txn;

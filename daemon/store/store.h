@@ -239,6 +239,7 @@ class WriteTxn : public Txn {
 
   std::vector<MDB_cursor*> cursors_;  // by dbi; nullptr until used
   Store* store_ = nullptr;  // buffered, and direct ones with write-back (the commit's cost)
+  bool wrote_ = false;      // a direct one: whether it wrote to LMDB (its commit then syncs)
   std::unique_ptr<PendingLayer> own_layer_;
   std::shared_lock<std::shared_mutex> read_lock_;  // buffered: as a ReadTxn's
   // A direct transaction with write-back on: the store's flush lock, and the pending layers
@@ -305,10 +306,17 @@ class Store {
     return std::chrono::microseconds(last_flush_us_.load());
   }
   // With write-back on, how long mdb_txn_commit took for the last write transaction on LMDB
-  // (a flush or a direct one): what a direct commit would make its writer wait, its sync
-  // first of all. 0 before the first.
-  std::chrono::microseconds last_lmdb_commit() const {
-    return std::chrono::microseconds(last_lmdb_commit_us_.load());
+  // that wrote something and committed (a flush or a direct one): what a direct commit would
+  // make its writer wait, its sync first of all. None before the first: a commit that wrote
+  // nothing (opening a store) skips the sync and would say nothing about it.
+  std::optional<std::chrono::microseconds> last_lmdb_commit() const {
+    const int64_t us = last_lmdb_commit_us_.load();
+    if (us < 0) return std::nullopt;
+    return std::chrono::microseconds(us);
+  }
+  // Sets what last_lmdb_commit() says until the next such commit (tests).
+  void set_last_lmdb_commit(std::chrono::microseconds took) {
+    last_lmdb_commit_us_.store(took.count());
   }
   // A flush starts early once the layers hold this much, or once there are this many (each
   // read looks a key up in every layer); BeginBuffered waits beyond kMaxPendingBytes.
@@ -389,7 +397,7 @@ class Store {
   // layers leave pending_ in order. Taken before pending_mu_.
   std::mutex flush_mu_;
   std::atomic<int64_t> last_flush_us_{0};
-  std::atomic<int64_t> last_lmdb_commit_us_{0};
+  std::atomic<int64_t> last_lmdb_commit_us_{-1};  // -1: none yet
 };
 
 }  // namespace cdcview

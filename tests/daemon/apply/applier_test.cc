@@ -792,23 +792,23 @@ TEST_F(ApplierTest, WriteBackShowsEachBatchBeforeItIsInLmdbAndEndsWithTheSameSto
   EXPECT_EQ(positions, Meta("pos/"));
 }
 
-TEST_F(ApplierTest, WriteBackCommitsABacklogBatchToLmdbItselfWithTheLayersBeforeIt) {
-  // With batch_size 3, a batch of three events is a layer; one of 500 is what a writer behind
-  // its sources takes, and goes to LMDB itself where a commit there costs at most 2 us an
-  // event: 1 ms here, where the last commit (opening a store whose views are built) wrote
-  // nothing and took microseconds.
+TEST_F(ApplierTest, WriteBackCommitsABacklogBatchToLmdbItselfWhereACommitIsCheap) {
+  // With batch_size 3, a batch of three events is a layer; the two of 250 are larger than
+  // batch_size, as what a writer behind its sources takes, and go to LMDB itself where the
+  // last commit there cost at most 2 us an event: 500 us.
   config_.apply.batch_size = 3;
   std::vector<SourceRecord> small = ChurningBatches(key(), 1)[0];
   ASSERT_EQ(small.size(), 3u);
-  std::vector<SourceRecord> large;
+  std::vector<std::vector<SourceRecord>> large(2);
   for (int i = 0; i < 500; ++i) {
     Item user = User1();
     user["PK"] = S(absl::StrCat("USER#b", i));
     user["score"] = N(absl::StrCat(i));
-    large.push_back(test::Insert(key(), user, At(absl::StrCat(10 + i)).Seq(absl::StrCat(10 + i))));
+    large[i / 250].push_back(
+        test::Insert(key(), user, At(absl::StrCat(10 + i)).Seq(absl::StrCat(10 + i))));
   }
   ASSERT_TRUE(Open().ok());
-  ASSERT_TRUE(ApplyPipelined(*applier_, {small, large}).ok());
+  ASSERT_TRUE(ApplyPipelined(*applier_, {small, large[0], large[1]}).ok());
   const ViewContents views = Views();
   const std::vector<std::string> items = StoredItems();
   const std::vector<std::string> positions = Meta("pos/");
@@ -820,17 +820,38 @@ TEST_F(ApplierTest, WriteBackCommitsABacklogBatchToLmdbItselfWithTheLayersBefore
   Close();
   config_.storage.flush_interval_ms = 60000;
   ASSERT_TRUE(Open().ok());
+  // Opening a built store commits nothing to go by: buffered until a commit says otherwise.
+  EXPECT_EQ(store_->last_lmdb_commit(), std::nullopt);
   ASSERT_TRUE(ApplyPipelined(*applier_, {small}).ok());
-  EXPECT_EQ(store_->pending_layers(), 1u);
-  ASSERT_TRUE(ApplyPipelined(*applier_, {large}).ok());
-  EXPECT_EQ(store_->pending_layers(), 0u);  // in LMDB, the small batch's layer first
+  ASSERT_TRUE(ApplyPipelined(*applier_, {large[0]}).ok());
+  EXPECT_EQ(store_->pending_layers(), 2u);
+  store_->set_last_lmdb_commit(std::chrono::microseconds(501));  // a sync of 2.004 us an event
+  ASSERT_TRUE(ApplyPipelined(*applier_, {large[1]}).ok());
+  EXPECT_EQ(store_->pending_layers(), 3u);
+  EXPECT_EQ(views, Views());
+
+  // The same on a new store, and this time 2 us an event: the last large batch goes to LMDB,
+  // the two layers before it first.
+  Close();
+  store_name_ = "write-back-2";
+  config_.storage.flush_interval_ms = 0;
+  ASSERT_TRUE(Open().ok());
+  Close();
+  config_.storage.flush_interval_ms = 60000;
+  ASSERT_TRUE(Open().ok());
+  ASSERT_TRUE(ApplyPipelined(*applier_, {small, large[0]}).ok());
+  EXPECT_EQ(store_->pending_layers(), 2u);
+  store_->set_last_lmdb_commit(std::chrono::microseconds(500));
+  ASSERT_TRUE(ApplyPipelined(*applier_, {large[1]}).ok());
+  EXPECT_EQ(store_->pending_layers(), 0u);  // in LMDB, the layers before it first
   EXPECT_EQ(store_->pending_bytes(), 0u);
-  EXPECT_EQ(applier_->commit_count(), 2u);
+  EXPECT_TRUE(store_->last_lmdb_commit().has_value());  // this commit's own cost, measured
+  EXPECT_EQ(applier_->commit_count(), 3u);
   EXPECT_EQ(views, Views());
   EXPECT_EQ(items, StoredItems());
   EXPECT_EQ(positions, Meta("pos/"));
 
-  // Reopened without write-back, LMDB alone holds both batches.
+  // Reopened without write-back, LMDB alone holds all three batches.
   Close();
   config_.storage.flush_interval_ms = 0;
   ASSERT_TRUE(Open().ok());
@@ -1235,7 +1256,8 @@ TEST(CommitsDirectlyTest, OnlyABatchLargerThanBatchSizeWhereAnLmdbCommitCostsAtM
   ApplyConfig cfg;
   cfg.batch_size = 1024;
   EXPECT_FALSE(CommitsDirectly(cfg, 1024, microseconds(0)));  // not behind: a layer
-  EXPECT_TRUE(CommitsDirectly(cfg, 1025, microseconds(0)));   // no commit to LMDB yet
+  EXPECT_TRUE(CommitsDirectly(cfg, 1025, microseconds(0)));
+  EXPECT_FALSE(CommitsDirectly(cfg, 8192, std::nullopt));  // no commit to go by yet
   EXPECT_TRUE(CommitsDirectly(cfg, 1025, microseconds(2050)));
   EXPECT_FALSE(CommitsDirectly(cfg, 1025, microseconds(2051)));
   EXPECT_TRUE(CommitsDirectly(cfg, 8192, microseconds(900)));      // tmpfs
