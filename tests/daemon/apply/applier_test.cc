@@ -226,6 +226,18 @@ class ApplierTest : public ::testing::Test {
     return out;
   }
 
+  // Reopens the store without write-back: LMDB alone must hold these views, items and
+  // positions ("pos/" meta keys).
+  void ExpectLmdbAloneHolds(const ViewContents& views, const std::vector<std::string>& items,
+                            const std::vector<std::string>& positions) {
+    Close();
+    config_.storage.flush_interval_ms = 0;
+    ASSERT_TRUE(Open().ok());
+    EXPECT_EQ(views, Views());
+    EXPECT_EQ(items, StoredItems());
+    EXPECT_EQ(positions, Meta("pos/"));
+  }
+
   // "key=value" of every meta entry that starts with `prefix`.
   std::vector<std::string> Meta(std::string_view prefix) const {
     std::vector<std::string> out;
@@ -783,13 +795,7 @@ TEST_F(ApplierTest, WriteBackShowsEachBatchBeforeItIsInLmdbAndEndsWithTheSameSto
   EXPECT_EQ(store_->pending_layers(), 0u);
   EXPECT_EQ(views, Views());
 
-  // Reopened without write-back, LMDB alone holds it all.
-  Close();
-  config_.storage.flush_interval_ms = 0;
-  ASSERT_TRUE(Open().ok());
-  EXPECT_EQ(views, Views());
-  EXPECT_EQ(items, StoredItems());
-  EXPECT_EQ(positions, Meta("pos/"));
+  ExpectLmdbAloneHolds(views, items, positions);
 }
 
 TEST_F(ApplierTest, WriteBackCommitsABacklogBatchToLmdbItselfWhereACommitIsCheap) {
@@ -851,13 +857,7 @@ TEST_F(ApplierTest, WriteBackCommitsABacklogBatchToLmdbItselfWhereACommitIsCheap
   EXPECT_EQ(items, StoredItems());
   EXPECT_EQ(positions, Meta("pos/"));
 
-  // Reopened without write-back, LMDB alone holds all three batches.
-  Close();
-  config_.storage.flush_interval_ms = 0;
-  ASSERT_TRUE(Open().ok());
-  EXPECT_EQ(views, Views());
-  EXPECT_EQ(items, StoredItems());
-  EXPECT_EQ(positions, Meta("pos/"));
+  ExpectLmdbAloneHolds(views, items, positions);  // all three batches
 }
 
 TEST_F(ApplierTest, PipelineStopsAtAFailingBatchUnderStopAndAppliesNothingAfter) {
