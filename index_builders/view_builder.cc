@@ -381,7 +381,8 @@ absl::Status ViewBuilder::Diff(const Item* old_item, const Item* new_item,
       continue;
     }
     if (old_place.has_value()) {
-      out->push_back(IndexMutation{IndexMutation::Op::kDelete, v, std::move(old_place->key), ""});
+      out->push_back(IndexMutation{IndexMutation::Op::kDelete, v, std::move(old_place->key),
+                                   EncodeProjection(table_, view, old_place->rule, *old_item)});
     }
     if (new_place.has_value()) {
       out->push_back(IndexMutation{IndexMutation::Op::kPut, v, std::move(new_place->key),

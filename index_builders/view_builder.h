@@ -31,7 +31,9 @@ struct IndexMutation {
   Op op;
   size_t view;        // index into TableSpec::views
   std::string key;
-  std::string value;  // empty for kDelete
+  // kPut: the entry's new value. kDelete: the value the entry holds, the old image's projection
+  // (the change log records it; with write-back the writer does not read the entry for it).
+  std::string value;
 };
 
 // Why an item has no entry in a view although a rule matched (for metrics and DescribeView).

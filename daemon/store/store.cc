@@ -474,6 +474,16 @@ absl::StatusOr<bool> WriteTxn::Take(MDB_dbi dbi, std::string_view key, std::stri
   return true;
 }
 
+absl::StatusOr<bool> WriteTxn::TakeKnown(MDB_dbi dbi, std::string_view key,
+                                         std::string_view known, std::string* value) {
+  if (own_layer_ == nullptr) return Take(dbi, key, value);
+  const std::optional<std::optional<std::string_view>> pending = FindPending(dbi, key);
+  if (pending.has_value() && !pending->has_value()) return false;  // deleted in memory
+  value->assign(pending.has_value() ? **pending : known);  // before the entry is overwritten
+  if (absl::Status s = Record(dbi, key, PendingLayer::Op::kDelete, {}); !s.ok()) return s;
+  return true;
+}
+
 absl::Status WriteTxn::Clear(MDB_dbi dbi) {
   if (own_layer_ != nullptr) {
     PendingLayer::Db& db = OwnDb(dbi);

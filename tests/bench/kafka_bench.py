@@ -54,7 +54,7 @@ split moves it to the lower half of the cores), KAFKA_BENCH_STORAGE (JSON
 merged into both daemons' storage section, e.g. '{"write_map": false}'),
 KAFKA_BENCH_PROPERTIES (JSON: librdkafka properties of the daemon's sources),
 KAFKA_BENCH_PERF (a directory: `perf record -g` of cdcviewd during the bulk phases,
-kafka-<round>.data and file-<round>.data), KAFKA_BENCH_LOGS (a directory the daemons' logs
+kafka-<round>.data and file-<round>.data, and the half-load lag phase, lag.data), KAFKA_BENCH_LOGS (a directory the daemons' logs
 are copied to).
 
 Each phase prints the CPU seconds of cdcviewd's threads (by name; the writer is cdcview-writer,
@@ -353,7 +353,7 @@ class CpuWindow:
         if perf_dir and perf_name:  # a call-graph profile of cdcviewd over the phase
             os.makedirs(perf_dir, exist_ok=True)
             self.perf = subprocess.Popen(
-                ["perf", "record", "-g", "-F", "499", "-p", str(daemon_pid), "-o",
+                ["perf", "record", "--call-graph", "dwarf,32768", "-F", "199", "-p", str(daemon_pid), "-o",
                  os.path.join(perf_dir, f"{perf_name}.data")],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.threads = thread_times(daemon_pid)
@@ -662,7 +662,7 @@ def run(kafka, work, args, broker_pid):
             log(f"warm-up: {warmed} events at {lag_rate:.0f}/s for {args.warm_seconds:.0f}s, "
                 "applied; not measured")
         time.sleep(2)
-        window = CpuWindow(d.proc.pid, broker_pid)
+        window = CpuWindow(d.proc.pid, broker_pid, "lag")
         half = measure_lag(d, kafka, lag_topic, path, lag_rate, args.lag_seconds, args.linger_ms)
         metrics0, metrics1 = half.metrics0, half.metrics1
         log(half.produced)

@@ -21,6 +21,7 @@
 #include "daemon/config/config.h"
 #include "daemon/log/log.h"
 #include "daemon/metrics/metrics.h"
+#include "daemon/store/change_log.h"
 #include "daemon/store/store.h"
 #include "gtest/gtest.h"
 #include "index_builders/item_codec.h"
@@ -223,6 +224,23 @@ class ApplierTest : public ::testing::Test {
       if (!item->tombstone) line += " " + test::DescribeValue(item->image);
       out.push_back(line);
     }
+    return out;
+  }
+
+  // "<sequence> put|del <view> [key] {value}" per change log entry, oldest first.
+  std::vector<std::string> ChangeLog() const {
+    std::vector<std::string> out;
+    auto txn = store_->BeginRead();
+    EXPECT_TRUE(txn.ok()) << txn.status();
+    if (!txn.ok()) return out;
+    ChangeLogReader reader(**txn, store_->changes());
+    absl::StatusOr<bool> ok = reader.Seek(0);
+    for (; ok.ok() && *ok; ok = reader.Next()) {
+      const ChangeView& c = reader.change();
+      out.push_back(absl::StrCat(c.sequence, c.op == ChangeOp::kPut ? " put " : " del ", std::string(c.view),
+                                 " [", DescribeKey(c.key), "] ", test::DescribeValue(c.value)));
+    }
+    EXPECT_TRUE(ok.ok()) << ok.status();
     return out;
   }
 
@@ -775,10 +793,17 @@ TEST_F(ApplierTest, WriteBackShowsEachBatchBeforeItIsInLmdbAndEndsWithTheSameSto
   const ViewContents views = Views();
   const std::vector<std::string> items = StoredItems();
   const std::vector<std::string> positions = Meta("pos/");
+  const std::vector<std::string> changes = ChangeLog();
   ASSERT_FALSE(views.empty());
+  // Entries moved and removed: the log's deletes carry the values the entries held.
+  ASSERT_TRUE(std::any_of(changes.begin(), changes.end(), [](const std::string& c) {
+    return c.find(" del ") != std::string::npos;
+  }));
 
   // The same batches with write-back and no timed flush: every batch is a pending layer, and
-  // reads (the preparer's among them) see exactly what committing each batch gave.
+  // reads (the preparer's among them) see exactly what committing each batch gave. Deletes
+  // take the value they log from the layers or, for an entry in LMDB, from the stored image
+  // (WriteTxn::TakeKnown): the log is the same.
   Close();
   store_name_ = "write-back";
   config_.storage.flush_interval_ms = 60000;
@@ -789,11 +814,27 @@ TEST_F(ApplierTest, WriteBackShowsEachBatchBeforeItIsInLmdbAndEndsWithTheSameSto
   EXPECT_EQ(views, Views());
   EXPECT_EQ(items, StoredItems());
   EXPECT_EQ(positions, Meta("pos/"));
+  EXPECT_EQ(changes, ChangeLog());
   EXPECT_EQ(applier_->WriterError(), "");
 
   ASSERT_TRUE(store_->Flush().ok());
   EXPECT_EQ(store_->pending_layers(), 0u);
   EXPECT_EQ(views, Views());
+  EXPECT_EQ(changes, ChangeLog());
+
+  // Once more, each batch flushed before the next: every entry a batch deletes is then in
+  // LMDB alone, and the value logged is the stored image's projection of it.
+  Close();
+  store_name_ = "write-back-flushed";
+  ASSERT_TRUE(Open().ok());
+  for (std::vector<SourceRecord>& batch : ChurningBatches(key(), kBatches)) {
+    ASSERT_TRUE(ApplyPipelined(*applier_, {std::move(batch)}).ok());
+    EXPECT_EQ(store_->pending_layers(), 1u);
+    ASSERT_TRUE(store_->Flush().ok());
+  }
+  EXPECT_EQ(views, Views());
+  EXPECT_EQ(items, StoredItems());
+  EXPECT_EQ(changes, ChangeLog());
 
   ExpectLmdbAloneHolds(views, items, positions);
 }

@@ -262,6 +262,47 @@ TEST(WriteBackTest, ClearHidesOlderLayersAndLmdbUntilWrittenAgain) {
   EXPECT_EQ(Forwards(**flushed, v), (Model{{"c", "3"}, {"d", "4"}}));
 }
 
+TEST(WriteBackTest, TakeKnownReadsMemoryAndTrustsTheCallerForLmdb) {
+  test::TempDir dir;
+  auto store = OpenOrDie(Storage(dir.Sub("s"), 60000));
+  ASSERT_NE(store, nullptr);
+  const MDB_dbi v = store->view("V");
+  ASSERT_TRUE(Write(*store, v, {{"a", "in lmdb"}, {"b", "in lmdb"}, {"c", "in lmdb"}}, {}, false).ok());
+  ASSERT_TRUE(Write(*store, v, {{"b", "in a layer"}}, {"c"}, true).ok());
+  auto txn = store->BeginBuffered();
+  ASSERT_TRUE(txn.ok());
+  ASSERT_TRUE((*txn)->Put(v, "d", "own").ok());
+  std::string value = "untouched";
+  // In LMDB only: not read there; the caller's value is what the entry held.
+  EXPECT_EQ(*(*txn)->TakeKnown(v, "a", "known", &value), true);
+  EXPECT_EQ(value, "known");
+  // In a pending layer or the transaction's own writes: their value.
+  EXPECT_EQ(*(*txn)->TakeKnown(v, "b", "known", &value), true);
+  EXPECT_EQ(value, "in a layer");
+  EXPECT_EQ(*(*txn)->TakeKnown(v, "d", "known", &value), true);
+  EXPECT_EQ(value, "own");
+  // Deleted in a layer, or by this transaction: absent, and *value stays.
+  value = "untouched";
+  EXPECT_EQ(*(*txn)->TakeKnown(v, "c", "known", &value), false);
+  EXPECT_EQ(*(*txn)->TakeKnown(v, "a", "known", &value), false);
+  EXPECT_EQ(value, "untouched");
+  ASSERT_TRUE((*txn)->Commit().ok());
+  ASSERT_TRUE(store->Flush().ok());
+  auto flushed = store->BeginRead();
+  ASSERT_TRUE(flushed.ok());
+  EXPECT_EQ(Forwards(**flushed, v), Model{});
+  flushed->reset();
+
+  // A direct transaction reads LMDB, as Take does.
+  ASSERT_TRUE(Write(*store, v, {{"e", "in lmdb"}}, {}, false).ok());
+  auto direct = store->BeginWrite();
+  ASSERT_TRUE(direct.ok());
+  EXPECT_EQ(*(*direct)->TakeKnown(v, "e", "known", &value), true);
+  EXPECT_EQ(value, "in lmdb");
+  EXPECT_EQ(*(*direct)->TakeKnown(v, "f", "known", &value), false);
+  EXPECT_EQ(value, "in lmdb");
+}
+
 TEST(WriteBackTest, AppendsFlushWhetherOrNotTheyArePastTheLastKey) {
   test::TempDir dir;
   auto store = OpenOrDie(Storage(dir.Sub("s"), 60000));
