@@ -53,7 +53,7 @@ scripts/kafka.sh; KAFKA_BENCH_BROKER_PID then names its JVM for the CPU figures 
 split moves it to the lower half of the cores), KAFKA_BENCH_STORAGE (JSON
 merged into both daemons' storage section, e.g. '{"write_map": false}'),
 KAFKA_BENCH_PROPERTIES (JSON: librdkafka properties of the daemon's sources),
-KAFKA_BENCH_PERF (a directory: `perf record -g` of cdcviewd during the bulk phases,
+KAFKA_BENCH_PERF (a directory: `perf record --call-graph dwarf` of cdcviewd during the bulk phases,
 kafka-<round>.data and file-<round>.data, and the half-load lag phase, lag.data), KAFKA_BENCH_LOGS (a directory the daemons' logs
 are copied to).
 
@@ -353,8 +353,10 @@ class CpuWindow:
         if perf_dir and perf_name:  # a call-graph profile of cdcviewd over the phase
             os.makedirs(perf_dir, exist_ok=True)
             self.perf = subprocess.Popen(
-                ["perf", "record", "--call-graph", "dwarf,32768", "-F", "199", "-p", str(daemon_pid), "-o",
-                 os.path.join(perf_dir, f"{perf_name}.data")],
+                # DWARF stacks: Debian's LMDB and libc keep no frame pointers, so -g stops
+                # at their frames and leaves LMDB's time without a caller.
+                ["perf", "record", "--call-graph", "dwarf,32768", "-F", "199", "-p",
+                 str(daemon_pid), "-o", os.path.join(perf_dir, f"{perf_name}.data")],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.threads = thread_times(daemon_pid)
         self.daemon = process_cpu(daemon_pid)
