@@ -985,39 +985,69 @@ void Store::FlushLoop() {
 absl::Status Store::WriteLayers(const PendingLayers& layers, WriteTxn* txn) {
   size_t dbs = 0;
   for (const auto& layer : layers) dbs = std::max(dbs, layer->dbs.size());
-  // Per database, the last write of each key across the layers, in key order.
-  std::vector<std::pair<bool, std::map<std::string_view, const PendingLayer::Entry*>>> merged(dbs);
-  for (const auto& layer : layers) {
-    for (size_t dbi = 0; dbi < layer->dbs.size(); ++dbi) {
-      const PendingLayer::Db& db = layer->dbs[dbi];
-      auto& [cleared, entries] = merged[dbi];
-      if (db.cleared) {
-        cleared = true;
-        entries.clear();
-      }
-      for (const auto& [key, entry] : db.entries) entries.insert_or_assign(key, &entry);
+  // Per database, the last write of each key across the layers, in key order: a k-way merge
+  // of the layers' sorted entries (a map of every key cost the flusher a fifth of its CPU).
+  struct Head {
+    PendingLayer::Entries::const_iterator it, end;
+    size_t layer;  // the newer layer's entry wins a key
+  };
+  // A heap's top is its greatest element: the smallest key, of the newest layer among equals.
+  auto after = [](const Head& a, const Head& b) {
+    const int c = a.it->first.compare(b.it->first);
+    return c != 0 ? c > 0 : a.layer < b.layer;
+  };
+  std::vector<Head> heads;
+  // Moves the head just popped (at the back) to its next entry, or drops it at its end.
+  auto step = [&] {
+    if (++heads.back().it != heads.back().end) {
+      std::push_heap(heads.begin(), heads.end(), after);
+    } else {
+      heads.pop_back();
     }
-  }
+  };
   for (size_t dbi = 0; dbi < dbs; ++dbi) {
-    const auto& [cleared, entries] = merged[dbi];
     const MDB_dbi d = static_cast<MDB_dbi>(dbi);
-    if (cleared) {
+    // A cleared database: what the older layers and LMDB hold is gone.
+    size_t first = 0;
+    for (size_t i = 0; i < layers.size(); ++i) {
+      const PendingLayer::Db* db = layers[i]->db(d);
+      if (db != nullptr && db->cleared) first = i + 1;
+    }
+    if (first > 0) {
       if (absl::Status s = txn->Clear(d); !s.ok()) return s;
     }
-    for (const auto& [key, entry] : entries) {
+    heads.clear();
+    for (size_t i = first > 0 ? first - 1 : 0; i < layers.size(); ++i) {
+      const PendingLayer::Db* db = layers[i]->db(d);
+      if (db != nullptr && !db->entries.empty()) {
+        heads.push_back(Head{db->entries.begin(), db->entries.end(), i});
+      }
+    }
+    std::make_heap(heads.begin(), heads.end(), after);
+    while (!heads.empty()) {
+      std::pop_heap(heads.begin(), heads.end(), after);
+      const std::string& key = heads.back().it->first;
+      const PendingLayer::Entry& entry = heads.back().it->second;
       absl::Status s;
-      switch (entry->op) {
+      switch (entry.op) {
         case PendingLayer::Op::kPut:
-          s = txn->Put(d, key, entry->value);
+          s = txn->Put(d, key, entry.value);
           break;
         case PendingLayer::Op::kAppend:
-          s = txn->AppendOrPut(d, key, entry->value);
+          s = txn->AppendOrPut(d, key, entry.value);
           break;
         case PendingLayer::Op::kDelete:
           s = txn->Delete(d, key);
           break;
       }
       if (!s.ok()) return s;
+      // Every layer standing on this key moves past it (older writes of the key are dropped).
+      const std::string_view written = key;  // the node stays when its iterator moves
+      step();
+      while (!heads.empty() && heads.front().it->first == written) {
+        std::pop_heap(heads.begin(), heads.end(), after);
+        step();
+      }
     }
   }
   return txn->Put(meta_, kFlushedKey, std::to_string(layers.back()->sequence));
