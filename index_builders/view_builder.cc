@@ -1,5 +1,6 @@
 #include "index_builders/view_builder.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iterator>
@@ -217,11 +218,29 @@ bool SameAttribute(const Item& a, const Item& b, std::string_view name) {
 bool SameProjection(const TableSpec& table, const ViewSpec& view, const ViewRule* old_rule,
                     const ViewRule* new_rule, const Item& old_item, const Item& new_item) {
   if (view.projection.kind == ProjectionKind::kAll) return old_item == new_item;
-  std::vector<std::string_view> names;
-  ProjectedNames(table, view, old_rule, &names);
-  if (new_rule != old_rule) ProjectedNames(table, view, new_rule, &names);
-  for (std::string_view name : names) {
-    if (!SameAttribute(old_item, new_item, name)) return false;
+  std::vector<std::string_view> old_names;
+  ProjectedNames(table, view, old_rule, &old_names);
+  if (new_rule == old_rule) {
+    for (std::string_view name : old_names) {
+      if (!SameAttribute(old_item, new_item, name)) return false;
+    }
+    return true;
+  }
+  // Another rule may keep other attributes: each side's value is what its own rule keeps of
+  // its image under that name (nothing where the rule does not keep the name).
+  std::vector<std::string_view> new_names;
+  ProjectedNames(table, view, new_rule, &new_names);
+  auto kept = [](const std::vector<std::string_view>& names, const Item& item,
+                 std::string_view name) -> const AttributeValue* {
+    return std::find(names.begin(), names.end(), name) != names.end() ? Find(item, name)
+                                                                        : nullptr;
+  };
+  for (const auto* names : {&old_names, &new_names}) {
+    for (std::string_view name : *names) {
+      const AttributeValue* x = kept(old_names, old_item, name);
+      const AttributeValue* y = kept(new_names, new_item, name);
+      if (x == nullptr ? y != nullptr : y == nullptr || *x != *y) return false;
+    }
   }
   return true;
 }

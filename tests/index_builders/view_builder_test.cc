@@ -1,7 +1,9 @@
 #include "index_builders/view_builder.h"
 
 #include <algorithm>
+#include <map>
 #include <optional>
+#include <random>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -110,7 +112,8 @@ std::vector<std::string> DiffOf(const ViewBuilder& builder, const Item* old_item
       return p.view == m.view && p.key == m.key;
     });
     if (same == put.end()) {
-      ADD_FAILURE() << "a delete of an entry the old image does not place: " << Describe(builder, m);
+      ADD_FAILURE() << "a delete of an entry the old image does not place: "
+                    << Describe(builder, m);
       continue;
     }
     EXPECT_EQ(m.value, same->value) << Describe(builder, m);
@@ -610,6 +613,29 @@ TEST(OverloadedViewTest, RuleChangeMovesTheEntry) {
                           "total=N:42.5}"));
 }
 
+TEST(OverloadedViewTest, ARuleChangeThatKeepsTheKeyRewritesWhatTheNewRuleProjects) {
+  // Both rules build the same key from differently named attributes with equal values: the
+  // entry stays where it is, but KEYS_ONLY keeps the new rule's attributes, not the old one's.
+  ViewBuilder b = Builder(View("Contact",
+                               {Rule({Eq("type", "lead")}, A("email")),
+                                Rule({Eq("type", "customer")}, A("contact"))},
+                               KeysOnly()));
+  Item lead{{"PK", S("P")}, {"SK", S("S")}, {"type", S("lead")}, {"email", S("a@x.io")},
+            {"contact", S("a@x.io")}};
+  Item customer = lead;
+  customer["type"] = S("customer");
+  EXPECT_THAT(Modify(b, lead, customer),
+              ElementsAre("put Contact [S:a@x.io | S:P | S:S] {PK=S:P, SK=S:S, contact=S:a@x.io}"));
+  EXPECT_THAT(Modify(b, customer, lead),
+              ElementsAre("put Contact [S:a@x.io | S:P | S:S] {PK=S:P, SK=S:S, email=S:a@x.io}"));
+  // Rules that keep the same attributes: a change of rule alone changes no value.
+  ViewBuilder same = Builder(View("Contact",
+                                  {Rule({Eq("type", "lead")}, A("email")),
+                                   Rule({Eq("type", "customer")}, A("email"))},
+                                  KeysOnly()));
+  EXPECT_THAT(Modify(same, lead, customer), IsEmpty());
+}
+
 TEST(OverloadedViewTest, FirstMatchingRuleDecidesWithoutFallingThrough) {
   ViewBuilder b = Builder(View("Q",
                                {Rule({Eq("type", "order")}, T("STATUS#{status}")),
@@ -973,6 +999,77 @@ TEST(DiffTest, AppendsToExistingMutations) {
   ASSERT_EQ(out.size(), 2u);
   EXPECT_EQ(out[0].key, "k");
   EXPECT_EQ(out[1].op, IndexMutation::Op::kPut);
+}
+
+// Random images of one item, one after another, through overloaded, sparse, composite and
+// projected views whose rules change under it. Applying each Diff to a model of the views
+// must leave what inserting the current image alone gives (a rebuild), and every delete must
+// carry the value its entry holds in the model (the change log logs it without reading it).
+TEST(DiffTest, ASequenceOfImagesLeavesWhatARebuildGivesAndDeletesCarryTheValueHeld) {
+  ViewBuilder b(App({Gsi2(), OpenOrders(), ByLocation(),
+                     View("Contact",
+                          {Rule({Eq("type", "order")}, A("email")),
+                           Rule({Eq("type", "user")}, A("contact")),
+                           Rule({}, T("{email}#{status}"))},
+                          Include({"note"})),
+                     View("Keys",
+                          {Rule({Eq("type", "order")}, T("K#{status}")),
+                           Rule({}, T("K#{email}"))},
+                          KeysOnly())}),
+                kLmdbMaxKeyBytes);
+  using Model = std::map<std::pair<size_t, std::string>, std::string>;
+  auto rebuild = [&](const Item* item) {
+    Model out;
+    std::vector<IndexMutation> puts;
+    if (item != nullptr) {
+      EXPECT_TRUE(b.Diff(nullptr, item, &puts).ok());
+    }
+    for (IndexMutation& m : puts) out[{m.view, m.key}] = m.value;
+    return out;
+  };
+  std::mt19937 rng(7);
+  auto pick = [&](std::vector<const char*> choices) {
+    return S(choices[rng() % choices.size()]);
+  };
+  auto image = [&] {
+    Item item{{"PK", S("P")}, {"SK", S("S")}};
+    auto maybe = [&](const char* name, std::vector<const char*> choices) {
+      if (rng() % 4 != 0) item[name] = pick(std::move(choices));
+    };
+    maybe("type", {"order", "user", "other"});
+    maybe("status", {"OPEN", "SHIPPED"});
+    maybe("created_at", {"2024-05-01", "2024-06-01"});
+    maybe("email", {"a@x.io", "b@x.io"});
+    maybe("contact", {"a@x.io", "b@x.io"});
+    maybe("open_since", {"2024-05-01"});
+    maybe("country", {"DE"});
+    maybe("state", {"BY", "BE"});
+    maybe("city", {"Munich"});
+    maybe("note", {"x", "y"});
+    maybe("name", {"Ann"});
+    return item;
+  };
+  Model model;
+  std::optional<Item> current;
+  for (int step = 0; step < 2000; ++step) {
+    SCOPED_TRACE(absl::StrCat("step ", step));
+    std::optional<Item> next;
+    if (rng() % 8 != 0) next = image();
+    std::vector<IndexMutation> out;
+    ASSERT_TRUE(b.Diff(current ? &*current : nullptr, next ? &*next : nullptr, &out).ok());
+    for (const IndexMutation& m : out) {
+      auto it = model.find({m.view, m.key});
+      if (m.op == IndexMutation::Op::kDelete) {
+        ASSERT_NE(it, model.end()) << "a delete of an entry that is not there: " << Describe(b, m);
+        EXPECT_EQ(m.value, it->second) << Describe(b, m);
+        model.erase(it);
+      } else {
+        model[{m.view, m.key}] = m.value;
+      }
+    }
+    ASSERT_EQ(model, rebuild(next ? &*next : nullptr));
+    current = std::move(next);
+  }
 }
 
 }  // namespace
