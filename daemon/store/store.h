@@ -220,11 +220,12 @@ class WriteTxn : public Txn {
   // Deletes `key` and copies its value to `*value` first: one search for what Get + Delete
   // did in two. False (and `*value` untouched) when absent.
   absl::StatusOr<bool> Take(MDB_dbi dbi, std::string_view key, std::string* value);
-  // Take for a key whose value in LMDB the caller knows (the applier: a view entry is the
-  // projection of the stored item that placed it). A buffered transaction then reads its own
-  // writes and the pending layers only: where neither has the key, the entry is taken to be
-  // in LMDB with `known`, and LMDB is not searched (a random read into a large database cost
-  // the writer 40% of its CPU in the Kafka benchmark's lag phase). A direct one is Take.
+  // Take for a key the caller knows to be in the store with value `known` unless the pending
+  // writes say otherwise (the applier: a view entry is the projection of the stored item that
+  // placed it). A buffered transaction reads its own writes and the pending layers only, and
+  // does not search LMDB: where memory has the key, its value or its absence counts; where
+  // memory does not have it, the entry is taken to be there with `known` (true, `*value` =
+  // `known`). A direct transaction is Take. Errors: as Put's.
   absl::StatusOr<bool> TakeKnown(MDB_dbi dbi, std::string_view key, std::string_view known,
                                  std::string* value);
   // Removes every entry of `dbi` (the database stays open).

@@ -237,8 +237,9 @@ class ApplierTest : public ::testing::Test {
     absl::StatusOr<bool> ok = reader.Seek(0);
     for (; ok.ok() && *ok; ok = reader.Next()) {
       const ChangeView& c = reader.change();
-      out.push_back(absl::StrCat(c.sequence, c.op == ChangeOp::kPut ? " put " : " del ", std::string(c.view),
-                                 " [", DescribeKey(c.key), "] ", test::DescribeValue(c.value)));
+      out.push_back(absl::StrCat(c.sequence, c.op == ChangeOp::kPut ? " put " : " del ",
+                                 std::string(c.view), " [", DescribeKey(c.key), "] ",
+                                 test::DescribeValue(c.value)));
     }
     EXPECT_TRUE(ok.ok()) << ok.status();
     return out;
@@ -821,11 +822,13 @@ TEST_F(ApplierTest, WriteBackShowsEachBatchBeforeItIsInLmdbAndEndsWithTheSameSto
   EXPECT_EQ(store_->pending_layers(), 0u);
   EXPECT_EQ(views, Views());
   EXPECT_EQ(changes, ChangeLog());
+  ExpectLmdbAloneHolds(views, items, positions);
 
   // Once more, each batch flushed before the next: every entry a batch deletes is then in
   // LMDB alone, and the value logged is the stored image's projection of it.
   Close();
   store_name_ = "write-back-flushed";
+  config_.storage.flush_interval_ms = 60000;
   ASSERT_TRUE(Open().ok());
   for (std::vector<SourceRecord>& batch : ChurningBatches(key(), kBatches)) {
     ASSERT_TRUE(ApplyPipelined(*applier_, {std::move(batch)}).ok());

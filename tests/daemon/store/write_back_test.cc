@@ -262,30 +262,36 @@ TEST(WriteBackTest, ClearHidesOlderLayersAndLmdbUntilWrittenAgain) {
   EXPECT_EQ(Forwards(**flushed, v), (Model{{"c", "3"}, {"d", "4"}}));
 }
 
+// TakeKnown's answer: true with the value taken, false when absent, or the error.
+std::string Taken(WriteTxn& txn, MDB_dbi dbi, std::string_view key, std::string* value) {
+  absl::StatusOr<bool> taken = txn.TakeKnown(dbi, key, "known", value);
+  if (!taken.ok()) return taken.status().ToString();
+  return *taken ? "taken " + *value : "absent";
+}
+
 TEST(WriteBackTest, TakeKnownReadsMemoryAndTrustsTheCallerForLmdb) {
   test::TempDir dir;
   auto store = OpenOrDie(Storage(dir.Sub("s"), 60000));
   ASSERT_NE(store, nullptr);
   const MDB_dbi v = store->view("V");
-  ASSERT_TRUE(Write(*store, v, {{"a", "in lmdb"}, {"b", "in lmdb"}, {"c", "in lmdb"}}, {}, false).ok());
+  ASSERT_TRUE(
+      Write(*store, v, {{"a", "in lmdb"}, {"b", "in lmdb"}, {"c", "in lmdb"}}, {}, false).ok());
   ASSERT_TRUE(Write(*store, v, {{"b", "in a layer"}}, {"c"}, true).ok());
   auto txn = store->BeginBuffered();
   ASSERT_TRUE(txn.ok());
   ASSERT_TRUE((*txn)->Put(v, "d", "own").ok());
-  std::string value = "untouched";
+  std::string value;
   // In LMDB only: not read there; the caller's value is what the entry held.
-  EXPECT_EQ(*(*txn)->TakeKnown(v, "a", "known", &value), true);
-  EXPECT_EQ(value, "known");
+  EXPECT_EQ(Taken(**txn, v, "a", &value), "taken known");
   // In a pending layer or the transaction's own writes: their value.
-  EXPECT_EQ(*(*txn)->TakeKnown(v, "b", "known", &value), true);
-  EXPECT_EQ(value, "in a layer");
-  EXPECT_EQ(*(*txn)->TakeKnown(v, "d", "known", &value), true);
-  EXPECT_EQ(value, "own");
+  EXPECT_EQ(Taken(**txn, v, "b", &value), "taken in a layer");
+  EXPECT_EQ(Taken(**txn, v, "d", &value), "taken own");
   // Deleted in a layer, or by this transaction: absent, and *value stays.
-  value = "untouched";
-  EXPECT_EQ(*(*txn)->TakeKnown(v, "c", "known", &value), false);
-  EXPECT_EQ(*(*txn)->TakeKnown(v, "a", "known", &value), false);
-  EXPECT_EQ(value, "untouched");
+  EXPECT_EQ(Taken(**txn, v, "c", &value), "absent");
+  EXPECT_EQ(Taken(**txn, v, "a", &value), "absent");
+  EXPECT_EQ(value, "own");
+  // Nowhere at all: memory does not have it, so it is taken to be in LMDB (the caller's word).
+  EXPECT_EQ(Taken(**txn, v, "z", &value), "taken known");
   ASSERT_TRUE((*txn)->Commit().ok());
   ASSERT_TRUE(store->Flush().ok());
   auto flushed = store->BeginRead();
@@ -293,14 +299,26 @@ TEST(WriteBackTest, TakeKnownReadsMemoryAndTrustsTheCallerForLmdb) {
   EXPECT_EQ(Forwards(**flushed, v), Model{});
   flushed->reset();
 
+  // A cleared database: absent, whatever LMDB holds.
+  ASSERT_TRUE(Write(*store, v, {{"e", "in lmdb"}}, {}, false).ok());
+  {
+    auto clear = store->BeginBuffered();
+    ASSERT_TRUE(clear.ok());
+    ASSERT_TRUE((*clear)->Clear(v).ok());
+    ASSERT_TRUE((*clear)->Commit().ok());
+  }
+  auto after_clear = store->BeginBuffered();
+  ASSERT_TRUE(after_clear.ok());
+  EXPECT_EQ(Taken(**after_clear, v, "e", &value), "absent");
+  after_clear->reset();
+  ASSERT_TRUE(store->Flush().ok());
+
   // A direct transaction reads LMDB, as Take does.
   ASSERT_TRUE(Write(*store, v, {{"e", "in lmdb"}}, {}, false).ok());
   auto direct = store->BeginWrite();
   ASSERT_TRUE(direct.ok());
-  EXPECT_EQ(*(*direct)->TakeKnown(v, "e", "known", &value), true);
-  EXPECT_EQ(value, "in lmdb");
-  EXPECT_EQ(*(*direct)->TakeKnown(v, "f", "known", &value), false);
-  EXPECT_EQ(value, "in lmdb");
+  EXPECT_EQ(Taken(**direct, v, "e", &value), "taken in lmdb");
+  EXPECT_EQ(Taken(**direct, v, "f", &value), "absent");
 }
 
 TEST(WriteBackTest, AppendsFlushWhetherOrNotTheyArePastTheLastKey) {
@@ -364,7 +382,7 @@ TEST(WriteBackTest, AFlushThatCannotWriteKeepsTheLayersAndSaysWhy) {
 // The merged cursor and Get against a model: a base in LMDB, published layers of puts and
 // deletes, and a buffered transaction's own writes on top, walked in random orders.
 TEST(WriteBackTest, MergedReadsMatchAModelInEveryDirection) {
-  for (uint32_t seed = 1; seed <= 12; ++seed) {
+  for (uint32_t seed = 1; seed <= 48; ++seed) {
     SCOPED_TRACE(absl::StrCat("seed ", seed));
     test::TempDir dir;
     auto store = OpenOrDie(Storage(dir.Sub("s"), 60000));
@@ -374,6 +392,9 @@ TEST(WriteBackTest, MergedReadsMatchAModelInEveryDirection) {
     auto key = [&] { return absl::StrCat("k", rng() % 60); };
     Model model;
     auto batch = [&](bool buffered, WriteTxn* txn) {
+      // Now and then the batch clears the database first: older layers and LMDB are gone.
+      const bool clear = rng() % 8 == 0;
+      if (clear) model.clear();
       Model puts;
       std::vector<std::string> deletes;
       const int n = 1 + static_cast<int>(rng() % 20);
@@ -389,6 +410,9 @@ TEST(WriteBackTest, MergedReadsMatchAModelInEveryDirection) {
       for (const std::string& k : deletes) model.erase(k);
       for (const auto& [k, value] : puts) model[k] = value;
       if (txn != nullptr) {
+        if (clear) {
+          ASSERT_TRUE(txn->Clear(v).ok());
+        }
         for (const std::string& k : deletes) ASSERT_TRUE(txn->Delete(v, k).ok());
         for (const auto& [k, value] : puts) ASSERT_TRUE(txn->Put(v, k, value).ok());
       } else {
@@ -396,6 +420,9 @@ TEST(WriteBackTest, MergedReadsMatchAModelInEveryDirection) {
         // ends as put.
         auto t = buffered ? store->BeginBuffered() : store->BeginWrite();
         ASSERT_TRUE(t.ok());
+        if (clear) {
+          ASSERT_TRUE((*t)->Clear(v).ok());
+        }
         for (const std::string& k : deletes) ASSERT_TRUE((*t)->Delete(v, k).ok());
         for (const auto& [k, value] : puts) ASSERT_TRUE((*t)->Put(v, k, value).ok());
         ASSERT_TRUE((*t)->Commit().ok());
