@@ -1001,12 +1001,13 @@ TEST(DiffTest, AppendsToExistingMutations) {
   EXPECT_EQ(out[1].op, IndexMutation::Op::kPut);
 }
 
-// Random images of one item, one after another, through overloaded, sparse, composite and
-// projected views whose rules change under it. Applying each Diff to a model of the views
+// Random images of one item, one after another, through overloaded, sparse, composite,
+// inverted, numeric and projected views whose rules change under it. Applying each Diff to a model of the views
 // must leave what inserting the current image alone gives (a rebuild), and every delete must
 // carry the value its entry holds in the model (the change log logs it without reading it).
 TEST(DiffTest, ASequenceOfImagesLeavesWhatARebuildGivesAndDeletesCarryTheValueHeld) {
-  ViewBuilder b(App({Gsi2(), OpenOrders(), ByLocation(),
+  ViewBuilder b(App({Gsi1(), Gsi2(), OpenOrders(), ByLocation(), Inverted(), Leaderboard(),
+                     View("ByN", {Rule({}, T("N#{score}"))}, Include({"score", "note"})),
                      View("Contact",
                           {Rule({Eq("type", "order")}, A("email")),
                            Rule({Eq("type", "user")}, A("contact")),
@@ -1047,6 +1048,13 @@ TEST(DiffTest, ASequenceOfImagesLeavesWhatARebuildGivesAndDeletesCarryTheValueHe
     maybe("city", {"Munich"});
     maybe("note", {"x", "y"});
     maybe("name", {"Ann"});
+    maybe("GSI1PK", {"ORG#a", "ORG#b"});
+    maybe("GSI1SK", {"U#1"});
+    maybe("game", {"chess", "go"});
+    if (rng() % 4 != 0) {  // equal numbers written differently, and the wrong type
+      std::vector<AttributeValue> scores{N("1"), N("1.0"), N("2"), S("1")};
+      item["score"] = scores[rng() % scores.size()];
+    }
     return item;
   };
   Model model;
