@@ -32,7 +32,7 @@ struct IndexMutation {
   size_t view;        // index into TableSpec::views
   std::string key;
   // kPut: the entry's new value. kDelete: the value the entry holds, the old image's projection
-  // (the change log records it; with write-back the writer does not read the entry for it).
+  // (the change log records it, and the writer need not read the entry for it).
   std::string value;
 };
 

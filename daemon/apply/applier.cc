@@ -644,14 +644,13 @@ absl::Status Applier::ApplyViewMutations(WriteTxn* txn, const Prepared& batch) {
       }
     } else {
       // The entry's last value goes into the log (a watcher of a work queue needs to know
-      // what left): Take copies it out in the delete's one B-tree descent. A buffered batch
-      // takes it from memory, else from the delete itself (the stored image's projection):
-      // it need not search LMDB (see WriteTxn::TakeKnown).
+      // what left): the delete carries it, the stored image's projection, so no search
+      // reads it (with write-back, none searches LMDB at all: WriteTxn::Remove).
       ++vs.deletes;
-      auto taken = txn->TakeKnown(view_dbis_[m.view], m.key, m.value, &old_value_);
-      if (!taken.ok()) return taken.status();
-      if (!*taken) continue;  // nothing to delete, nothing changed
-      s = change_log_.Append(txn, view, ChangeOp::kDelete, m.key, old_value_, source,
+      auto removed = txn->Remove(view_dbis_[m.view], m.key);
+      if (!removed.ok()) return removed.status();
+      if (!*removed) continue;  // nothing to delete, nothing changed
+      s = change_log_.Append(txn, view, ChangeOp::kDelete, m.key, m.value, source,
                              record.partition, record.next_position);
     }
     if (!s.ok()) return s;

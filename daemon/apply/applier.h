@@ -67,8 +67,8 @@ std::chrono::microseconds WriterLinger(const ApplyConfig& cfg, std::chrono::micr
 // itself (Store::BeginWrite, which takes the layers along), given what the last commit to LMDB
 // cost its thread (Store::last_lmdb_commit). Only a batch larger than apply.batch_size, which
 // the writer takes when it is behind its sources (see BacklogBatchSize): it is as large as a
-// flush, so recording it in a layer first would copy each write once more for nothing (the
-// file source's 1M events: 27.5 CPU-s direct, as without write-back, against 33.2). And only
+// flush, so recording it in a layer first would copy each write once more for nothing
+// (docs/ARCHITECTURE.md, "Write-back", has the figures). And only
 // where that commit costs its writer at most kDirectCommitPerEvent per event, a sixth of
 // what the preparer spends on the next batch meanwhile: on tmpfs or a fast SSD. Where a sync
 // takes hundreds of milliseconds (a slow disk) the flusher waits for it instead of the writer.
@@ -296,7 +296,6 @@ class Applier {
 
   // Writer-thread scratch, reused across batches.
   BatchStats stats_;
-  std::string old_value_;  // a deleted entry's value, for the change log
   ChangeLogWriter change_log_;
   std::vector<size_t> inconsistent_;  // this batch's aggregates found inconsistent (global index)
   // Writer thread: per aggregate being rebuilt, the last items key the rebuild counted. Events

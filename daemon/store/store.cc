@@ -451,36 +451,23 @@ absl::Status WriteTxn::Delete(MDB_dbi dbi, std::string_view key) {
   return LmdbStatus(rc, "deleting from the store");
 }
 
-absl::StatusOr<bool> WriteTxn::Take(MDB_dbi dbi, std::string_view key, std::string* value) {
+absl::StatusOr<bool> WriteTxn::Remove(MDB_dbi dbi, std::string_view key) {
   if (own_layer_ != nullptr) {
-    auto stored = Get(dbi, key);
-    if (!stored.ok()) return stored.status();
-    if (!*stored) return false;
-    value->assign(**stored);  // before the entry is overwritten
+    const std::optional<std::optional<std::string_view>> pending = FindPending(dbi, key);
+    if (pending.has_value() && !pending->has_value()) return false;  // deleted in memory
     if (absl::Status s = Record(dbi, key, PendingLayer::Op::kDelete, {}); !s.ok()) return s;
     return true;
   }
   auto cursor = CursorFor(dbi);
   if (!cursor.ok()) return cursor.status();
   MDB_val k = Val(key), v;
-  int rc = mdb_cursor_get(*cursor, &k, &v, MDB_SET_KEY);
+  int rc = mdb_cursor_get(*cursor, &k, &v, MDB_SET);
   if (rc == MDB_SUCCESS) {
-    value->assign(static_cast<const char*>(v.mv_data), v.mv_size);  // before the page changes
     wrote_ = true;
     rc = mdb_cursor_del(*cursor, 0);
   }
   if (rc == MDB_NOTFOUND) return false;
   if (rc != MDB_SUCCESS) return LmdbStatus(rc, "deleting from the store");
-  return true;
-}
-
-absl::StatusOr<bool> WriteTxn::TakeKnown(MDB_dbi dbi, std::string_view key,
-                                         std::string_view known, std::string* value) {
-  if (own_layer_ == nullptr) return Take(dbi, key, value);
-  const std::optional<std::optional<std::string_view>> pending = FindPending(dbi, key);
-  if (pending.has_value() && !pending->has_value()) return false;  // deleted in memory
-  value->assign(pending.has_value() ? **pending : known);  // before the entry is overwritten
-  if (absl::Status s = Record(dbi, key, PendingLayer::Op::kDelete, {}); !s.ok()) return s;
   return true;
 }
 

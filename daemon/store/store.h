@@ -217,17 +217,12 @@ class WriteTxn : public Txn {
   absl::Status AppendOrPut(MDB_dbi dbi, std::string_view key, std::string_view value);
   // Deleting an absent key is not an error.
   absl::Status Delete(MDB_dbi dbi, std::string_view key);
-  // Deletes `key` and copies its value to `*value` first: one search for what Get + Delete
-  // did in two. False (and `*value` untouched) when absent.
-  absl::StatusOr<bool> Take(MDB_dbi dbi, std::string_view key, std::string* value);
-  // Take for a key the caller knows to be in the store with value `known` unless the pending
-  // writes say otherwise (the applier: a view entry is the projection of the stored item that
-  // placed it). A buffered transaction reads its own writes and the pending layers only, and
-  // does not search LMDB: where memory has the key, its value or its absence counts; where
-  // memory does not have it, the entry is taken to be there with `known` (true, `*value` =
-  // `known`). A direct transaction is Take. Errors: as Put's.
-  absl::StatusOr<bool> TakeKnown(MDB_dbi dbi, std::string_view key, std::string_view known,
-                                 std::string* value);
+  // Delete, saying whether `key` was there: false when absent. A direct transaction finds
+  // out in the delete's own search. A buffered one asks its own writes and the pending layers
+  // only, never LMDB: a key they do not have is taken to be in LMDB (true). So only for a key
+  // the caller knows is stored unless memory says otherwise (the applier: a view entry that
+  // the stored item image placed). Errors: as Put's.
+  absl::StatusOr<bool> Remove(MDB_dbi dbi, std::string_view key);
   // Removes every entry of `dbi` (the database stays open).
   absl::Status Clear(MDB_dbi dbi);
   absl::Status Commit();

@@ -103,7 +103,7 @@ std::vector<std::string> DiffOf(const ViewBuilder& builder, const Item* old_item
   absl::Status status = builder.Diff(old_item, new_item, &out);
   EXPECT_TRUE(status.ok()) << status;
   // A delete carries the value its entry holds: what inserting the old image put there (the
-  // writer logs it without reading the entry; see WriteTxn::TakeKnown).
+  // writer logs it without reading the entry; see Applier::ApplyViewMutations).
   for (const IndexMutation& m : out) {
     if (m.op != IndexMutation::Op::kDelete) continue;
     std::vector<IndexMutation> put;

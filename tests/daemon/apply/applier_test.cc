@@ -796,15 +796,31 @@ TEST_F(ApplierTest, WriteBackShowsEachBatchBeforeItIsInLmdbAndEndsWithTheSameSto
   const std::vector<std::string> positions = Meta("pos/");
   const std::vector<std::string> changes = ChangeLog();
   ASSERT_FALSE(views.empty());
-  // Entries moved and removed: the log's deletes carry the values the entries held.
-  ASSERT_TRUE(std::any_of(changes.begin(), changes.end(), [](const std::string& c) {
-    return c.find(" del ") != std::string::npos;
-  }));
+  // Entries moved and removed: each delete in the log carries the value the entry held, the
+  // one the last put of that entry logged.
+  std::map<std::string, std::string> held;  // "<view> [key]" -> its value, as logged
+  int deletes = 0;
+  for (const std::string& c : changes) {
+    const std::vector<std::string> parts = absl::StrSplit(c, absl::MaxSplits(' ', 2));
+    ASSERT_EQ(parts.size(), 3u) << c;
+    const size_t value_at = parts[2].find("] ");
+    ASSERT_NE(value_at, std::string::npos) << c;
+    const std::string entry = parts[2].substr(0, value_at + 1);
+    const std::string value = parts[2].substr(value_at + 2);
+    if (parts[1] == "put") {
+      held[entry] = value;
+      continue;
+    }
+    ++deletes;
+    ASSERT_EQ(held.count(entry), 1u) << "a delete of an entry never put: " << c;
+    EXPECT_EQ(value, held[entry]) << c;
+    held.erase(entry);
+  }
+  ASSERT_GT(deletes, 0);
 
   // The same batches with write-back and no timed flush: every batch is a pending layer, and
   // reads (the preparer's among them) see exactly what committing each batch gave. Deletes
-  // take the value they log from the layers or, for an entry in LMDB, from the stored image
-  // (WriteTxn::TakeKnown): the log is the same.
+  // learn whether the entry is there from memory (WriteTxn::Remove): the log is the same.
   Close();
   store_name_ = "write-back";
   config_.storage.flush_interval_ms = 60000;
@@ -825,7 +841,7 @@ TEST_F(ApplierTest, WriteBackShowsEachBatchBeforeItIsInLmdbAndEndsWithTheSameSto
   ExpectLmdbAloneHolds(views, items, positions);
 
   // Once more, each batch flushed before the next: every entry a batch deletes is then in
-  // LMDB alone, and the value logged is the stored image's projection of it.
+  // LMDB alone, which the delete does not search.
   Close();
   store_name_ = "write-back-flushed";
   config_.storage.flush_interval_ms = 60000;

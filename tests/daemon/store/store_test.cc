@@ -187,7 +187,7 @@ TEST(StoreTest, PutGetDeleteAndAbort) {
   EXPECT_EQ((*txn)->Bytes(items), 4096u);  // one leaf page
 }
 
-TEST(StoreTest, TakeAppendAndWritesInAnyOrderThroughTheWriteCursors) {
+TEST(StoreTest, RemoveAppendAndWritesInAnyOrderThroughTheWriteCursors) {
   TempDir dir;
   std::unique_ptr<Store> store = OpenOrDie(Storage(dir.path()), Tables({"V1"}));
   ASSERT_NE(store, nullptr);
@@ -197,12 +197,13 @@ TEST(StoreTest, TakeAppendAndWritesInAnyOrderThroughTheWriteCursors) {
     auto txn = store->BeginWrite();
     ASSERT_TRUE(txn.ok());
     WriteTxn& w = **txn;
-    // Take copies the value out, then deletes; absent is false and leaves *value alone.
-    std::string value = "untouched";
-    EXPECT_EQ(*w.Take(items, "b", &value), true);
-    EXPECT_EQ(value, "2");
-    EXPECT_EQ(*w.Take(items, "b", &value), false);
-    EXPECT_EQ(value, "2");
+    // Remove says whether the key was there.
+    absl::StatusOr<bool> removed = w.Remove(items, "b");
+    ASSERT_TRUE(removed.ok()) << removed.status();
+    EXPECT_TRUE(*removed);
+    removed = w.Remove(items, "b");
+    ASSERT_TRUE(removed.ok()) << removed.status();
+    EXPECT_FALSE(*removed);
     // Get then Put of the same key, with another database written in between.
     auto got = w.Get(items, "c");
     ASSERT_TRUE(got.ok() && got->has_value());
@@ -220,8 +221,7 @@ TEST(StoreTest, TakeAppendAndWritesInAnyOrderThroughTheWriteCursors) {
   {
     auto txn = store->BeginWrite();
     ASSERT_TRUE(txn.ok());
-    std::string value;
-    ASSERT_TRUE((*txn)->Take(items, "b", &value).ok());
+    ASSERT_TRUE((*txn)->Remove(items, "b").ok());
     auto got = (*txn)->Get(items, "c");
     ASSERT_TRUE(got.ok() && got->has_value());
     ASSERT_TRUE((*txn)->Put(items, "c", "three, longer than before").ok());

@@ -262,14 +262,14 @@ TEST(WriteBackTest, ClearHidesOlderLayersAndLmdbUntilWrittenAgain) {
   EXPECT_EQ(Forwards(**flushed, v), (Model{{"c", "3"}, {"d", "4"}}));
 }
 
-// TakeKnown's answer: true with the value taken, false when absent, or the error.
-std::string Taken(WriteTxn& txn, MDB_dbi dbi, std::string_view key, std::string* value) {
-  absl::StatusOr<bool> taken = txn.TakeKnown(dbi, key, "known", value);
-  if (!taken.ok()) return taken.status().ToString();
-  return *taken ? "taken " + *value : "absent";
+// Remove's answer: "removed", "absent", or the error.
+std::string Removed(WriteTxn& txn, MDB_dbi dbi, std::string_view key) {
+  absl::StatusOr<bool> removed = txn.Remove(dbi, key);
+  if (!removed.ok()) return removed.status().ToString();
+  return *removed ? "removed" : "absent";
 }
 
-TEST(WriteBackTest, TakeKnownReadsMemoryAndTrustsTheCallerForLmdb) {
+TEST(WriteBackTest, RemoveAsksMemoryAndTakesAKeyItLacksToBeInLmdb) {
   test::TempDir dir;
   auto store = OpenOrDie(Storage(dir.Sub("s"), 60000));
   ASSERT_NE(store, nullptr);
@@ -280,18 +280,15 @@ TEST(WriteBackTest, TakeKnownReadsMemoryAndTrustsTheCallerForLmdb) {
   auto txn = store->BeginBuffered();
   ASSERT_TRUE(txn.ok());
   ASSERT_TRUE((*txn)->Put(v, "d", "own").ok());
-  std::string value;
-  // In LMDB only: not read there; the caller's value is what the entry held.
-  EXPECT_EQ(Taken(**txn, v, "a", &value), "taken known");
-  // In a pending layer or the transaction's own writes: their value.
-  EXPECT_EQ(Taken(**txn, v, "b", &value), "taken in a layer");
-  EXPECT_EQ(Taken(**txn, v, "d", &value), "taken own");
-  // Deleted in a layer, or by this transaction: absent, and *value stays.
-  EXPECT_EQ(Taken(**txn, v, "c", &value), "absent");
-  EXPECT_EQ(Taken(**txn, v, "a", &value), "absent");
-  EXPECT_EQ(value, "own");
-  // Nowhere at all: memory does not have it, so it is taken to be in LMDB (the caller's word).
-  EXPECT_EQ(Taken(**txn, v, "z", &value), "taken known");
+  // In LMDB only, in a pending layer, in the transaction's own writes: removed.
+  EXPECT_EQ(Removed(**txn, v, "a"), "removed");
+  EXPECT_EQ(Removed(**txn, v, "b"), "removed");
+  EXPECT_EQ(Removed(**txn, v, "d"), "removed");
+  // Deleted in a layer, or by this transaction: absent.
+  EXPECT_EQ(Removed(**txn, v, "c"), "absent");
+  EXPECT_EQ(Removed(**txn, v, "a"), "absent");
+  // Nowhere at all: memory does not have it, so it is taken to be in LMDB (not searched).
+  EXPECT_EQ(Removed(**txn, v, "z"), "removed");
   ASSERT_TRUE((*txn)->Commit().ok());
   ASSERT_TRUE(store->Flush().ok());
   auto flushed = store->BeginRead();
@@ -309,16 +306,20 @@ TEST(WriteBackTest, TakeKnownReadsMemoryAndTrustsTheCallerForLmdb) {
   }
   auto after_clear = store->BeginBuffered();
   ASSERT_TRUE(after_clear.ok());
-  EXPECT_EQ(Taken(**after_clear, v, "e", &value), "absent");
+  EXPECT_EQ(Removed(**after_clear, v, "e"), "absent");
   after_clear->reset();
   ASSERT_TRUE(store->Flush().ok());
 
-  // A direct transaction reads LMDB, as Take does.
+  // A direct transaction searches LMDB.
   ASSERT_TRUE(Write(*store, v, {{"e", "in lmdb"}}, {}, false).ok());
   auto direct = store->BeginWrite();
   ASSERT_TRUE(direct.ok());
-  EXPECT_EQ(Taken(**direct, v, "e", &value), "taken in lmdb");
-  EXPECT_EQ(Taken(**direct, v, "f", &value), "absent");
+  EXPECT_EQ(Removed(**direct, v, "e"), "removed");
+  EXPECT_EQ(Removed(**direct, v, "f"), "absent");
+  ASSERT_TRUE((*direct)->Commit().ok());
+  auto after = store->BeginRead();
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(Forwards(**after, v), Model{});
 }
 
 TEST(WriteBackTest, AppendsFlushWhetherOrNotTheyArePastTheLastKey) {
