@@ -53,9 +53,10 @@ scripts/kafka.sh; KAFKA_BENCH_BROKER_PID then names its JVM for the CPU figures 
 split moves it to the lower half of the cores), KAFKA_BENCH_STORAGE (JSON
 merged into both daemons' storage section, e.g. '{"write_map": false}'),
 KAFKA_BENCH_PROPERTIES (JSON: librdkafka properties of the daemon's sources),
-KAFKA_BENCH_PERF (a directory: `perf record --call-graph dwarf` of cdcviewd during the bulk phases,
-kafka-<round>.data and file-<round>.data, and the half-load lag phase, lag.data), KAFKA_BENCH_LOGS (a directory the daemons' logs
-are copied to).
+KAFKA_BENCH_PERF (a directory: `perf record --call-graph dwarf` of cdcviewd during the bulk
+phases, kafka-<round>.data and file-<round>.data, and the half-load lag phase, lag.data; it
+slows the profiled daemon, so its figures are not the bench's), KAFKA_BENCH_LOGS (a directory
+the daemons' logs are copied to).
 
 Each phase prints the CPU seconds of cdcviewd's threads (by name; the writer is cdcview-writer,
 the Kafka consumer threads kafka:<source>, librdkafka's rdk:*), how long each waited for a CPU
