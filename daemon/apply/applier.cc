@@ -1223,17 +1223,10 @@ bool Applier::WaitForCommitAfter(uint64_t since,
 namespace {
 
 std::string DeadLetterPlace(const SourceConfig& source) {
-  switch (source.kind) {
-    case SourceConfig::Kind::kFile:
-      return absl::StrCat("the dead-letter file ", source.file.dead_letter_path);
-    case SourceConfig::Kind::kKafka:
-      return source.kafka.dead_letter_topic.empty()
-                 ? absl::StrCat("the dead-letter file ", source.kafka.dead_letter_path)
-                 : absl::StrCat("the dead-letter topic ", source.kafka.dead_letter_topic);
-    case SourceConfig::Kind::kDynamoDb:
-      return absl::StrCat("the dead-letter file ", source.dynamodb.dead_letter_path);
+  if (source.kind == SourceConfig::Kind::kKafka && !source.kafka.dead_letter_topic.empty()) {
+    return absl::StrCat("the dead-letter topic ", source.kafka.dead_letter_topic);
   }
-  return "the dead letters";
+  return absl::StrCat("the dead-letter file ", DeadLetterPath(source));
 }
 
 }  // namespace

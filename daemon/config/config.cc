@@ -1,15 +1,16 @@
 #include "daemon/config/config.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <concepts>
 #include <cstdio>
 #include <cstring>
 #include <functional>
-#include <initializer_list>
 #include <limits>
 #include <memory>
 #include <tuple>
 #include <utility>
+#include <variant>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
@@ -17,6 +18,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "daemon/config/config_fields.h"
+#include "daemon/config/source_kinds.h"
 #include "yaml-cpp/yaml.h"
 
 namespace cdcview {
@@ -26,6 +29,17 @@ const TableSpec* Config::FindTable(std::string_view name) const {
     if (table.name == name) return &table;
   }
   return nullptr;
+}
+
+const std::string& DeadLetterPath(const SourceConfig& source) {
+  return config_fields::VisitSourceBlock(
+      source, [](const auto& block, const auto&) -> const std::string& {
+        return block.dead_letter_path;
+      });
+}
+
+std::string& DeadLetterPath(SourceConfig& source) {
+  return const_cast<std::string&>(DeadLetterPath(std::as_const(source)));
 }
 
 namespace {
@@ -78,22 +92,19 @@ std::string DefaultDeadLetterPath(const std::string& root, const std::string& so
   return Cat(root, root.back() == '/' ? "" : "/", "dead-letters/", source, ".ndjson");
 }
 
-std::string* DeadLetterPathOf(SourceConfig& source) {
-  switch (source.kind) {
-    case SourceConfig::Kind::kFile:
-      return &source.file.dead_letter_path;
-    case SourceConfig::Kind::kKafka:
-      return &source.kafka.dead_letter_path;
-    case SourceConfig::Kind::kDynamoDb:
-      return &source.dynamodb.dead_letter_path;
-  }
-  return nullptr;
+// "host:port like 127.0.0.1:50051 (or "" to disable)": what an address field expects.
+template <typename S>
+std::string HostPortExpectation(const config_fields::HostPortRule<S>& rule) {
+  return Cat("host:port like 127.0.0.1:", rule.example_port,
+             rule.may_disable ? " (or \"\" to disable)" : "");
 }
 
-std::string JoinViews(std::initializer_list<std::string_view> parts) {
-  std::string out;
-  for (std::string_view part : parts) out += Cat(out.empty() ? "" : ", ", part);
-  return out;
+// The rule of the server section's address field `key` ("grpc", "metrics").
+const config_fields::HostPortRule<ServerConfig>& ServerAddressRule(std::string_view key) {
+  for (const auto& field : config_fields::ServerFields()) {
+    if (field.key == key) return std::get<config_fields::HostPortRule<ServerConfig>>(field.rule);
+  }
+  std::abort();  // not a field of ServerFields()
 }
 
 bool IsNameChar(char c) { return absl::ascii_isalnum(c) || c == '_' || c == '.' || c == '-'; }
@@ -172,13 +183,11 @@ class Loader {
   static const YAML::Node& ValueNode(const Fields::Entry& entry);
   static int LineOf(const YAML::Node& node);
 
-  // `unlisted` keys are accepted but not offered in the "expected one of" list.
   absl::StatusOr<Fields> ReadFields(const YAML::Node& node, std::string path,
-                                    std::initializer_list<std::string_view> allowed,
-                                    std::initializer_list<std::string_view> unlisted = {}) const;
+                                    const std::vector<std::string_view>& allowed) const;
   // The same for a field's value; an empty value is reported at its key's line.
   absl::StatusOr<Fields> ReadFields(const Fields::Entry& entry, std::string path,
-                                    std::initializer_list<std::string_view> allowed) const;
+                                    const std::vector<std::string_view>& allowed) const;
   absl::StatusOr<const Fields::Entry*> Require(const Fields& fields, std::string_view key) const;
   absl::StatusOr<std::string> ReadString(const Fields::Entry& entry, std::string_view path) const;
   absl::StatusOr<std::string> ReadNonEmpty(const Fields::Entry& entry,
@@ -193,11 +202,34 @@ class Loader {
                                       uint32_t max = std::numeric_limits<uint32_t>::max()) const;
   absl::StatusOr<uint64_t> ReadSize(const Fields::Entry& entry, std::string_view path) const;
   absl::StatusOr<AttrType> ReadKeyType(const Fields::Entry& entry, std::string_view path) const;
+  template <typename S>
+  absl::StatusOr<std::string> ReadHostPort(const Fields::Entry& entry, std::string_view path,
+                                           const config_fields::HostPortRule<S>& rule) const;
+  absl::StatusOr<std::vector<std::string>> ReadStringList(const Fields::Entry& entry,
+                                                          std::string_view path) const;
+  // The index of the entry's value in `choices`.
+  absl::StatusOr<size_t> ReadChoice(const Fields::Entry& entry, std::string_view path,
+                                    const std::vector<std::string_view>& choices) const;
+  absl::StatusOr<std::map<std::string, std::string>> ReadProperties(const Fields::Entry& entry,
+                                                                    std::string_view path) const;
 
-  absl::Status ParseStorage(const Fields::Entry& entry, StorageConfig* storage) const;
-  absl::Status ParseServer(const Fields::Entry& entry, ServerConfig* server) const;
-  absl::Status ParseApply(const Fields::Entry& entry, ApplyConfig* apply) const;
-  absl::Status ParseWatch(const Fields::Entry& entry, WatchConfig* watch) const;
+  // A block of fields described by `table` (config_fields.h) into `block`, then the rules
+  // between its fields (CheckBlock). Fields the block leaves out keep their values.
+  template <typename S>
+  absl::Status ParseBlock(const Fields::Entry& entry, std::string path,
+                          const config_fields::FieldTable<S>& table, S* block) const;
+  template <typename S>
+  absl::Status ReadField(const Fields::Entry& entry, std::string_view path,
+                         const config_fields::Field<S>& field, S* block) const;
+  absl::Status CheckBlock(const Fields& fields, StorageConfig* storage) const;
+  absl::Status CheckBlock(const Fields& fields, WatchConfig* watch) const;
+  absl::Status CheckBlock(const Fields& fields, DynamoDbSourceConfig* dynamodb) const;
+  // Blocks whose fields are independent of each other.
+  absl::Status CheckBlock(const Fields&, void*) const { return absl::OkStatus(); }
+  // An error about two fields that break a rule together, at `key`, or at `other` when the
+  // block does not give `key` (it gives one of them: the defaults keep the rules).
+  absl::Status PairError(const Fields& fields, std::string_view key, std::string_view other,
+                         std::string_view problem) const;
   absl::Status ParseTables(const Fields::Entry& entry, std::vector<TableSpec>* tables);
   absl::StatusOr<TableSpec> ParseTable(const YAML::Node& node, const std::string& path);
   absl::StatusOr<TableKeySpec> ParseTableKey(const Fields::Entry& entry,
@@ -231,16 +263,6 @@ class Loader {
   absl::Status ParseSources(const Fields::Entry& entry, Config* config);
   absl::StatusOr<SourceConfig> ParseSource(const YAML::Node& node, const std::string& path,
                                            const Config& config);
-  absl::Status ParseFileSource(const Fields::Entry& entry, const std::string& path,
-                               FileSourceConfig* file) const;
-  absl::Status ParseKafkaSource(const Fields::Entry& entry, const std::string& path,
-                                KafkaSourceConfig* kafka) const;
-  absl::Status ParseDynamoDbSource(const Fields::Entry& entry, const std::string& path,
-                                   DynamoDbSourceConfig* dynamodb) const;
-  absl::StatusOr<std::vector<std::string>> ReadStringList(const Fields::Entry& entry,
-                                                          const std::string& path) const;
-  absl::StatusOr<std::string> ReadChoice(const Fields::Entry& entry, const std::string& path,
-                                         std::initializer_list<std::string_view> choices) const;
 
   std::string file_;
   std::vector<std::pair<std::string, std::string>> settings_;
@@ -287,8 +309,7 @@ const YAML::Node& Loader::ValueNode(const Fields::Entry& entry) {
 }
 
 absl::StatusOr<Fields> Loader::ReadFields(const YAML::Node& node, std::string path,
-                                          std::initializer_list<std::string_view> allowed,
-                                          std::initializer_list<std::string_view> unlisted) const {
+                                          const std::vector<std::string_view>& allowed) const {
   if (!node.IsMap()) {
     return Error(node, path, Cat("expected a mapping, got ", Describe(node)));
   }
@@ -300,10 +321,7 @@ absl::StatusOr<Fields> Loader::ReadFields(const YAML::Node& node, std::string pa
                    Cat("expected field names to be plain strings, got ", Describe(key)));
     }
     const std::string& name = key.Scalar();
-    bool known = false;
-    for (std::string_view a : allowed) known = known || a == name;
-    for (std::string_view a : unlisted) known = known || a == name;
-    if (!known) {
+    if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
       std::vector<std::string> expected(allowed.begin(), allowed.end());
       return Error(key, fields.path,
                    Cat("unknown field ", Quote(name), " (expected one of ",
@@ -320,7 +338,7 @@ absl::StatusOr<Fields> Loader::ReadFields(const YAML::Node& node, std::string pa
 }
 
 absl::StatusOr<Fields> Loader::ReadFields(const Fields::Entry& entry, std::string path,
-                                          std::initializer_list<std::string_view> allowed) const {
+                                          const std::vector<std::string_view>& allowed) const {
   if (!entry.value.IsMap()) {
     return Error(ValueNode(entry), path, Cat("expected a mapping, got ", Describe(entry.value)));
   }
@@ -407,135 +425,164 @@ absl::StatusOr<AttrType> Loader::ReadKeyType(const Fields::Entry& entry,
   return type;
 }
 
-// ---- storage, server, apply ----
-
-absl::Status Loader::ParseStorage(const Fields::Entry& entry, StorageConfig* storage) const {
-  absl::StatusOr<Fields> fields =
-      ReadFields(entry, "storage", {"path", "map_size", "max_map_size", "write_map",
-                                    "flush_interval_ms"});
-  if (!fields.ok()) return fields.status();
-  if (const Fields::Entry* path = fields->Find("path")) {
-    absl::StatusOr<std::string> text = ReadNonEmpty(*path, "storage.path");
-    if (!text.ok()) return text.status();
-    storage->path = *text;
+absl::StatusOr<std::vector<std::string>> Loader::ReadStringList(const Fields::Entry& entry,
+                                                                std::string_view path) const {
+  if (!entry.value.IsSequence() || entry.value.size() == 0) {
+    return Error(ValueNode(entry), path,
+                 Cat("expected a non-empty list of names, got ", Describe(entry.value)));
   }
-  const Fields::Entry* map_size = fields->Find("map_size");
-  const Fields::Entry* max_map_size = fields->Find("max_map_size");
-  if (map_size != nullptr) {
-    absl::StatusOr<uint64_t> size = ReadSize(*map_size, "storage.map_size");
-    if (!size.ok()) return size.status();
-    storage->map_size = *size;
+  std::vector<std::string> out;
+  for (size_t i = 0; i < entry.value.size(); ++i) {
+    const YAML::Node& item = entry.value[i];
+    if (!item.IsScalar() || item.Scalar().empty()) {
+      return Error(item.IsNull() ? entry.value : item, Index(path, i),
+                   Cat("expected a non-empty string, got ", Describe(item)));
+    }
+    out.push_back(item.Scalar());
   }
-  if (max_map_size != nullptr) {
-    absl::StatusOr<uint64_t> size = ReadSize(*max_map_size, "storage.max_map_size");
-    if (!size.ok()) return size.status();
-    storage->max_map_size = *size;
-  }
-  if (const Fields::Entry* write_map = fields->Find("write_map")) {
-    absl::StatusOr<bool> flag = ReadBool(*write_map, fields->PathOf("write_map"));
-    if (!flag.ok()) return flag.status();
-    storage->write_map = *flag;
-  }
-  if (const Fields::Entry* interval = fields->Find("flush_interval_ms")) {
-    // At most a minute: what is not flushed is lost at a crash and replayed.
-    absl::StatusOr<uint32_t> ms = ReadUint32(*interval, fields->PathOf("flush_interval_ms"), 0,
-                                             StorageConfig::kMaxFlushIntervalMs);
-    if (!ms.ok()) return ms.status();
-    storage->flush_interval_ms = *ms;
-  }
-  if (storage->map_size > storage->max_map_size) {
-    const Fields::Entry* culprit = map_size != nullptr ? map_size : max_map_size;
-    return Error(culprit->value, fields->PathOf(culprit->key),
-                 Cat("map_size (", storage->map_size,
-                     " bytes) must not exceed max_map_size (", storage->max_map_size,
-                     " bytes)"));
-  }
-  return absl::OkStatus();
+  return out;
 }
 
-absl::Status Loader::ParseServer(const Fields::Entry& entry, ServerConfig* server) const {
-  absl::StatusOr<Fields> fields =
-      ReadFields(entry, "server", {"grpc", "fast_reads", "metrics", "ready_max_lag_seconds"});
-  if (!fields.ok()) return fields.status();
-  for (const Fields::Entry& field : fields->entries) {
-    std::string path = fields->PathOf(field.key);
-    if (field.key == "ready_max_lag_seconds") {
-      absl::StatusOr<uint32_t> seconds = ReadUint32(field, path, 0);
-      if (!seconds.ok()) return seconds.status();
-      server->ready_max_lag_seconds = *seconds;
-      continue;
-    }
-    absl::StatusOr<std::string> address = ReadString(field, path);
-    if (!address.ok()) return address.status();
-    bool may_disable = field.key != "grpc";
-    if (!IsHostPort(*address) && !(may_disable && address->empty())) {
-      return Error(field.value, path,
-                   Cat("expected host:port like 127.0.0.1:",
-                       field.key == "grpc" ? "50051" : field.key == "fast_reads" ? "50052" : "9464",
-                       may_disable ? " (or \"\" to disable)" : "", ", got ",
-                       Quote(*address)));
-    }
-    (field.key == "grpc" ? server->grpc : field.key == "fast_reads" ? server->fast_reads
-                                                                     : server->metrics) = *address;
+absl::StatusOr<size_t> Loader::ReadChoice(const Fields::Entry& entry, std::string_view path,
+                                          const std::vector<std::string_view>& choices) const {
+  if (entry.value.IsScalar()) {
+    auto it = std::find(choices.begin(), choices.end(), entry.value.Scalar());
+    if (it != choices.end()) return it - choices.begin();
   }
-  return absl::OkStatus();
+  std::vector<std::string> names(choices.begin(), choices.end());
+  return Error(ValueNode(entry), path,
+               Cat("expected one of ", absl::StrJoin(names, ", "), ", got ",
+                   Describe(entry.value)));
 }
 
-absl::Status Loader::ParseApply(const Fields::Entry& entry, ApplyConfig* apply) const {
-  absl::StatusOr<Fields> fields =
-      ReadFields(entry, "apply", {"batch_size", "max_delay_ms", "queue_capacity",
-                                  "log_counts_seconds"});
+template <typename S>
+absl::StatusOr<std::string> Loader::ReadHostPort(const Fields::Entry& entry, std::string_view path,
+                                                 const config_fields::HostPortRule<S>& rule) const {
+  absl::StatusOr<std::string> address = ReadString(entry, path);
+  if (!address.ok()) return address.status();
+  if (!IsHostPort(*address) && !(rule.may_disable && address->empty())) {
+    return Error(entry.value, path,
+                 Cat("expected ", HostPortExpectation(rule), ", got ", Quote(*address)));
+  }
+  return address;
+}
+
+absl::StatusOr<std::map<std::string, std::string>> Loader::ReadProperties(
+    const Fields::Entry& entry, std::string_view path) const {
+  if (!entry.value.IsMap()) {
+    return Error(ValueNode(entry), path,
+                 Cat("expected a mapping of librdkafka properties, got ", Describe(entry.value)));
+  }
+  std::map<std::string, std::string> properties;
+  for (const auto& kv : entry.value) {
+    const std::string key = kv.first.as<std::string>("");
+    if (!kv.second.IsScalar()) {
+      return Error(kv.second.IsNull() ? kv.first : kv.second, Child(path, key),
+                   Cat("expected a scalar value, got ", Describe(kv.second)));
+    }
+    properties[key] = kv.second.Scalar();
+  }
+  return properties;
+}
+
+// ---- blocks of fields: the sections and each source kind's block ----
+
+template <typename S>
+absl::Status Loader::ParseBlock(const Fields::Entry& entry, std::string path,
+                                const config_fields::FieldTable<S>& table, S* block) const {
+  std::vector<std::string_view> keys;
+  for (const config_fields::Field<S>& field : table) keys.push_back(field.key);
+  absl::StatusOr<Fields> fields = ReadFields(entry, std::move(path), keys);
   if (!fields.ok()) return fields.status();
-  for (const Fields::Entry& field : fields->entries) {
-    // A zero delay means "commit as soon as the queue runs dry"; zero-sized batches or
-    // queues would never move. No count lines is a valid choice too.
-    bool is_delay = field.key == "max_delay_ms";
-    bool zero_ok = is_delay || field.key == "log_counts_seconds";
-    absl::StatusOr<uint32_t> value = ReadUint32(field, fields->PathOf(field.key), zero_ok ? 0 : 1);
+  for (const config_fields::Field<S>& field : table) {
+    const Fields::Entry* given = fields->Find(field.key);
+    if (given == nullptr && field.required) {
+      return Error(fields->node, fields->PathOf(field.key), "is required");
+    }
+    if (given == nullptr) continue;
+    if (absl::Status s = ReadField(*given, fields->PathOf(field.key), field, block); !s.ok()) {
+      return s;
+    }
+  }
+  return CheckBlock(*fields, block);
+}
+
+template <typename S>
+absl::Status Loader::ReadField(const Fields::Entry& entry, std::string_view path,
+                               const config_fields::Field<S>& field, S* block) const {
+  using config_fields::ChoiceRule, config_fields::FlagRule, config_fields::HostPortRule,
+      config_fields::NameListRule, config_fields::Overloaded, config_fields::PropertiesRule,
+      config_fields::SizeRule, config_fields::TextRule, config_fields::WholeRule;
+  auto store = [](auto value, auto& out) -> absl::Status {
     if (!value.ok()) return value.status();
-    if (field.key == "batch_size") apply->batch_size = *value;
-    if (is_delay) apply->max_delay_ms = *value;
-    if (field.key == "queue_capacity") apply->queue_capacity = *value;
-    if (field.key == "log_counts_seconds") apply->log_counts_seconds = *value;
+    out = *std::move(value);
+    return absl::OkStatus();
+  };
+  return std::visit(
+      Overloaded{
+          [&](const TextRule<S>& r) { return store(ReadNonEmpty(entry, path), block->*r.member); },
+          [&](const HostPortRule<S>& r) {
+            return store(ReadHostPort(entry, path, r), block->*r.member);
+          },
+          [&](const FlagRule<S>& r) { return store(ReadBool(entry, path), block->*r.member); },
+          [&](const WholeRule<S>& r) {
+            absl::StatusOr<uint32_t> n = ReadUint32(entry, path, r.min, r.max);
+            if (n.ok() && r.check != nullptr) {
+              if (std::string_view problem = r.check(*n); !problem.empty()) {
+                return Error(entry.value, path, problem);
+              }
+            }
+            return store(n, block->*r.member);
+          },
+          [&](const SizeRule<S>& r) { return store(ReadSize(entry, path), block->*r.member); },
+          [&](const ChoiceRule<S>& r) {
+            absl::StatusOr<size_t> i = ReadChoice(entry, path, r.names);
+            if (i.ok()) r.set(*block, *i);
+            return i.status();
+          },
+          [&](const NameListRule<S>& r) {
+            return store(ReadStringList(entry, path), block->*r.member);
+          },
+          [&](const PropertiesRule<S>& r) {
+            return store(ReadProperties(entry, path), block->*r.member);
+          },
+      },
+      field.rule);
+}
+
+absl::Status Loader::PairError(const Fields& fields, std::string_view key, std::string_view other,
+                               std::string_view problem) const {
+  const Fields::Entry* culprit = fields.Find(key);
+  if (culprit == nullptr) culprit = fields.Find(other);
+  return Error(culprit->value, fields.PathOf(culprit->key), problem);
+}
+
+absl::Status Loader::CheckBlock(const Fields& fields, StorageConfig* storage) const {
+  if (storage->map_size > storage->max_map_size) {
+    return PairError(fields, "map_size", "max_map_size",
+                     Cat("map_size (", storage->map_size, " bytes) must not exceed max_map_size (",
+                         storage->max_map_size, " bytes)"));
   }
   return absl::OkStatus();
 }
 
-absl::Status Loader::ParseWatch(const Fields::Entry& entry, WatchConfig* watch) const {
-  absl::StatusOr<Fields> fields = ReadFields(entry, "watch", {"retain_changes", "max_lag_changes"});
-  if (!fields.ok()) return fields.status();
-  // Both at least 1: an empty change log would leave Watch nothing to read, and a watcher
-  // allowed no lag at all would be cut off by every commit it has not read yet.
-  const Fields::Entry* retain = fields->Find("retain_changes");
-  const Fields::Entry* lag = fields->Find("max_lag_changes");
-  if (retain != nullptr) {
-    absl::StatusOr<uint32_t> n = ReadUint32(*retain, fields->PathOf("retain_changes"), 0);
-    if (!n.ok()) return n.status();
-    if (*n == 0) {
-      return Error(retain->value, fields->PathOf("retain_changes"),
-                   "0 would keep no change log, and Watch streams read every change from it; "
-                   "set how many changes a watcher may resume across (default 1000000)");
-    }
-    watch->retain_changes = *n;
-    watch->max_lag_changes = std::max<uint32_t>(1, *n / 2);
-  }
-  if (lag != nullptr) {
-    absl::StatusOr<uint32_t> n = ReadUint32(*lag, fields->PathOf("max_lag_changes"), 0);
-    if (!n.ok()) return n.status();
-    if (*n == 0) {
-      return Error(lag->value, fields->PathOf("max_lag_changes"),
-                   "0 would cut off every watcher at the first change it has not read yet; "
-                   "set it above 0 and below retain_changes");
-    }
-    watch->max_lag_changes = *n;
+absl::Status Loader::CheckBlock(const Fields& fields, WatchConfig* watch) const {
+  if (fields.Find("retain_changes") != nullptr && fields.Find("max_lag_changes") == nullptr) {
+    watch->max_lag_changes = std::max<uint32_t>(1, watch->retain_changes / 2);
   }
   // A watcher cut off at max_lag_changes must find its resume position still in the log.
   if (watch->max_lag_changes >= watch->retain_changes) {
-    const Fields::Entry* culprit = lag != nullptr ? lag : retain;
-    return Error(culprit->value, fields->PathOf(culprit->key),
-                 Cat("max_lag_changes (", watch->max_lag_changes,
-                     ") must be below retain_changes (", watch->retain_changes,
-                     "), so a watcher cut off for lagging can still resume"));
+    return PairError(fields, "max_lag_changes", "retain_changes",
+                     Cat("max_lag_changes (", watch->max_lag_changes,
+                         ") must be below retain_changes (", watch->retain_changes,
+                         "), so a watcher cut off for lagging can still resume"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Loader::CheckBlock(const Fields& fields, DynamoDbSourceConfig* dynamodb) const {
+  if (dynamodb->table_name.empty() == dynamodb->stream_arn.empty()) {
+    return Error(fields.node, fields.path, "give exactly one of table_name and stream_arn");
   }
   return absl::OkStatus();
 }
@@ -1144,8 +1191,9 @@ absl::Status Loader::ParseSources(const Fields::Entry& entry, Config* config) {
 
 absl::StatusOr<SourceConfig> Loader::ParseSource(const YAML::Node& node, const std::string& path,
                                                  const Config& config) {
-  absl::StatusOr<Fields> fields =
-      ReadFields(node, path, {"name", "table", "file", "kafka", "dynamodb"});
+  std::vector<std::string_view> keys = {"name", "table"};
+  for (const SourceKindInfo& kind : SourceKinds()) keys.push_back(kind.name);
+  absl::StatusOr<Fields> fields = ReadFields(node, path, keys);
   if (!fields.ok()) return fields.status();
   SourceConfig source;
   absl::StatusOr<std::string> name = ReadUniqueName(*fields, "source", &source_lines_);
@@ -1168,8 +1216,10 @@ absl::StatusOr<SourceConfig> Loader::ParseSource(const YAML::Node& node, const s
   source.table = *table_name;
 
   const Fields::Entry* type = nullptr;
-  for (std::string_view kind : {"file", "kafka", "dynamodb"}) {
-    const Fields::Entry* entry = fields->Find(kind);
+  std::vector<std::string_view> sketches;
+  for (const SourceKindInfo& kind : SourceKinds()) {
+    sketches.push_back(kind.sketch);
+    const Fields::Entry* entry = fields->Find(kind.name);
     if (entry == nullptr) continue;
     if (type != nullptr) {
       return Error(entry->key_node, path,
@@ -1177,209 +1227,22 @@ absl::StatusOr<SourceConfig> Loader::ParseSource(const YAML::Node& node, const s
                        "); give exactly one"));
     }
     type = entry;
+    source.kind = kind.kind;
   }
   if (type == nullptr) {
-    return Error(fields->node, path,
-                 Cat(label, "expected a source type: file: { path: ... }, kafka: { ... } or "
-                            "dynamodb: { ... }"));
+    std::string listed;
+    for (size_t i = 0; i < sketches.size(); ++i) {
+      listed += Cat(i == 0 ? "" : i + 1 == sketches.size() ? " or " : ", ", sketches[i]);
+    }
+    return Error(fields->node, path, Cat(label, "expected a source type: ", listed));
   }
-  const std::string default_dead_letters = DefaultDeadLetterPath(config.storage.path, source.name);
-  absl::Status parsed;
-  if (type->key == "file") {
-    source.kind = SourceConfig::Kind::kFile;
-    source.file.dead_letter_path = default_dead_letters;
-    parsed = ParseFileSource(*type, fields->PathOf("file"), &source.file);
-  } else if (type->key == "kafka") {
-    source.kind = SourceConfig::Kind::kKafka;
-    source.kafka.dead_letter_path = default_dead_letters;
-    parsed = ParseKafkaSource(*type, fields->PathOf("kafka"), &source.kafka);
-  } else {
-    source.kind = SourceConfig::Kind::kDynamoDb;
-    source.dynamodb.dead_letter_path = default_dead_letters;
-    parsed = ParseDynamoDbSource(*type, fields->PathOf("dynamodb"), &source.dynamodb);
-  }
+  DeadLetterPath(source) = DefaultDeadLetterPath(config.storage.path, source.name);
+  absl::Status parsed =
+      config_fields::VisitSourceBlock(source, [&](auto& block, const auto& table) {
+        return ParseBlock(*type, fields->PathOf(type->key), table, &block);
+      });
   if (!parsed.ok()) return parsed;
   return source;
-}
-
-absl::Status Loader::ParseFileSource(const Fields::Entry& entry, const std::string& path,
-                                     FileSourceConfig* file) const {
-  absl::StatusOr<Fields> fields = ReadFields(entry, path, {"path", "follow", "dead_letter_path"});
-  if (!fields.ok()) return fields.status();
-  absl::StatusOr<const Fields::Entry*> input = Require(*fields, "path");
-  if (!input.ok()) return input.status();
-  // Relative paths stay as written: relative to the daemon's working directory.
-  absl::StatusOr<std::string> input_path = ReadNonEmpty(**input, fields->PathOf("path"));
-  if (!input_path.ok()) return input_path.status();
-  file->path = *input_path;
-  if (const Fields::Entry* follow = fields->Find("follow")) {
-    absl::StatusOr<bool> flag = ReadBool(*follow, fields->PathOf("follow"));
-    if (!flag.ok()) return flag.status();
-    file->follow = *flag;
-  }
-  if (const Fields::Entry* dead = fields->Find("dead_letter_path")) {
-    absl::StatusOr<std::string> dead_path = ReadNonEmpty(*dead, fields->PathOf("dead_letter_path"));
-    if (!dead_path.ok()) return dead_path.status();
-    file->dead_letter_path = *dead_path;
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::vector<std::string>> Loader::ReadStringList(const Fields::Entry& entry,
-                                                                const std::string& path) const {
-  if (!entry.value.IsSequence() || entry.value.size() == 0) {
-    return Error(ValueNode(entry), path,
-                 Cat("expected a non-empty list of names, got ", Describe(entry.value)));
-  }
-  std::vector<std::string> out;
-  for (size_t i = 0; i < entry.value.size(); ++i) {
-    const YAML::Node& item = entry.value[i];
-    if (!item.IsScalar() || item.Scalar().empty()) {
-      return Error(item.IsNull() ? entry.value : item, Index(path, i),
-                   Cat("expected a non-empty string, got ", Describe(item)));
-    }
-    out.push_back(item.Scalar());
-  }
-  return out;
-}
-
-absl::StatusOr<std::string> Loader::ReadChoice(const Fields::Entry& entry, const std::string& path,
-                                               std::initializer_list<std::string_view> choices) const {
-  if (entry.value.IsScalar()) {
-    for (std::string_view choice : choices) {
-      if (entry.value.Scalar() == choice) return std::string(choice);
-    }
-  }
-  return Error(ValueNode(entry), path,
-               Cat("expected one of ", JoinViews(choices), ", got ", Describe(entry.value)));
-}
-
-absl::Status Loader::ParseKafkaSource(const Fields::Entry& entry, const std::string& path,
-                                      KafkaSourceConfig* kafka) const {
-  absl::StatusOr<Fields> fields =
-      ReadFields(entry, path,
-                 {"brokers", "topics", "group", "format", "dead_letter_topic", "dead_letter_path",
-                  "start", "key_attributes", "properties"});
-  if (!fields.ok()) return fields.status();
-  for (auto [key, out] : {std::pair<const char*, std::string*>{"brokers", &kafka->brokers},
-                          {"group", &kafka->group}}) {
-    absl::StatusOr<const Fields::Entry*> field = Require(*fields, key);
-    if (!field.ok()) return field.status();
-    absl::StatusOr<std::string> text = ReadNonEmpty(**field, fields->PathOf(key));
-    if (!text.ok()) return text.status();
-    *out = *text;
-  }
-  absl::StatusOr<const Fields::Entry*> topics = Require(*fields, "topics");
-  if (!topics.ok()) return topics.status();
-  absl::StatusOr<std::vector<std::string>> topic_list =
-      ReadStringList(**topics, fields->PathOf("topics"));
-  if (!topic_list.ok()) return topic_list.status();
-  kafka->topics = *topic_list;
-  if (const Fields::Entry* format = fields->Find("format")) {
-    absl::StatusOr<std::string> choice = ReadChoice(
-        *format, fields->PathOf("format"), {"dynamodb-json", "debezium-json", "protobuf"});
-    if (!choice.ok()) return choice.status();
-    kafka->format = *choice == "dynamodb-json"   ? KafkaSourceConfig::Format::kDynamoDbJson
-                    : *choice == "debezium-json" ? KafkaSourceConfig::Format::kDebeziumJson
-                                                 : KafkaSourceConfig::Format::kProtobuf;
-  }
-  if (const Fields::Entry* start = fields->Find("start")) {
-    absl::StatusOr<std::string> choice =
-        ReadChoice(*start, fields->PathOf("start"), {"earliest", "latest"});
-    if (!choice.ok()) return choice.status();
-    kafka->start = *choice == "earliest" ? KafkaSourceConfig::Start::kEarliest
-                                         : KafkaSourceConfig::Start::kLatest;
-  }
-  for (auto [key, out] :
-       {std::pair<const char*, std::string*>{"dead_letter_topic", &kafka->dead_letter_topic},
-        {"dead_letter_path", &kafka->dead_letter_path}}) {
-    if (const Fields::Entry* field = fields->Find(key)) {
-      absl::StatusOr<std::string> text = ReadNonEmpty(*field, fields->PathOf(key));
-      if (!text.ok()) return text.status();
-      *out = *text;
-    }
-  }
-  if (const Fields::Entry* keys = fields->Find("key_attributes")) {
-    absl::StatusOr<std::vector<std::string>> list =
-        ReadStringList(*keys, fields->PathOf("key_attributes"));
-    if (!list.ok()) return list.status();
-    kafka->key_attributes = *list;
-  }
-  if (const Fields::Entry* properties = fields->Find("properties")) {
-    const std::string props_path = fields->PathOf("properties");
-    if (!properties->value.IsMap()) {
-      return Error(ValueNode(*properties), props_path,
-                   Cat("expected a mapping of librdkafka properties, got ",
-                       Describe(properties->value)));
-    }
-    for (const auto& kv : properties->value) {
-      const std::string key = kv.first.as<std::string>("");
-      if (!kv.second.IsScalar()) {
-        return Error(kv.second.IsNull() ? kv.first : kv.second, Child(props_path, key),
-                     Cat("expected a scalar value, got ", Describe(kv.second)));
-      }
-      kafka->properties[key] = kv.second.Scalar();
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status Loader::ParseDynamoDbSource(const Fields::Entry& entry, const std::string& path,
-                                         DynamoDbSourceConfig* ddb) const {
-  absl::StatusOr<Fields> fields =
-      ReadFields(entry, path,
-                 {"table_name", "stream_arn", "region", "endpoint", "start", "poll_interval_ms",
-                  "shard_concurrency", "discovery_interval_ms", "snapshot", "scan_segments",
-                  "scan_read_capacity_percent", "scan_read_units_per_second",
-                  "dead_letter_path"});
-  if (!fields.ok()) return fields.status();
-  for (auto [key, out] : {std::pair<const char*, std::string*>{"table_name", &ddb->table_name},
-                          {"stream_arn", &ddb->stream_arn},
-                          {"region", &ddb->region},
-                          {"endpoint", &ddb->endpoint},
-                          {"dead_letter_path", &ddb->dead_letter_path}}) {
-    if (const Fields::Entry* field = fields->Find(key)) {
-      absl::StatusOr<std::string> text = ReadNonEmpty(*field, fields->PathOf(key));
-      if (!text.ok()) return text.status();
-      *out = *text;
-    }
-  }
-  if (ddb->table_name.empty() == ddb->stream_arn.empty()) {
-    return Error(fields->node, path, "give exactly one of table_name and stream_arn");
-  }
-  for (auto [key, out, min] :
-       {std::tuple<const char*, uint32_t*, uint32_t>{"poll_interval_ms", &ddb->poll_interval_ms, 0},
-        {"shard_concurrency", &ddb->shard_concurrency, 1},
-        {"discovery_interval_ms", &ddb->discovery_interval_ms, 100},
-        {"scan_segments", &ddb->scan_segments, 1},
-        {"scan_read_capacity_percent", &ddb->scan_read_capacity_percent, 1},
-        {"scan_read_units_per_second", &ddb->scan_read_units_per_second, 0}}) {
-    if (const Fields::Entry* field = fields->Find(key)) {
-      absl::StatusOr<uint32_t> n = ReadUint32(*field, fields->PathOf(key), min);
-      if (!n.ok()) return n.status();
-      *out = *n;
-    }
-  }
-  if (ddb->scan_read_capacity_percent > 100) {
-    return Error(fields->Find("scan_read_capacity_percent")->value,
-                 fields->PathOf("scan_read_capacity_percent"),
-                 "expected a percentage of the table's read capacity, 1 to 100");
-  }
-  if (const Fields::Entry* start = fields->Find("start")) {
-    absl::StatusOr<std::string> choice =
-        ReadChoice(*start, fields->PathOf("start"), {"trim_horizon", "latest"});
-    if (!choice.ok()) return choice.status();
-    ddb->start = *choice == "trim_horizon" ? DynamoDbSourceConfig::Start::kTrimHorizon
-                                           : DynamoDbSourceConfig::Start::kLatest;
-  }
-  if (const Fields::Entry* snapshot = fields->Find("snapshot")) {
-    absl::StatusOr<std::string> choice =
-        ReadChoice(*snapshot, fields->PathOf("snapshot"), {"none", "scan"});
-    if (!choice.ok()) return choice.status();
-    ddb->snapshot = *choice == "scan" ? DynamoDbSourceConfig::Snapshot::kScan
-                                      : DynamoDbSourceConfig::Snapshot::kNone;
-  }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<Config> Loader::Load(const YAML::Node& root) {
@@ -1396,18 +1259,14 @@ absl::StatusOr<Config> Loader::Load(const YAML::Node& root) {
   config.file = file_;
   // Storage comes before sources (dead-letter paths default under it), tables before
   // sources (sources name them), whatever the order in the file.
-  if (const Fields::Entry* storage = fields->Find("storage")) {
-    if (absl::Status s = ParseStorage(*storage, &config.storage); !s.ok()) return s;
-  }
-  if (const Fields::Entry* server = fields->Find("server")) {
-    if (absl::Status s = ParseServer(*server, &config.server); !s.ok()) return s;
-  }
-  if (const Fields::Entry* apply = fields->Find("apply")) {
-    if (absl::Status s = ParseApply(*apply, &config.apply); !s.ok()) return s;
-  }
-  if (const Fields::Entry* watch = fields->Find("watch")) {
-    if (absl::Status s = ParseWatch(*watch, &config.watch); !s.ok()) return s;
-  }
+  absl::Status sections;
+  config_fields::ForEachSection(config, [&](std::string_view key, const auto& table, auto& block) {
+    const Fields::Entry* entry = fields->Find(key);
+    if (sections.ok() && entry != nullptr) {
+      sections = ParseBlock(*entry, std::string(key), table, &block);
+    }
+  });
+  if (!sections.ok()) return sections;
   absl::StatusOr<const Fields::Entry*> tables = Require(*fields, "tables");
   if (!tables.ok()) return tables.status();
   if (absl::Status s = ParseTables(**tables, &config.tables); !s.ok()) return s;
@@ -1523,16 +1382,23 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml, const std::string& f
 }
 
 const std::vector<std::string>& EnvironmentSettablePaths() {
-  // Every field of storage, server, apply and watch except those with their own flag and
-  // variable (--storage-path, --grpc, --metrics). config_yaml_test checks the list against
-  // what --print-config prints, so a new field cannot be forgotten here.
-  static const std::vector<std::string> paths = {
-      "storage.map_size",     "storage.max_map_size", "storage.write_map",
-      "storage.flush_interval_ms",
-      "server.fast_reads",    "server.ready_max_lag_seconds",
-      "apply.batch_size",     "apply.max_delay_ms",   "apply.queue_capacity",
-      "apply.log_counts_seconds",
-      "watch.retain_changes", "watch.max_lag_changes"};
+  // Every field of the sections except those with their own flag and variable
+  // (--storage-path, --grpc, --metrics: ConfigOverrides).
+  static const std::vector<std::string> paths = [] {
+    constexpr std::string_view kOwnFlag[] = {"storage.path", "server.grpc", "server.metrics"};
+    std::vector<std::string> out;
+    const Config config;
+    config_fields::ForEachSection(config, [&](std::string_view section, const auto& table,
+                                              const auto&) {
+      for (const auto& field : table) {
+        std::string path = Cat(section, ".", field.key);
+        if (std::find(std::begin(kOwnFlag), std::end(kOwnFlag), path) == std::end(kOwnFlag)) {
+          out.push_back(std::move(path));
+        }
+      }
+    });
+    return out;
+  }();
   return paths;
 }
 
@@ -1591,12 +1457,12 @@ absl::Status ApplyOverrides(const ConfigOverrides& overrides, Config* config) {
                                           ", got ", Quote(got)));
   };
   if (overrides.grpc && !IsHostPort(*overrides.grpc)) {
-    return bad("server.grpc", "--grpc", "CDCVIEW_GRPC", "host:port like 127.0.0.1:50051",
-               *overrides.grpc);
+    return bad("server.grpc", "--grpc", "CDCVIEW_GRPC",
+               HostPortExpectation(ServerAddressRule("grpc")), *overrides.grpc);
   }
   if (overrides.metrics && !overrides.metrics->empty() && !IsHostPort(*overrides.metrics)) {
     return bad("server.metrics", "--metrics", "CDCVIEW_METRICS",
-               "host:port like 127.0.0.1:9464 (or \"\" to disable)", *overrides.metrics);
+               HostPortExpectation(ServerAddressRule("metrics")), *overrides.metrics);
   }
   if (overrides.storage_path && overrides.storage_path->empty()) {
     return bad("storage.path", "--storage-path", "CDCVIEW_STORAGE_PATH", "a directory",
@@ -1606,9 +1472,9 @@ absl::Status ApplyOverrides(const ConfigOverrides& overrides, Config* config) {
   if (overrides.metrics) config->server.metrics = *overrides.metrics;
   if (overrides.storage_path) {
     for (SourceConfig& source : config->sources) {
-      std::string* dead_letters = DeadLetterPathOf(source);
-      if (*dead_letters == DefaultDeadLetterPath(config->storage.path, source.name)) {
-        *dead_letters = DefaultDeadLetterPath(*overrides.storage_path, source.name);
+      std::string& dead_letters = DeadLetterPath(source);
+      if (dead_letters == DefaultDeadLetterPath(config->storage.path, source.name)) {
+        dead_letters = DefaultDeadLetterPath(*overrides.storage_path, source.name);
       }
     }
     config->storage.path = *overrides.storage_path;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "daemon/config/source_kinds.h"
 #include "index_builders/view_spec.h"
 
 namespace cdcview {
@@ -129,7 +130,7 @@ struct DynamoDbSourceConfig {
 };
 
 struct SourceConfig {
-  enum class Kind { kFile, kKafka, kDynamoDb };
+  using Kind = SourceKind;
 
   std::string name;
   std::string table;
@@ -140,6 +141,11 @@ struct SourceConfig {
 
   bool operator==(const SourceConfig&) const = default;
 };
+
+// The file where `source` writes what it rejects: every kind has one (a Kafka source with a
+// dead_letter_topic writes there instead).
+const std::string& DeadLetterPath(const SourceConfig& source);
+std::string& DeadLetterPath(SourceConfig& source);
 
 struct Config {
   std::string file;  // where it was loaded from, for messages

@@ -2,7 +2,10 @@
 
 #include <cstdint>
 #include <string_view>
+#include <variant>
 
+#include "daemon/config/config_fields.h"
+#include "daemon/config/source_kinds.h"
 #include "yaml-cpp/yaml.h"
 
 namespace cdcview {
@@ -31,98 +34,59 @@ void Field(YAML::Emitter& out, const char* key, const T& value) {
   out << YAML::Key << key << YAML::Value << value;
 }
 
-void NonEmpty(YAML::Emitter& out, const char* key, const std::string& value) {
-  if (!value.empty()) Field(out, key, value);
-}
-
 void StringList(YAML::Emitter& out, const char* key, const std::vector<std::string>& values) {
   out << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginSeq;
   for (const std::string& v : values) out << YAML::DoubleQuoted << v;
   out << YAML::EndSeq;
 }
 
-void EmitStorageServerApply(YAML::Emitter& out, const Config& c) {
-  out << YAML::Key << "storage" << YAML::Value << YAML::BeginMap;
-  Field(out, "path", c.storage.path);
-  Field(out, "map_size", ByteSize(c.storage.map_size));
-  Field(out, "max_map_size", ByteSize(c.storage.max_map_size));
-  Field(out, "write_map", c.storage.write_map);
-  Field(out, "flush_interval_ms", c.storage.flush_interval_ms);
-  out << YAML::EndMap;
-  out << YAML::Key << "server" << YAML::Value << YAML::BeginMap;
-  Field(out, "grpc", c.server.grpc);
-  Field(out, "fast_reads", c.server.fast_reads);
-  Field(out, "metrics", c.server.metrics);
-  Field(out, "ready_max_lag_seconds", c.server.ready_max_lag_seconds);
-  out << YAML::EndMap;
-  out << YAML::Key << "apply" << YAML::Value << YAML::BeginMap;
-  Field(out, "batch_size", c.apply.batch_size);
-  Field(out, "max_delay_ms", c.apply.max_delay_ms);
-  Field(out, "queue_capacity", c.apply.queue_capacity);
-  Field(out, "log_counts_seconds", c.apply.log_counts_seconds);
-  out << YAML::EndMap;
-  out << YAML::Key << "watch" << YAML::Value << YAML::BeginMap;
-  Field(out, "retain_changes", c.watch.retain_changes);
-  Field(out, "max_lag_changes", c.watch.max_lag_changes);
-  out << YAML::EndMap;
-}
-
-void EmitKafka(YAML::Emitter& out, const KafkaSourceConfig& k) {
-  using Format = KafkaSourceConfig::Format;
-  Field(out, "brokers", k.brokers);
-  StringList(out, "topics", k.topics);
-  Field(out, "group", k.group);
-  Field(out, "format", Str(k.format == Format::kDynamoDbJson    ? "dynamodb-json"
-                           : k.format == Format::kDebeziumJson ? "debezium-json"
-                                                               : "protobuf"));
-  NonEmpty(out, "dead_letter_topic", k.dead_letter_topic);
-  Field(out, "dead_letter_path", k.dead_letter_path);
-  Field(out, "start", Str(k.start == KafkaSourceConfig::Start::kEarliest ? "earliest" : "latest"));
-  if (!k.key_attributes.empty()) StringList(out, "key_attributes", k.key_attributes);
-  if (!k.properties.empty()) {
-    out << YAML::Key << "properties" << YAML::Value << YAML::BeginMap;
-    for (const auto& [key, value] : k.properties) Field(out, key.c_str(), value);
-    out << YAML::EndMap;
+// The fields of `block` in its table's order; what the loader would read back unchanged.
+template <typename S>
+void EmitBlock(YAML::Emitter& out, const config_fields::FieldTable<S>& table, const S& block) {
+  using config_fields::ChoiceRule, config_fields::FlagRule, config_fields::HostPortRule,
+      config_fields::NameListRule, config_fields::Overloaded, config_fields::PropertiesRule,
+      config_fields::SizeRule, config_fields::TextRule, config_fields::WholeRule;
+  for (const config_fields::Field<S>& field : table) {
+    const std::string key(field.key);
+    std::visit(
+        Overloaded{
+            [&](const TextRule<S>& r) {
+              if (!(block.*r.member).empty()) Field(out, key.c_str(), block.*r.member);
+            },
+            [&](const HostPortRule<S>& r) { Field(out, key.c_str(), block.*r.member); },
+            [&](const FlagRule<S>& r) { Field(out, key.c_str(), block.*r.member); },
+            [&](const WholeRule<S>& r) { Field(out, key.c_str(), block.*r.member); },
+            [&](const SizeRule<S>& r) { Field(out, key.c_str(), ByteSize(block.*r.member)); },
+            [&](const ChoiceRule<S>& r) { Field(out, key.c_str(), Str(r.names[r.get(block)])); },
+            [&](const NameListRule<S>& r) {
+              if (!(block.*r.member).empty()) StringList(out, key.c_str(), block.*r.member);
+            },
+            [&](const PropertiesRule<S>& r) {
+              if ((block.*r.member).empty()) return;
+              out << YAML::Key << key << YAML::Value << YAML::BeginMap;
+              for (const auto& [name, value] : block.*r.member) Field(out, name.c_str(), value);
+              out << YAML::EndMap;
+            },
+        },
+        field.rule);
   }
 }
 
-void EmitDynamoDb(YAML::Emitter& out, const DynamoDbSourceConfig& d) {
-  NonEmpty(out, "table_name", d.table_name);
-  NonEmpty(out, "stream_arn", d.stream_arn);
-  Field(out, "region", d.region);
-  NonEmpty(out, "endpoint", d.endpoint);
-  Field(out, "start",
-        Str(d.start == DynamoDbSourceConfig::Start::kTrimHorizon ? "trim_horizon" : "latest"));
-  Field(out, "poll_interval_ms", d.poll_interval_ms);
-  Field(out, "shard_concurrency", d.shard_concurrency);
-  Field(out, "discovery_interval_ms", d.discovery_interval_ms);
-  Field(out, "snapshot", Str(d.snapshot == DynamoDbSourceConfig::Snapshot::kScan ? "scan" : "none"));
-  Field(out, "scan_segments", d.scan_segments);
-  Field(out, "scan_read_capacity_percent", d.scan_read_capacity_percent);
-  Field(out, "scan_read_units_per_second", d.scan_read_units_per_second);
-  Field(out, "dead_letter_path", d.dead_letter_path);
+void EmitSections(YAML::Emitter& out, const Config& c) {
+  config_fields::ForEachSection(c, [&](std::string_view key, const auto& table, const auto& block) {
+    out << YAML::Key << Str(key) << YAML::Value << YAML::BeginMap;
+    EmitBlock(out, table, block);
+    out << YAML::EndMap;
+  });
 }
 
 void EmitSource(YAML::Emitter& out, const SourceConfig& s) {
   out << YAML::BeginMap;
   Field(out, "name", s.name);
   Field(out, "table", s.table);
-  switch (s.kind) {
-    case SourceConfig::Kind::kFile:
-      out << YAML::Key << "file" << YAML::Value << YAML::BeginMap;
-      Field(out, "path", s.file.path);
-      Field(out, "follow", s.file.follow);
-      Field(out, "dead_letter_path", s.file.dead_letter_path);
-      break;
-    case SourceConfig::Kind::kKafka:
-      out << YAML::Key << "kafka" << YAML::Value << YAML::BeginMap;
-      EmitKafka(out, s.kafka);
-      break;
-    case SourceConfig::Kind::kDynamoDb:
-      out << YAML::Key << "dynamodb" << YAML::Value << YAML::BeginMap;
-      EmitDynamoDb(out, s.dynamodb);
-      break;
-  }
+  out << YAML::Key << Str(SourceKindName(s.kind)) << YAML::Value << YAML::BeginMap;
+  config_fields::VisitSourceBlock(
+      s, [&](const auto& block, const auto& table) { EmitBlock(out, table, block); });
   out << YAML::EndMap << YAML::EndMap;
 }
 
@@ -259,7 +223,7 @@ void EmitTable(YAML::Emitter& out, const TableSpec& t) {
 std::string ConfigToYaml(const Config& config) {
   YAML::Emitter out;
   out << YAML::BeginMap;
-  EmitStorageServerApply(out, config);
+  EmitSections(out, config);
   if (!config.sources.empty()) {
     out << YAML::Key << "sources" << YAML::Value << YAML::BeginSeq;
     for (const SourceConfig& s : config.sources) EmitSource(out, s);

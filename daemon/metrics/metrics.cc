@@ -103,9 +103,7 @@ ApplyProbe::ApplyProbe(MetricsRegistry& metrics, const Config& config)
     for (std::string_view name : kSourceStates) {
       sources_.back().states.push_back(&state.Add({{"source", s.name}, {"state", std::string(name)}}));
     }
-    const char* kind = s.kind == SourceConfig::Kind::kFile    ? "file"
-                       : s.kind == SourceConfig::Kind::kKafka ? "kafka"
-                                                              : "dynamodb";
+    const std::string kind(SourceKindName(s.kind));
     source_info.Add({{"source", s.name}, {"table", s.table}, {"kind", kind}}).Set(1);
   }
   for (const TableSpec& t : config.tables) {

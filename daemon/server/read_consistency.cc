@@ -77,15 +77,6 @@ bool IsMarkerPartition(SourceConfig::Kind kind, std::string_view partition) {
          (partition == "snapshot" || partition == "trimmed");
 }
 
-std::string_view SourceKindName(SourceConfig::Kind kind) {
-  switch (kind) {
-    case SourceConfig::Kind::kFile: return "file";
-    case SourceConfig::Kind::kKafka: return "kafka";
-    case SourceConfig::Kind::kDynamoDb: return "dynamodb";
-  }
-  return "file";
-}
-
 std::string EncodePositionToken(const v1::AppliedPosition& applied) {
   std::string t(kMagic);
   t.push_back(kVersion);

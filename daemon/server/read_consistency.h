@@ -66,7 +66,4 @@ bool IsMarkerPartition(SourceConfig::Kind kind, std::string_view partition);
 absl::StatusOr<std::vector<PositionRequirement>> RequirementsFor(
     const v1::ReadConsistency& consistency, const Config& config, size_t table);
 
-// "kafka", "file", "dynamodb".
-std::string_view SourceKindName(SourceConfig::Kind kind);
-
 }  // namespace cdcview

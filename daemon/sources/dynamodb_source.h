@@ -89,7 +89,7 @@ class DynamoDbSource : public ChangeSource {
   void Stop() override;
   SourceHealth Health() const override;
   DeadLetterSink* dead_letters() override { return &dead_letters_; }
-  std::string_view kind() const override { return "dynamodb"; }
+  std::string_view kind() const override { return SourceKindName(SourceKind::kDynamoDb); }
   void SetPositionLookup(PositionLookup lookup) override { lookup_ = std::move(lookup); }
 
  private:

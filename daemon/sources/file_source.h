@@ -79,7 +79,7 @@ class FileSource : public ChangeSource {
   // before Start and after Stop.
   SourceHealth Health() const override;
   DeadLetterSink* dead_letters() override { return &dead_letters_; }
-  std::string_view kind() const override { return "file"; }
+  std::string_view kind() const override { return SourceKindName(SourceKind::kFile); }
 
  private:
   struct Cursor {

@@ -96,7 +96,7 @@ class KafkaSource : public ChangeSource {
   // the reason and what to do; "stopped" before Start and after Stop.
   SourceHealth Health() const override;
   DeadLetterSink* dead_letters() override;
-  std::string_view kind() const override { return "kafka"; }
+  std::string_view kind() const override { return SourceKindName(SourceKind::kKafka); }
   void SetPositionLookup(PositionLookup lookup) override;
 
   // For tests and status: partitions assigned now ("topic/3"), and whether they are paused.

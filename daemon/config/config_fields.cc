@@ -1,0 +1,186 @@
+#include "daemon/config/config_fields.h"
+
+#include <initializer_list>
+#include <utility>
+
+namespace cdcview::config_fields {
+namespace {
+
+template <typename S>
+Field<S> Text(std::string_view key, std::string S::*member) {
+  return {key, TextRule<S>{member}};
+}
+
+template <typename S>
+Field<S> HostPort(std::string_view key, std::string S::*member, std::string_view example_port,
+                  bool may_disable) {
+  return {key, HostPortRule<S>{member, example_port, may_disable}};
+}
+
+template <typename S>
+Field<S> Flag(std::string_view key, bool S::*member) {
+  return {key, FlagRule<S>{member}};
+}
+
+template <typename S>
+Field<S> Whole(std::string_view key, uint32_t S::*member, uint32_t min, uint32_t max = kNoMax,
+               std::string_view (*check)(uint32_t) = nullptr) {
+  return {key, WholeRule<S>{member, min, max, check}};
+}
+
+template <typename S>
+Field<S> Size(std::string_view key, uint64_t S::*member) {
+  return {key, SizeRule<S>{member}};
+}
+
+template <typename S, typename E>
+Field<S> Choice(std::string_view key, E S::*member,
+                std::initializer_list<std::pair<std::string_view, E>> choices) {
+  std::vector<std::pair<std::string_view, E>> values(choices);
+  ChoiceRule<S> rule;
+  for (const auto& [name, value] : values) rule.names.push_back(name);
+  rule.get = [member, values](const S& s) {
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (values[i].second == s.*member) return i;
+    }
+    std::abort();  // a value without a name: its table line is missing
+  };
+  rule.set = [member, values](S& s, size_t i) { s.*member = values[i].second; };
+  return {key, std::move(rule)};
+}
+
+template <typename S>
+Field<S> NameList(std::string_view key, std::vector<std::string> S::*member) {
+  return {key, NameListRule<S>{member}};
+}
+
+template <typename S>
+Field<S> Properties(std::string_view key, std::map<std::string, std::string> S::*member) {
+  return {key, PropertiesRule<S>{member}};
+}
+
+template <typename S>
+Field<S> Required(Field<S> field) {
+  field.required = true;
+  return field;
+}
+
+}  // namespace
+
+const FieldTable<StorageConfig>& StorageFields() {
+  using S = StorageConfig;
+  static const FieldTable<S> table = {
+      Text("path", &S::path),
+      Size("map_size", &S::map_size),
+      Size("max_map_size", &S::max_map_size),
+      Flag("write_map", &S::write_map),
+      // At most a minute: what is not flushed is lost at a crash and replayed.
+      Whole("flush_interval_ms", &S::flush_interval_ms, 0, S::kMaxFlushIntervalMs),
+  };
+  return table;
+}
+
+const FieldTable<ServerConfig>& ServerFields() {
+  using S = ServerConfig;
+  static const FieldTable<S> table = {
+      HostPort("grpc", &S::grpc, "50051", /*may_disable=*/false),
+      HostPort("fast_reads", &S::fast_reads, "50052", /*may_disable=*/true),
+      HostPort("metrics", &S::metrics, "9464", /*may_disable=*/true),
+      Whole("ready_max_lag_seconds", &S::ready_max_lag_seconds, 0),
+  };
+  return table;
+}
+
+const FieldTable<ApplyConfig>& ApplyFields() {
+  using S = ApplyConfig;
+  // A zero delay means "commit as soon as the queue runs dry"; zero-sized batches or queues
+  // would never move. No count lines is a valid choice too.
+  static const FieldTable<S> table = {
+      Whole("batch_size", &S::batch_size, 1),
+      Whole("max_delay_ms", &S::max_delay_ms, 0),
+      Whole("queue_capacity", &S::queue_capacity, 1),
+      Whole("log_counts_seconds", &S::log_counts_seconds, 0),
+  };
+  return table;
+}
+
+const FieldTable<WatchConfig>& WatchFields() {
+  using S = WatchConfig;
+  // Both at least 1: an empty change log would leave Watch nothing to read, and a watcher
+  // allowed no lag at all would be cut off by every commit it has not read yet. Their
+  // messages say so rather than "from 1 to ...".
+  static const FieldTable<S> table = {
+      Whole("retain_changes", &S::retain_changes, 0, kNoMax,
+            [](uint32_t n) -> std::string_view {
+              return n != 0 ? ""
+                            : "0 would keep no change log, and Watch streams read every change "
+                              "from it; set how many changes a watcher may resume across "
+                              "(default 1000000)";
+            }),
+      Whole("max_lag_changes", &S::max_lag_changes, 0, kNoMax,
+            [](uint32_t n) -> std::string_view {
+              return n != 0 ? ""
+                            : "0 would cut off every watcher at the first change it has not "
+                              "read yet; set it above 0 and below retain_changes";
+            }),
+  };
+  return table;
+}
+
+const FieldTable<FileSourceConfig>& FileSourceFields() {
+  using S = FileSourceConfig;
+  static const FieldTable<S> table = {
+      // Relative paths stay as written: relative to the daemon's working directory.
+      Required(Text("path", &S::path)),
+      Flag("follow", &S::follow),
+      Text("dead_letter_path", &S::dead_letter_path),
+  };
+  return table;
+}
+
+const FieldTable<KafkaSourceConfig>& KafkaSourceFields() {
+  using S = KafkaSourceConfig;
+  static const FieldTable<S> table = {
+      Required(Text("brokers", &S::brokers)),
+      Required(NameList("topics", &S::topics)),
+      Required(Text("group", &S::group)),
+      Choice("format", &S::format,
+             {{"dynamodb-json", S::Format::kDynamoDbJson},
+              {"debezium-json", S::Format::kDebeziumJson},
+              {"protobuf", S::Format::kProtobuf}}),
+      Text("dead_letter_topic", &S::dead_letter_topic),
+      Text("dead_letter_path", &S::dead_letter_path),
+      Choice("start", &S::start,
+             {{"earliest", S::Start::kEarliest}, {"latest", S::Start::kLatest}}),
+      NameList("key_attributes", &S::key_attributes),
+      Properties("properties", &S::properties),
+  };
+  return table;
+}
+
+const FieldTable<DynamoDbSourceConfig>& DynamoDbSourceFields() {
+  using S = DynamoDbSourceConfig;
+  static const FieldTable<S> table = {
+      Text("table_name", &S::table_name),
+      Text("stream_arn", &S::stream_arn),
+      Text("region", &S::region),
+      Text("endpoint", &S::endpoint),
+      Choice("start", &S::start,
+             {{"trim_horizon", S::Start::kTrimHorizon}, {"latest", S::Start::kLatest}}),
+      Whole("poll_interval_ms", &S::poll_interval_ms, 0),
+      Whole("shard_concurrency", &S::shard_concurrency, 1),
+      Whole("discovery_interval_ms", &S::discovery_interval_ms, 100),
+      Choice("snapshot", &S::snapshot,
+             {{"none", S::Snapshot::kNone}, {"scan", S::Snapshot::kScan}}),
+      Whole("scan_segments", &S::scan_segments, 1),
+      Whole("scan_read_capacity_percent", &S::scan_read_capacity_percent, 1, kNoMax,
+            [](uint32_t n) -> std::string_view {
+              return n <= 100 ? "" : "expected a percentage of the table's read capacity, 1 to 100";
+            }),
+      Whole("scan_read_units_per_second", &S::scan_read_units_per_second, 0),
+      Text("dead_letter_path", &S::dead_letter_path),
+  };
+  return table;
+}
+
+}  // namespace cdcview::config_fields
