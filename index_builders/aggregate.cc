@@ -7,7 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "index_builders/item_codec.h"
+#include "index_builders/coding.h"
 #include "index_builders/key_codec.h"
 #include "index_builders/view_builder.h"
 
@@ -116,7 +116,7 @@ std::string EncodeShardPart(std::optional<uint32_t> shard) {
     return out;
   }
   out.push_back(kShard);
-  for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<char>(*shard >> shift));
+  PutBigEndian32(*shard, &out);
   return out;
 }
 
@@ -133,9 +133,7 @@ absl::StatusOr<GroupKeyParts> SplitGroupKey(std::string_view key, bool sharded) 
       return absl::DataLossError("aggregate key has a malformed shard part");
     }
     if (rest[0] == kShard) {
-      uint32_t shard = 0;
-      for (int i = 1; i <= 4; ++i) shard = (shard << 8) | static_cast<unsigned char>(rest[i]);
-      parts.shard = shard;
+      parts.shard = DecodeBigEndian32(rest.data() + 1);
       rest.remove_prefix(5);
     } else {
       rest.remove_prefix(1);

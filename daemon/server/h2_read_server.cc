@@ -28,6 +28,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/log/log.h"
+#include "index_builders/coding.h"
 
 namespace cdcview {
 namespace {
@@ -188,12 +189,6 @@ bool IsGrpcContentType(std::string_view type) {
   if (type.substr(0, kGrpc.size()) != kGrpc) return false;
   std::string_view rest = type.substr(kGrpc.size());
   return rest.empty() || rest == "+proto" || rest.front() == ';' || rest.substr(0, 7) == "+proto;";
-}
-
-// The declared length of the gRPC message at the start of `body` (at least 5 bytes).
-uint32_t DeclaredLength(const std::string& body) {
-  return uint32_t{static_cast<uint8_t>(body[1])} << 24 | uint32_t{static_cast<uint8_t>(body[2])} << 16 |
-         uint32_t{static_cast<uint8_t>(body[3])} << 8 | uint32_t{static_cast<uint8_t>(body[4])};
 }
 
 // grpc-message is percent-encoded: bytes outside printable ASCII, and '%'.
@@ -617,7 +612,7 @@ class H2ReadServer::Loop {
     const size_t room = kMaxMessageBytes + 6 - std::min(s->body.size(), kMaxMessageBytes + 6);
     s->body.append(reinterpret_cast<const char*>(data), std::min(len, room));
     // Refused as soon as the prefix says it is too large, not once it has all arrived.
-    if (s->body.size() >= 5 && DeclaredLength(s->body) > kMaxMessageBytes) {
+    if (s->body.size() >= 5 && DecodeBigEndian32(s->body.data() + 1) > kMaxMessageBytes) {
       s->too_large = true;
       s->body.clear();
       static_cast<Connection*>(user)->loop->Dispatch(s);
@@ -683,7 +678,7 @@ class H2ReadServer::Loop {
                     absl::InvalidArgumentError("malformed grpc-timeout header"));
     }
     const std::string& b = s->body;
-    if (b.size() < 5 || DeclaredLength(b) != b.size() - 5) {
+    if (b.size() < 5 || DecodeBigEndian32(b.data() + 1) != b.size() - 5) {
       return Finish(s, method->second.name, start,
                     absl::InternalError(
                         "expected one length-prefixed gRPC message in the request body"));
@@ -758,7 +753,7 @@ class H2ReadServer::Loop {
     }
     s->out = *std::move(answer);  // framed by Prepared::run; the prefix is filled in here
     const size_t n = s->out.size() - 5;
-    for (int i = 0; i < 4; ++i) s->out[1 + i] = static_cast<char>((n >> (24 - 8 * i)) & 0xff);
+    EncodeBigEndian32(static_cast<uint32_t>(n), s->out.data() + 1);
     nghttp2_nv headers[] = {Header(":status", "200"), Header("content-type", "application/grpc"),
                             Header("grpc-accept-encoding", "identity")};
     nghttp2_data_provider body;

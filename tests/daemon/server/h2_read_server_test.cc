@@ -23,6 +23,7 @@
 #include "daemon/metrics/metrics.h"
 #include "daemon/server/view_reader.h"
 #include "gtest/gtest.h"
+#include "index_builders/coding.h"
 #include "tests/bench/h2_client.h"
 #include "tests/fakes/reader_fixture.h"
 #include "tests/fakes/records.h"
@@ -432,8 +433,8 @@ TEST_F(H2ReadServerTest, RequestsNoGrpcClientSendsGetClearAnswers) {
   bench::H2Options framed;
   framed.framed = true;
   auto frame = [](const std::string& message) {
-    std::string f(5, '\0');
-    for (int i = 0; i < 4; ++i) f[1 + i] = static_cast<char>((message.size() >> (8 * (3 - i))) & 0xff);
+    std::string f(1, '\0');
+    PutBigEndian32(static_cast<uint32_t>(message.size()), &f);
     return f + message;
   };
   const std::string framing_error = "expected one length-prefixed gRPC message in the request body";
