@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/decode/attribute_value_proto.h"
 #include "daemon/server/proto_convert.h"
 #include "daemon/server/token_seal.h"
 #include "daemon/store/change_log.h"
