@@ -28,8 +28,7 @@ void PutDecimal(const Decimal& d, std::string* out) {
   // Zigzag: sums may have any exponent.
   const int64_t e = d.exponent;
   PutVarint((static_cast<uint64_t>(e) << 1) ^ static_cast<uint64_t>(e >> 63), out);
-  PutVarint(d.digits.size(), out);
-  out->append(d.digits);
+  PutLengthPrefixed(d.digits, out);
 }
 
 bool GetDecimal(std::string_view* in, Decimal* d) {
@@ -41,12 +40,12 @@ bool GetDecimal(std::string_view* in, Decimal* d) {
     return true;
   }
   if (sign != 1 && sign != 2) return false;
-  uint64_t zigzag = 0, n = 0;
-  if (!GetVarint(in, &zigzag) || !GetVarint(in, &n) || n == 0 || n > in->size()) return false;
+  uint64_t zigzag = 0;
+  std::string_view digits;
+  if (!GetVarint(in, &zigzag) || !GetLengthPrefixed(in, &digits) || digits.empty()) return false;
   d->negative = sign == 2;
   d->exponent = static_cast<int>(static_cast<int64_t>(zigzag >> 1) ^ -static_cast<int64_t>(zigzag & 1));
-  d->digits.assign(in->data(), n);
-  in->remove_prefix(n);
+  d->digits.assign(digits.data(), digits.size());
   return true;
 }
 
