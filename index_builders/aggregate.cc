@@ -7,7 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "index_builders/item_codec.h"
+#include "index_builders/coding.h"
 #include "index_builders/key_codec.h"
 #include "index_builders/view_builder.h"
 
@@ -28,8 +28,7 @@ void PutDecimal(const Decimal& d, std::string* out) {
   // Zigzag: sums may have any exponent.
   const int64_t e = d.exponent;
   PutVarint((static_cast<uint64_t>(e) << 1) ^ static_cast<uint64_t>(e >> 63), out);
-  PutVarint(d.digits.size(), out);
-  out->append(d.digits);
+  PutLengthPrefixed(d.digits, out);
 }
 
 bool GetDecimal(std::string_view* in, Decimal* d) {
@@ -41,12 +40,12 @@ bool GetDecimal(std::string_view* in, Decimal* d) {
     return true;
   }
   if (sign != 1 && sign != 2) return false;
-  uint64_t zigzag = 0, n = 0;
-  if (!GetVarint(in, &zigzag) || !GetVarint(in, &n) || n == 0 || n > in->size()) return false;
+  uint64_t zigzag = 0;
+  std::string_view digits;
+  if (!GetVarint(in, &zigzag) || !GetLengthPrefixed(in, &digits) || digits.empty()) return false;
   d->negative = sign == 2;
   d->exponent = static_cast<int>(static_cast<int64_t>(zigzag >> 1) ^ -static_cast<int64_t>(zigzag & 1));
-  d->digits.assign(in->data(), n);
-  in->remove_prefix(n);
+  d->digits.assign(digits.data(), digits.size());
   return true;
 }
 
@@ -116,7 +115,7 @@ std::string EncodeShardPart(std::optional<uint32_t> shard) {
     return out;
   }
   out.push_back(kShard);
-  for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<char>(*shard >> shift));
+  PutBigEndian32(*shard, &out);
   return out;
 }
 
@@ -133,9 +132,7 @@ absl::StatusOr<GroupKeyParts> SplitGroupKey(std::string_view key, bool sharded) 
       return absl::DataLossError("aggregate key has a malformed shard part");
     }
     if (rest[0] == kShard) {
-      uint32_t shard = 0;
-      for (int i = 1; i <= 4; ++i) shard = (shard << 8) | static_cast<unsigned char>(rest[i]);
-      parts.shard = shard;
+      parts.shard = DecodeBigEndian32(rest.data() + 1);
       rest.remove_prefix(5);
     } else {
       rest.remove_prefix(1);

@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "index_builders/coding.h"
 #include "index_builders/number.h"
 
 namespace cdcview {
@@ -14,17 +15,12 @@ namespace {
 // recursion when decoding garbage.
 constexpr int kMaxDepth = 256;
 
-void PutBytes(std::string_view bytes, std::string* out) {
-  PutVarint(bytes.size(), out);
-  out->append(bytes);
-}
-
 void EncodeValue(const AttributeValue& v, std::string* out);
 
 void EncodeItemBody(const Item& item, std::string* out) {
   PutVarint(item.size(), out);
   for (const auto& [name, value] : item) {
-    PutBytes(name, out);
+    PutLengthPrefixed(name, out);
     EncodeValue(value, out);
   }
 }
@@ -35,7 +31,7 @@ void EncodeValue(const AttributeValue& v, std::string* out) {
     case AttrType::kS:
     case AttrType::kN:
     case AttrType::kB:
-      PutBytes(v.scalar(), out);
+      PutLengthPrefixed(v.scalar(), out);
       return;
     case AttrType::kBool:
       out->push_back(v.boolean() ? 1 : 0);
@@ -53,7 +49,7 @@ void EncodeValue(const AttributeValue& v, std::string* out) {
     case AttrType::kNS:
     case AttrType::kBS:
       PutVarint(v.set().size(), out);
-      for (const std::string& m : v.set()) PutBytes(m, out);
+      for (const std::string& m : v.set()) PutLengthPrefixed(m, out);
       return;
   }
 }
@@ -236,7 +232,7 @@ void EncodeItemSubset(const Item& item, const std::vector<std::string_view>& nam
   PutVarint(count, out);
   for (const auto& [name, value] : item) {
     if (!Named(names, name)) continue;
-    PutBytes(name, out);
+    PutLengthPrefixed(name, out);
     EncodeValue(value, out);
   }
 }
@@ -253,30 +249,6 @@ absl::StatusOr<Item> DecodeItem(std::string_view bytes) {
   if (absl::Status s = d.ItemBody(0, &item); !s.ok()) return s;
   if (!d.done()) return d.Error(d.offset(), "trailing bytes after item");
   return item;
-}
-
-void PutVarint(uint64_t v, std::string* out) {
-  while (v >= 0x80) {
-    out->push_back(static_cast<char>((v & 0x7F) | 0x80));
-    v >>= 7;
-  }
-  out->push_back(static_cast<char>(v));
-}
-
-bool GetVarint(std::string_view* in, uint64_t* v) {
-  uint64_t result = 0;
-  for (size_t i = 0; i < in->size() && i < 10; ++i) {
-    const auto byte = static_cast<unsigned char>((*in)[i]);
-    // The tenth byte holds only bit 63.
-    if (i == 9 && byte > 1) return false;
-    result |= static_cast<uint64_t>(byte & 0x7F) << (7 * i);
-    if ((byte & 0x80) == 0) {
-      *v = result;
-      in->remove_prefix(i + 1);
-      return true;
-    }
-  }
-  return false;
 }
 
 }  // namespace cdcview

@@ -27,9 +27,4 @@ void EncodeItemSubset(const Item& item, const std::vector<std::string_view>& nam
 // DATA_LOSS naming the offset if `bytes` is not a valid serialization.
 absl::StatusOr<Item> DecodeItem(std::string_view bytes);
 
-// Varints (LEB128), shared with the store's value and position formats.
-void PutVarint(uint64_t v, std::string* out);
-// False if `*in` does not start with a complete varint; advances `*in` otherwise.
-bool GetVarint(std::string_view* in, uint64_t* v);
-
 }  // namespace cdcview

@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "index_builders/coding.h"
 
 namespace cdcview {
 
@@ -147,7 +148,7 @@ class Canonical {
     out_.append(s);
   }
   void Num(uint64_t n) {
-    for (int shift = 56; shift >= 0; shift -= 8) out_.push_back(static_cast<char>(n >> shift));
+    PutBigEndian64(n, &out_);
   }
   void Type(AttrType t) { Str(AttrTypeName(t)); }
 
@@ -180,17 +181,6 @@ class Canonical {
  private:
   std::string out_;
 };
-
-// FNV-1a, 64 bit: tiny, well known, and identical in every process and build (unlike
-// std::hash or absl::Hash, which are salted or implementation-defined).
-uint64_t Fnv1a64(std::string_view bytes) {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (unsigned char c : bytes) {
-    h ^= c;
-    h *= 0x100000001b3ULL;
-  }
-  return h;
-}
 
 // Tags rather than enum values, so that reordering an enum cannot change fingerprints.
 char OpTag(Condition::Op op) {

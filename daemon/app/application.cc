@@ -69,10 +69,7 @@ absl::Status Application::Init() {
   if (!metrics.ok()) return InPhase("starting metrics", metrics.status());
   metrics_ = std::move(*metrics);
   apply_probe_ = std::make_unique<ApplyProbe>(*metrics_, config_);
-  query_probe_ = std::make_unique<QueryProbe>(
-      *metrics_, std::vector<std::string>{"Query", "Scan", "GetItem", "ListViews", "DescribeView",
-                                          "GetStatus", "GetHotKeys", "GetAggregate",
-                                          "ListAggregates"});
+  query_probe_ = std::make_unique<QueryProbe>(*metrics_, ViewServiceUnaryMethods());
 
   catalog_ = std::make_unique<Catalog>(config_, store_->max_key_size());
   std::vector<DeadLetterSink*> dead_letters;

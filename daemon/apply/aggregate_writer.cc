@@ -3,7 +3,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "index_builders/item_codec.h"
+#include "index_builders/coding.h"
 
 namespace cdcview {
 namespace {

@@ -2,11 +2,11 @@
 
 #include <string>
 #include <utility>
-#include <vector>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/decode/attribute_value_proto.h"
 #include "daemon/decode/decode_errors.h"
 #include "cdcview/v1/change_event.pb.h"
 
@@ -17,63 +17,6 @@ using decode_internal::PathError;
 using decode_internal::ToAbsl;
 
 constexpr char kMalformedPrefix[] = "malformed protobuf: ";
-
-absl::StatusOr<AttributeValue> FromProto(const v1::AttributeValue& value, const std::string& path);
-
-absl::StatusOr<Item> FromProto(const v1::Item& item, const std::string& path) {
-  Item out;
-  for (const auto& [name, v] : item.attributes()) {
-    absl::StatusOr<AttributeValue> value = FromProto(v, absl::StrCat(path, ".", name));
-    if (!value.ok()) return value.status();
-    out.emplace(name, *std::move(value));
-  }
-  return out;
-}
-
-absl::StatusOr<AttributeValue> FromProto(const v1::AttributeValue& value, const std::string& path) {
-  switch (value.value_case()) {
-    case v1::AttributeValue::kS: return AttributeValue::String(value.s());
-    case v1::AttributeValue::kN: {
-      absl::StatusOr<AttributeValue> n = AttributeValue::Number(value.n());
-      if (!n.ok()) return PathError(path, n.status().message());
-      return n;
-    }
-    case v1::AttributeValue::kB: return AttributeValue::Binary(value.b());
-    case v1::AttributeValue::kBool: return AttributeValue::Bool(value.bool_());
-    case v1::AttributeValue::kNull: return AttributeValue::Null();
-    case v1::AttributeValue::kM: {
-      Item map;
-      for (const auto& [name, v] : value.m().fields()) {
-        absl::StatusOr<AttributeValue> child = FromProto(v, absl::StrCat(path, ".", name));
-        if (!child.ok()) return child.status();
-        map.emplace(name, *std::move(child));
-      }
-      return AttributeValue::Map(std::move(map));
-    }
-    case v1::AttributeValue::kL: {
-      std::vector<AttributeValue> list;
-      for (int i = 0; i < value.l().values_size(); ++i) {
-        absl::StatusOr<AttributeValue> child =
-            FromProto(value.l().values(i), absl::StrCat(path, "[", i, "]"));
-        if (!child.ok()) return child.status();
-        list.push_back(*std::move(child));
-      }
-      return AttributeValue::List(std::move(list));
-    }
-    case v1::AttributeValue::kSs:
-      return AttributeValue::StringSet({value.ss().values().begin(), value.ss().values().end()});
-    case v1::AttributeValue::kNs: {
-      absl::StatusOr<AttributeValue> ns =
-          AttributeValue::NumberSet({value.ns().values().begin(), value.ns().values().end()});
-      if (!ns.ok()) return PathError(path, ns.status().message());
-      return ns;
-    }
-    case v1::AttributeValue::kBs:
-      return AttributeValue::BinarySet({value.bs().values().begin(), value.bs().values().end()});
-    case v1::AttributeValue::VALUE_NOT_SET: break;
-  }
-  return PathError(path, "no value set (set one of s, n, b, bool, null, m, l, ss, ns, bs)");
-}
 
 absl::StatusOr<ChangeEvent::Kind> KindOf(const v1::ChangeEvent& event) {
   switch (event.kind()) {

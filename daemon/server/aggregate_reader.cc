@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "daemon/decode/attribute_value_proto.h"
 #include "daemon/server/proto_convert.h"
 #include "daemon/server/view_reader.h"
 #include "index_builders/key_codec.h"

@@ -11,23 +11,29 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <google/protobuf/descriptor.h>
+
 #include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "cdcview/v1/view_service.grpc.pb.h"
 #include "daemon/log/log.h"
+#include "index_builders/coding.h"
 
 namespace cdcview {
 namespace {
@@ -82,11 +88,20 @@ bool WaitsFor(const Req& request) {
   }
 }
 
-// A Prepare for one method: parses Req, runs `read(request, deadline)` (a StatusOr of the
-// answer message), inline when `cheap(request)`.
+// How this port serves one unary method: its request and answer types (checked against the
+// service descriptor) and how to prepare a call.
+struct Handler {
+  const google::protobuf::Descriptor* request;
+  const google::protobuf::Descriptor* answer;
+  Prepare prepare;
+};
+
+// The Handler for a method taking Req: parses it, runs `read(request, deadline)` (a StatusOr
+// of the answer message), inline when `cheap(request)`.
 template <typename Req, typename Read, typename Cheap>
-Prepare Unary(Read read, Cheap cheap) {
-  return [read, cheap](std::string_view message) -> absl::StatusOr<Prepared> {
+Handler Unary(Read read, Cheap cheap) {
+  using Answer = typename std::invoke_result_t<Read, const Req&, Deadline>::value_type;
+  Prepare prepare = [read, cheap](std::string_view message) -> absl::StatusOr<Prepared> {
     auto request = std::make_shared<Req>();
     if (!request->ParseFromArray(message.data(), static_cast<int>(message.size()))) {
       return absl::InternalError(absl::StrCat("cannot parse the request as ",
@@ -106,6 +121,64 @@ Prepare Unary(Read read, Cheap cheap) {
     };
     return p;
   };
+  return Handler{Req::descriptor(), Answer::descriptor(), std::move(prepare)};
+}
+
+// One handler per unary method of cdcview.v1.ViewService, by method name: the only list of
+// methods in this file. Paths and which methods are unary come from the service descriptor
+// (Methods below); a unary method without an entry here answers UNIMPLEMENTED, and
+// h2_read_server_test fails.
+std::map<std::string, Handler, std::less<>> Handlers(const ViewReader& r) {
+  auto never = [](const auto&) { return false; };
+  return {
+      {"Query", Unary<v1::QueryRequest>(
+                    [&r](const v1::QueryRequest& q, Deadline d) { return r.Query(q, d); },
+                    [](const v1::QueryRequest& q) { return SmallPage(q.limit()); })},
+      {"Scan", Unary<v1::ScanRequest>(
+                   [&r](const v1::ScanRequest& q, Deadline d) { return r.Scan(q, d); },
+                   [](const v1::ScanRequest& q) { return SmallPage(q.limit()); })},
+      {"GetItem", Unary<v1::GetItemRequest>(
+                      [&r](const v1::GetItemRequest& q, Deadline d) { return r.GetItem(q, d); },
+                      [](const v1::GetItemRequest&) { return true; })},
+      {"GetAggregate",
+       Unary<v1::GetAggregateRequest>(
+           [&r](const v1::GetAggregateRequest& q, Deadline d) { return r.GetAggregate(q, d); },
+           [](const v1::GetAggregateRequest&) { return true; })},
+      {"ListAggregates",
+       Unary<v1::ListAggregatesRequest>(
+           [&r](const v1::ListAggregatesRequest& q, Deadline d) { return r.ListAggregates(q, d); },
+           [](const v1::ListAggregatesRequest& q) { return SmallPage(q.limit()); })},
+      {"ListViews", Unary<v1::ListViewsRequest>(
+                        [&r](const v1::ListViewsRequest&, Deadline) { return r.ListViews(); },
+                        never)},
+      {"DescribeView",
+       Unary<v1::DescribeViewRequest>(
+           [&r](const v1::DescribeViewRequest& q, Deadline) { return r.DescribeView(q.view()); },
+           never)},
+      {"GetStatus", Unary<v1::GetStatusRequest>(
+                        [&r](const v1::GetStatusRequest&, Deadline) {
+                          return absl::StatusOr<v1::StatusResponse>(r.GetStatus());
+                        },
+                        never)},
+      {"GetHotKeys",
+       Unary<v1::GetHotKeysRequest>(
+           [&r](const v1::GetHotKeysRequest& q, Deadline) { return r.GetHotKeys(q); }, never)},
+  };
+}
+
+const google::protobuf::ServiceDescriptor& ViewServiceDescriptor() {
+  const google::protobuf::ServiceDescriptor* service =
+      google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
+          v1::ViewService::service_full_name());
+  if (service == nullptr) {
+    LogError("cdcview.v1.ViewService is not in the generated descriptor pool");
+    abort();
+  }
+  return *service;
+}
+
+bool IsUnary(const google::protobuf::MethodDescriptor& m) {
+  return !m.client_streaming() && !m.server_streaming();
 }
 
 struct Method {
@@ -114,45 +187,35 @@ struct Method {
 };
 using MethodTable = std::map<std::string, Method, std::less<>>;
 
-// "/cdcview.v1.ViewService/<Method>" -> how to serve it.
+// "/cdcview.v1.ViewService/<Method>" -> how to serve it, for every unary method that has a
+// handler. A handler whose method is gone from the proto, or whose types are not the method's,
+// is a programming error caught at start.
 MethodTable Methods(const ViewReader& r) {
-  auto never = [](const auto&) { return false; };
-  MethodTable m;
-  auto add = [&m](const std::string& name, Prepare p) {
-    m.emplace(absl::StrCat("/cdcview.v1.ViewService/", name), Method{name, std::move(p)});
-  };
-  add("Query", Unary<v1::QueryRequest>(
-                   [&r](const v1::QueryRequest& q, Deadline d) { return r.Query(q, d); },
-                   [](const v1::QueryRequest& q) { return SmallPage(q.limit()); }));
-  add("Scan", Unary<v1::ScanRequest>(
-                  [&r](const v1::ScanRequest& q, Deadline d) { return r.Scan(q, d); },
-                  [](const v1::ScanRequest& q) { return SmallPage(q.limit()); }));
-  add("GetItem", Unary<v1::GetItemRequest>(
-                     [&r](const v1::GetItemRequest& q, Deadline d) { return r.GetItem(q, d); },
-                     [](const v1::GetItemRequest&) { return true; }));
-  add("GetAggregate",
-      Unary<v1::GetAggregateRequest>(
-          [&r](const v1::GetAggregateRequest& q, Deadline d) { return r.GetAggregate(q, d); },
-          [](const v1::GetAggregateRequest&) { return true; }));
-  add("ListAggregates",
-      Unary<v1::ListAggregatesRequest>(
-          [&r](const v1::ListAggregatesRequest& q, Deadline d) { return r.ListAggregates(q, d); },
-          [](const v1::ListAggregatesRequest& q) { return SmallPage(q.limit()); }));
-  add("ListViews", Unary<v1::ListViewsRequest>(
-                       [&r](const v1::ListViewsRequest&, Deadline) { return r.ListViews(); }, never));
-  add("DescribeView",
-      Unary<v1::DescribeViewRequest>(
-          [&r](const v1::DescribeViewRequest& q, Deadline) { return r.DescribeView(q.view()); },
-          never));
-  add("GetStatus", Unary<v1::GetStatusRequest>(
-                       [&r](const v1::GetStatusRequest&, Deadline) {
-                         return absl::StatusOr<v1::StatusResponse>(r.GetStatus());
-                       },
-                       never));
-  add("GetHotKeys",
-      Unary<v1::GetHotKeysRequest>(
-          [&r](const v1::GetHotKeysRequest& q, Deadline) { return r.GetHotKeys(q); }, never));
-  return m;
+  auto handlers = Handlers(r);
+  const google::protobuf::ServiceDescriptor& service = ViewServiceDescriptor();
+  MethodTable table;
+  for (int i = 0; i < service.method_count(); ++i) {
+    const google::protobuf::MethodDescriptor& m = *service.method(i);
+    auto h = handlers.find(m.name());
+    if (!IsUnary(m) || h == handlers.end()) continue;
+    if (h->second.request != m.input_type() || h->second.answer != m.output_type()) {
+      LogError(absl::StrCat("the fast read port's handler for ", m.full_name(), " takes ",
+                            h->second.request->full_name(), " and answers ",
+                            h->second.answer->full_name(), "; the method takes ",
+                            m.input_type()->full_name(), " and answers ",
+                            m.output_type()->full_name()));
+      abort();
+    }
+    table.emplace(absl::StrCat("/", service.full_name(), "/", m.name()),
+                  Method{m.name(), std::move(h->second.prepare)});
+    handlers.erase(h);
+  }
+  for (const auto& [name, handler] : handlers) {
+    LogError(absl::StrCat("the fast read port has a handler for ", name, ", which is not a unary "
+                          "method of ", service.full_name()));
+    abort();
+  }
+  return table;
 }
 
 }  // namespace
@@ -180,6 +243,15 @@ std::optional<std::chrono::steady_clock::duration> ParseGrpcTimeout(std::string_
   return std::chrono::duration_cast<Clock::duration>(unit * static_cast<int64_t>(n));
 }
 
+std::vector<std::string> ViewServiceUnaryMethods() {
+  const google::protobuf::ServiceDescriptor& service = ViewServiceDescriptor();
+  std::vector<std::string> names;
+  for (int i = 0; i < service.method_count(); ++i) {
+    if (IsUnary(*service.method(i))) names.push_back(service.method(i)->name());
+  }
+  return names;
+}
+
 namespace {
 
 // gRPC's content types: application/grpc, optionally +proto or ;parameters.
@@ -188,12 +260,6 @@ bool IsGrpcContentType(std::string_view type) {
   if (type.substr(0, kGrpc.size()) != kGrpc) return false;
   std::string_view rest = type.substr(kGrpc.size());
   return rest.empty() || rest == "+proto" || rest.front() == ';' || rest.substr(0, 7) == "+proto;";
-}
-
-// The declared length of the gRPC message at the start of `body` (at least 5 bytes).
-uint32_t DeclaredLength(const std::string& body) {
-  return uint32_t{static_cast<uint8_t>(body[1])} << 24 | uint32_t{static_cast<uint8_t>(body[2])} << 16 |
-         uint32_t{static_cast<uint8_t>(body[3])} << 8 | uint32_t{static_cast<uint8_t>(body[4])};
 }
 
 // grpc-message is percent-encoded: bytes outside printable ASCII, and '%'.
@@ -617,7 +683,7 @@ class H2ReadServer::Loop {
     const size_t room = kMaxMessageBytes + 6 - std::min(s->body.size(), kMaxMessageBytes + 6);
     s->body.append(reinterpret_cast<const char*>(data), std::min(len, room));
     // Refused as soon as the prefix says it is too large, not once it has all arrived.
-    if (s->body.size() >= 5 && DeclaredLength(s->body) > kMaxMessageBytes) {
+    if (s->body.size() >= 5 && DecodeBigEndian32(s->body.data() + 1) > kMaxMessageBytes) {
       s->too_large = true;
       s->body.clear();
       static_cast<Connection*>(user)->loop->Dispatch(s);
@@ -683,7 +749,7 @@ class H2ReadServer::Loop {
                     absl::InvalidArgumentError("malformed grpc-timeout header"));
     }
     const std::string& b = s->body;
-    if (b.size() < 5 || DeclaredLength(b) != b.size() - 5) {
+    if (b.size() < 5 || DecodeBigEndian32(b.data() + 1) != b.size() - 5) {
       return Finish(s, method->second.name, start,
                     absl::InternalError(
                         "expected one length-prefixed gRPC message in the request body"));
@@ -758,7 +824,7 @@ class H2ReadServer::Loop {
     }
     s->out = *std::move(answer);  // framed by Prepared::run; the prefix is filled in here
     const size_t n = s->out.size() - 5;
-    for (int i = 0; i < 4; ++i) s->out[1 + i] = static_cast<char>((n >> (24 - 8 * i)) & 0xff);
+    EncodeBigEndian32(static_cast<uint32_t>(n), s->out.data() + 1);
     nghttp2_nv headers[] = {Header(":status", "200"), Header("content-type", "application/grpc"),
                             Header("grpc-accept-encoding", "identity")};
     nghttp2_data_provider body;

@@ -9,11 +9,11 @@
 // answers and writes on the thread that received the request, so a point query costs one
 // wake-up and no hand-over between threads.
 //
-// What it serves: the unary methods of cdcview.v1.ViewService (Query, Scan, GetItem,
-// GetAggregate, ListAggregates, ListViews, DescribeView, GetStatus, GetHotKeys), to any gRPC
-// client, with the same answers and error codes as ViewServer (both call ViewReader). Not
-// here: Watch (a stream), the health service and reflection: those stay on ViewServer's port,
-// and a call for them answers UNIMPLEMENTED naming that port's setting.
+// What it serves: every unary method of cdcview.v1.ViewService, as the service descriptor
+// lists them (ViewServiceUnaryMethods), to any gRPC client, with the same answers and error
+// codes as ViewServer (both call ViewReader). Not here: the streaming methods (Watch), the
+// health service and reflection: those stay on ViewServer's port, and a call for them answers
+// UNIMPLEMENTED naming that port's setting.
 //
 // Which reads run on the loop: a Query, Scan or ListAggregates page of at most
 // kInlinePageLimit entries, a GetItem and a GetAggregate, unless the request carries a
@@ -37,6 +37,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "daemon/metrics/metrics.h"
@@ -79,5 +80,9 @@ class H2ReadServer {
 // (so that now + timeout cannot overflow); nullopt if malformed. Exposed for tests.
 inline constexpr std::chrono::hours kLongestGrpcTimeout{24 * 365};
 std::optional<std::chrono::steady_clock::duration> ParseGrpcTimeout(std::string_view text);
+
+// The names of cdcview.v1.ViewService's unary methods ("Query", "Scan", ...) in the proto's
+// order, from its descriptor: what this port serves, and what QueryProbe times on both ports.
+std::vector<std::string> ViewServiceUnaryMethods();
 
 }  // namespace cdcview

@@ -6,26 +6,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "daemon/server/token_seal.h"
-#include "index_builders/item_codec.h"
+#include "index_builders/coding.h"
 
 namespace cdcview {
 namespace {
 
 constexpr std::string_view kMagic = "cp";
 constexpr char kVersion = 1;
-
-void PutString(std::string_view s, std::string* out) {
-  PutVarint(s.size(), out);
-  out->append(s);
-}
-
-bool GetString(std::string_view* in, std::string* out) {
-  uint64_t n;
-  if (!GetVarint(in, &n) || n > in->size()) return false;
-  out->assign(in->substr(0, n));
-  in->remove_prefix(n);
-  return true;
-}
 
 bool ParseUnsigned(std::string_view text, uint64_t* out) {
   if (text.empty()) return false;
@@ -82,9 +69,9 @@ std::string EncodePositionToken(const v1::AppliedPosition& applied) {
   t.push_back(kVersion);
   PutVarint(applied.entries_size(), &t);
   for (const auto& e : applied.entries()) {
-    PutString(e.source(), &t);
-    PutString(e.partition(), &t);
-    PutString(e.position(), &t);
+    PutLengthPrefixed(e.source(), &t);
+    PutLengthPrefixed(e.partition(), &t);
+    PutLengthPrefixed(e.position(), &t);
   }
   return SealToken(std::move(t));
 }
@@ -114,10 +101,14 @@ absl::StatusOr<std::vector<v1::AppliedPosition::Entry>> DecodePositionToken(std:
   if (!GetVarint(&body, &n) || n > body.size()) return malformed();
   std::vector<v1::AppliedPosition::Entry> entries(n);
   for (auto& e : entries) {
-    if (!GetString(&body, e.mutable_source()) || !GetString(&body, e.mutable_partition()) ||
-        !GetString(&body, e.mutable_position())) {
+    std::string_view source, partition, position;
+    if (!GetLengthPrefixed(&body, &source) || !GetLengthPrefixed(&body, &partition) ||
+        !GetLengthPrefixed(&body, &position)) {
       return malformed();
     }
+    e.set_source(std::string(source));
+    e.set_partition(std::string(partition));
+    e.set_position(std::string(position));
   }
   if (!body.empty()) return malformed();
   return entries;

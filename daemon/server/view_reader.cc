@@ -9,10 +9,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
+#include "daemon/decode/attribute_value_proto.h"
 #include "daemon/server/proto_convert.h"
 #include "daemon/server/read_consistency.h"
 #include "daemon/server/readiness.h"
 #include "daemon/server/token_seal.h"
+#include "index_builders/coding.h"
 #include "index_builders/item_codec.h"
 #include "index_builders/key_codec.h"
 
@@ -327,19 +329,6 @@ struct ParsedToken {
   std::string_view last;
 };
 
-void PutBytes(std::string_view bytes, std::string* out) {
-  PutVarint(bytes.size(), out);
-  out->append(bytes);
-}
-
-bool GetBytes(std::string_view* in, std::string_view* out) {
-  uint64_t n;
-  if (!GetVarint(in, &n) || n > in->size()) return false;
-  *out = in->substr(0, n);
-  in->remove_prefix(n);
-  return true;
-}
-
 std::optional<ParsedToken> ParseToken(std::string_view token) {
   std::optional<std::string_view> unsealed = UnsealToken(token);
   if (!unsealed.has_value() || unsealed->size() < 2) return std::nullopt;
@@ -349,13 +338,13 @@ std::optional<ParsedToken> ParseToken(std::string_view token) {
   if (t.version != kTokenVersion && t.version != kMergedTokenVersion) return std::nullopt;
   t.backward = body[1] == 1;
   body.remove_prefix(2);
-  if (!GetBytes(&body, &t.fingerprint)) return std::nullopt;
+  if (!GetLengthPrefixed(&body, &t.fingerprint)) return std::nullopt;
   if (t.version == kMergedTokenVersion &&
-      (!GetVarint(&body, &t.shard_count) || !GetBytes(&body, &t.suffix) ||
-       !GetBytes(&body, &t.logical_key))) {
+      (!GetVarint(&body, &t.shard_count) || !GetLengthPrefixed(&body, &t.suffix) ||
+       !GetLengthPrefixed(&body, &t.logical_key))) {
     return std::nullopt;
   }
-  if (!GetBytes(&body, &t.last) || !body.empty() || t.last.empty()) return std::nullopt;
+  if (!GetLengthPrefixed(&body, &t.last) || !body.empty() || t.last.empty()) return std::nullopt;
   return t;
 }
 
@@ -398,8 +387,8 @@ std::string EncodePageToken(std::string_view fingerprint, bool backward, std::st
   std::string t;
   t.push_back(kTokenVersion);
   t.push_back(backward ? 1 : 0);
-  PutBytes(fingerprint, &t);
-  PutBytes(last_key, &t);
+  PutLengthPrefixed(fingerprint, &t);
+  PutLengthPrefixed(last_key, &t);
   return SealToken(std::move(t));
 }
 
@@ -423,11 +412,11 @@ std::string EncodeMergedPageToken(std::string_view fingerprint, bool backward,
   std::string t;
   t.push_back(kMergedTokenVersion);
   t.push_back(backward ? 1 : 0);
-  PutBytes(fingerprint, &t);
+  PutLengthPrefixed(fingerprint, &t);
   PutVarint(shards.count, &t);
-  PutBytes(shards.suffix, &t);
-  PutBytes(logical_key, &t);
-  PutBytes(last_remainder, &t);
+  PutLengthPrefixed(shards.suffix, &t);
+  PutLengthPrefixed(logical_key, &t);
+  PutLengthPrefixed(last_remainder, &t);
   return SealToken(std::move(t));
 }
 

@@ -12,10 +12,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/decode/attribute_value_proto.h"
 #include "daemon/server/proto_convert.h"
 #include "daemon/server/token_seal.h"
 #include "daemon/store/change_log.h"
-#include "index_builders/item_codec.h"
+#include "index_builders/coding.h"
 #include "index_builders/key_codec.h"
 
 namespace cdcview {
@@ -135,10 +136,8 @@ std::string EncodeWatchPosition(std::string_view view, std::string_view fingerpr
                                 uint64_t sequence) {
   std::string t;
   t.push_back(kPositionVersion);
-  PutVarint(view.size(), &t);
-  t.append(view);
-  PutVarint(fingerprint.size(), &t);
-  t.append(fingerprint);
+  PutLengthPrefixed(view, &t);
+  PutLengthPrefixed(fingerprint, &t);
   t.append(ChangeKey(sequence));
   return SealToken(std::move(t));
 }
@@ -154,14 +153,11 @@ absl::StatusOr<uint64_t> DecodeWatchPosition(std::string_view token, std::string
   if (!sealed || sealed->size() < 1 + 8 || sealed->front() != kPositionVersion) return malformed();
   std::string_view body = *sealed;
   body.remove_prefix(1);
-  uint64_t n;
-  if (!GetVarint(&body, &n) || n > body.size()) return malformed();
-  std::string_view token_view = body.substr(0, n);
-  body.remove_prefix(n);
-  if (!GetVarint(&body, &n) || n > body.size()) return malformed();
-  std::string_view token_fp = body.substr(0, n);
-  body.remove_prefix(n);
-  if (body.size() != 8) return malformed();
+  std::string_view token_view, token_fp;
+  if (!GetLengthPrefixed(&body, &token_view) || !GetLengthPrefixed(&body, &token_fp) ||
+      body.size() != 8) {
+    return malformed();
+  }
   if (token_view != view) {
     return absl::InvalidArgumentError(absl::StrCat(
         "from_position belongs to view ", std::string(token_view), ", not ", std::string(view),
@@ -172,9 +168,7 @@ absl::StatusOr<uint64_t> DecodeWatchPosition(std::string_view token, std::string
         "from_position was issued for another definition of view ", std::string(view),
         " (it was rebuilt since); watch again without from_position, with snapshot"));
   }
-  uint64_t sequence = 0;
-  for (unsigned char c : body) sequence = (sequence << 8) | c;
-  return sequence;
+  return DecodeBigEndian64(body.data());
 }
 
 std::shared_ptr<const v1::WatchEvent> WatchHub::EventCache::Find(uint64_t sequence) {

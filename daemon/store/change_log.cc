@@ -1,23 +1,10 @@
 #include "daemon/store/change_log.h"
 
 #include "absl/strings/str_cat.h"
-#include "index_builders/item_codec.h"
+#include "index_builders/coding.h"
 
 namespace cdcview {
 namespace {
-
-void PutField(std::string_view field, std::string* out) {
-  PutVarint(field.size(), out);
-  out->append(field);
-}
-
-bool GetField(std::string_view* in, std::string_view* field) {
-  uint64_t n;
-  if (!GetVarint(in, &n) || n > in->size()) return false;
-  *field = in->substr(0, n);
-  in->remove_prefix(n);
-  return true;
-}
 
 absl::Status Damaged(std::string_view what) {
   return absl::DataLossError(absl::StrCat("change log entry is damaged (", std::string(what), ")"));
@@ -26,28 +13,26 @@ absl::Status Damaged(std::string_view what) {
 }  // namespace
 
 std::string ChangeKey(uint64_t sequence) {
-  std::string key(8, '\0');
-  for (int i = 7; i >= 0; --i, sequence >>= 8) key[i] = static_cast<char>(sequence & 0xFF);
+  std::string key;
+  PutBigEndian64(sequence, &key);
   return key;
 }
 
 absl::StatusOr<uint64_t> ChangeSequence(std::string_view key) {
   if (key.size() != 8) return Damaged("bad key");
-  uint64_t s = 0;
-  for (unsigned char c : key) s = (s << 8) | c;
-  return s;
+  return DecodeBigEndian64(key.data());
 }
 
 void AppendChange(std::string_view view, ChangeOp op, std::string_view key,
                   std::string_view value, std::string_view source, std::string_view partition,
                   std::string_view position, std::string* block) {
   block->push_back(static_cast<char>(op));
-  PutField(view, block);
-  PutField(key, block);
-  PutField(value, block);
-  PutField(source, block);
-  PutField(partition, block);
-  PutField(position, block);
+  PutLengthPrefixed(view, block);
+  PutLengthPrefixed(key, block);
+  PutLengthPrefixed(value, block);
+  PutLengthPrefixed(source, block);
+  PutLengthPrefixed(partition, block);
+  PutLengthPrefixed(position, block);
 }
 
 absl::StatusOr<ChangeView> PopChange(std::string_view* block, uint64_t sequence) {
@@ -59,9 +44,9 @@ absl::StatusOr<ChangeView> PopChange(std::string_view* block, uint64_t sequence)
   c.sequence = sequence;
   c.op = static_cast<ChangeOp>((*block)[0]);
   block->remove_prefix(1);
-  if (!GetField(block, &c.view) || !GetField(block, &c.key) || !GetField(block, &c.value) ||
-      !GetField(block, &c.source) || !GetField(block, &c.partition) ||
-      !GetField(block, &c.position)) {
+  if (!GetLengthPrefixed(block, &c.view) || !GetLengthPrefixed(block, &c.key) ||
+      !GetLengthPrefixed(block, &c.value) || !GetLengthPrefixed(block, &c.source) ||
+      !GetLengthPrefixed(block, &c.partition) || !GetLengthPrefixed(block, &c.position)) {
     return Damaged("truncated field");
   }
   return c;

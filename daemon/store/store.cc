@@ -13,7 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/log/log.h"
-#include "index_builders/item_codec.h"
+#include "index_builders/coding.h"
 
 namespace cdcview {
 namespace {

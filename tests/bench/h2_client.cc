@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "index_builders/coding.h"
 
 namespace cdcview::bench {
 namespace {
@@ -240,9 +241,7 @@ absl::StatusOr<H2OpenLoopResult> RunH2OpenLoop(int port, const std::string& path
       } else {
         stream.framed.resize(5 + msg.size());
         stream.framed[0] = 0;
-        for (int i = 0; i < 4; ++i) {
-          stream.framed[1 + i] = static_cast<char>((msg.size() >> (8 * (3 - i))) & 0xff);
-        }
+        EncodeBigEndian32(static_cast<uint32_t>(msg.size()), stream.framed.data() + 1);
         memcpy(stream.framed.data() + 5, msg.data(), msg.size());
       }
       std::vector<nghttp2_nv> headers = {Header(":method", "POST"),

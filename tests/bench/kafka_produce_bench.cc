@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "index_builders/coding.h"
 
 namespace {
 
@@ -53,9 +54,9 @@ void OnDelivery(rd_kafka_t*, const rd_kafka_message_t* m, void*) {
 }
 
 bool ReadU32(std::ifstream& in, uint32_t* out) {
-  unsigned char b[4];
-  if (!in.read(reinterpret_cast<char*>(b), 4)) return false;
-  *out = uint32_t{b[0]} | uint32_t{b[1]} << 8 | uint32_t{b[2]} << 16 | uint32_t{b[3]} << 24;
+  char b[4];
+  if (!in.read(b, 4)) return false;
+  *out = cdcview::DecodeLittleEndian32(b);
   return true;
 }
 

@@ -1,7 +1,6 @@
 #include "index_builders/item_codec.h"
 
 #include <cstdint>
-#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -9,6 +8,7 @@
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "index_builders/coding.h"
 #include "tests/index_builders/decimal_reference.h"
 
 namespace cdcview {
@@ -254,47 +254,6 @@ TEST(ItemCodecTest, DeepNestingIsRejectedNotACrash) {
   absl::StatusOr<Item> back = DecodeItem(EncodeItem(item));
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(*back, item);
-}
-
-TEST(ItemCodecTest, Varints) {
-  const std::vector<uint64_t> values = {0,          1,          127,        128,       300,
-                                        16383,      16384,      1u << 31,   1ull << 32,
-                                        1ull << 63, std::numeric_limits<uint64_t>::max()};
-  std::string all;
-  for (uint64_t v : values) PutVarint(v, &all);
-  std::string_view in = all;
-  for (uint64_t want : values) {
-    uint64_t got = 0;
-    ASSERT_TRUE(GetVarint(&in, &got));
-    EXPECT_EQ(got, want);
-  }
-  EXPECT_TRUE(in.empty());
-  std::string one;
-  PutVarint(300, &one);
-  EXPECT_EQ(one, "\xAC\x02");
-  std::string max;
-  PutVarint(std::numeric_limits<uint64_t>::max(), &max);
-  EXPECT_EQ(max.size(), 10u);
-  // Truncated and overlong inputs are refused without advancing.
-  for (std::string bad : {std::string(""), std::string("\x80"), std::string("\xFF\xFF"),
-                          std::string(10, '\xFF') + "\x01", std::string(9, '\xFF') + "\x02"}) {
-    std::string_view b = bad;
-    uint64_t v = 7;
-    EXPECT_FALSE(GetVarint(&b, &v));
-    EXPECT_EQ(b.size(), bad.size());
-  }
-  std::mt19937_64 rng(9);
-  for (int i = 0; i < 10000; ++i) {
-    uint64_t v = rng() >> std::uniform_int_distribution<int>(0, 63)(rng);
-    std::string s;
-    PutVarint(v, &s);
-    s += "tail";
-    std::string_view sv = s;
-    uint64_t got;
-    ASSERT_TRUE(GetVarint(&sv, &got));
-    ASSERT_EQ(got, v);
-    ASSERT_EQ(sv, "tail");
-  }
 }
 
 }  // namespace

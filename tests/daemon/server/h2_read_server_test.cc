@@ -3,6 +3,7 @@
 // clean shutdown.
 #include "daemon/server/h2_read_server.h"
 
+#include <google/protobuf/descriptor.h>
 #include <google/protobuf/util/message_differencer.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
@@ -23,6 +24,7 @@
 #include "daemon/metrics/metrics.h"
 #include "daemon/server/view_reader.h"
 #include "gtest/gtest.h"
+#include "index_builders/coding.h"
 #include "tests/bench/h2_client.h"
 #include "tests/fakes/reader_fixture.h"
 #include "tests/fakes/records.h"
@@ -64,10 +66,7 @@ class H2ReadServerTest : public test::ReaderFixture {
     auto metrics = MetricsRegistry::Start("");
     ASSERT_TRUE(metrics.ok()) << metrics.status();
     metrics_ = std::move(*metrics);
-    probe_ = std::make_unique<QueryProbe>(
-        *metrics_, std::vector<std::string>{"Query", "Scan", "GetItem", "ListViews", "DescribeView",
-                                            "GetStatus", "GetHotKeys", "GetAggregate",
-                                            "ListAggregates"});
+    probe_ = std::make_unique<QueryProbe>(*metrics_, ViewServiceUnaryMethods());
     auto server = H2ReadServer::Start("127.0.0.1:0", *reader_, probe_.get(), "server.grpc");
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
@@ -225,6 +224,55 @@ TEST_F(H2ReadServerTest, ErrorsCarryTheReadersCodeAndMessage) {
   EXPECT_EQ(s.error_message(), std::string(reader_->Query(wrong_type).status().message()));
   EXPECT_EQ(Metric("cdcview_query_errors_total", "{method=\"Query\"}"),
             "cdcview_query_errors_total{method=\"Query\"} 2");
+}
+
+// A unary method added to the proto without a handler on this port fails here.
+TEST_F(H2ReadServerTest, EveryUnaryMethodOfTheServiceIsServed) {
+  grpc::GenericStub generic(grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
+                                                grpc::InsecureChannelCredentials()));
+  // `path` called with an empty request message.
+  auto call = [&generic](const std::string& path) {
+    grpc::CompletionQueue cq;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    grpc::Slice empty("");
+    grpc::ByteBuffer request(&empty, 1), response;
+    grpc::Status status;
+    auto reader = generic.PrepareUnaryCall(&ctx, path, request, &cq);
+    reader->StartCall();
+    reader->Finish(&response, &status, reinterpret_cast<void*>(1));
+    void* tag = nullptr;
+    bool ok = false;
+    EXPECT_TRUE(cq.Next(&tag, &ok));
+    cq.Shutdown();
+    while (cq.Next(&tag, &ok)) {
+    }
+    return status;
+  };
+  const google::protobuf::ServiceDescriptor* service =
+      google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
+          v1::ViewService::service_full_name());
+  ASSERT_NE(service, nullptr);
+  std::vector<std::string> unary;
+  for (int i = 0; i < service->method_count(); ++i) {
+    const google::protobuf::MethodDescriptor* m = service->method(i);
+    const std::string path = absl::StrCat("/", service->full_name(), "/", m->name());
+    const grpc::Status status = call(path);
+    if (m->client_streaming() || m->server_streaming()) {
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED) << path;
+      EXPECT_EQ(status.error_message(),
+                absl::StrCat("this port serves the unary reads of cdcview.v1.ViewService; ", path,
+                             " is not one of them (Watch, health and reflection are on "
+                             "server.grpc)"));
+      continue;
+    }
+    unary.push_back(m->name());
+    // Some methods refuse an empty request, but none may be unknown here.
+    EXPECT_NE(status.error_code(), grpc::StatusCode::UNIMPLEMENTED)
+        << path << " has no handler on the fast read port: " << status.error_message();
+  }
+  EXPECT_EQ(ViewServiceUnaryMethods(), unary);
+  EXPECT_EQ(unary.size(), 9u);  // all but Watch, the one streaming method
 }
 
 TEST_F(H2ReadServerTest, WatchIsUnimplementedNamingTheMainPort) {
@@ -432,8 +480,8 @@ TEST_F(H2ReadServerTest, RequestsNoGrpcClientSendsGetClearAnswers) {
   bench::H2Options framed;
   framed.framed = true;
   auto frame = [](const std::string& message) {
-    std::string f(5, '\0');
-    for (int i = 0; i < 4; ++i) f[1 + i] = static_cast<char>((message.size() >> (8 * (3 - i))) & 0xff);
+    std::string f(1, '\0');
+    PutBigEndian32(static_cast<uint32_t>(message.size()), &f);
     return f + message;
   };
   const std::string framing_error = "expected one length-prefixed gRPC message in the request body";

@@ -605,6 +605,14 @@ TEST_F(ViewReaderTest, GetItemFoundNotFoundAndTombstone) {
   auto no_sort = get({{"PK", S("A")}});
   EXPECT_EQ(no_sort.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Text(no_sort.status()), "key: table App: key attribute SK is missing");
+  v1::GetItemRequest unset;
+  unset.set_table("App");
+  (*unset.mutable_key()->mutable_attributes())["PK"];
+  (*unset.mutable_key()->mutable_attributes())["SK"].set_s("1");
+  auto unset_value = reader_->GetItem(unset);
+  EXPECT_EQ(unset_value.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Text(unset_value.status()),
+            "key.PK: no value set (set one of s, n, b, bool, null, m, l, ss, ns, bs)");
 
   v1::GetItemRequest unknown;
   unknown.set_table("Nope");
