@@ -32,7 +32,7 @@
 namespace cdcview {
 namespace {
 
-using Deadline = ViewReader::Deadline;
+using Deadline = ViewQueries::Deadline;
 using Clock = std::chrono::steady_clock;
 
 // Threads for reads that wait for a position (they sleep most of the time), and for the
@@ -115,7 +115,7 @@ struct Method {
 using MethodTable = std::map<std::string, Method, std::less<>>;
 
 // "/cdcview.v1.ViewService/<Method>" -> how to serve it.
-MethodTable Methods(const ViewReader& r) {
+MethodTable Methods(const ViewQueries& r) {
   auto never = [](const auto&) { return false; };
   MethodTable m;
   auto add = [&m](const std::string& name, Prepare p) {
@@ -265,7 +265,7 @@ absl::StatusOr<int> Listen(const std::string& address) {
 // the finished list and `stopping_` belongs to the loop thread.
 class H2ReadServer::Loop {
  public:
-  Loop(const ViewReader& reader, QueryProbe* probe, std::string grpc_setting)
+  Loop(const ViewQueries& reader, QueryProbe* probe, std::string grpc_setting)
       : methods_(Methods(reader)), probe_(probe), grpc_setting_(std::move(grpc_setting)) {}
 
   ~Loop() {
@@ -708,7 +708,7 @@ class H2ReadServer::Loop {
     // A wait without a deadline is capped as the reader caps one (the slices below pass it
     // finite deadlines, so the reader would not); the client's own deadline is kept as it is.
     const bool capped = call->waits && !s->timeout;
-    if (capped) deadline = start + ViewReader::kMaxWaitWithoutDeadline;
+    if (capped) deadline = start + ViewQueries::kMaxWaitWithoutDeadline;
     std::unique_lock<std::mutex> lock(mu_);
     if (offloaded_ >= kMaxOffloaded) {
       lock.unlock();
@@ -833,10 +833,10 @@ class H2ReadServer::Loop {
     }
     if (job->capped) {  // the reader's own wording for a request without a deadline
       std::string message(job->answer.status().message());
-      const std::string_view phrase = ViewReader::kNotAppliedInTime;
+      const std::string_view phrase = ViewQueries::kNotAppliedInTime;
       const size_t at = message.find(phrase);
       if (at != std::string::npos) {
-        message.insert(at + phrase.size(), ViewReader::CappedWaitNote());
+        message.insert(at + phrase.size(), ViewQueries::CappedWaitNote());
         job->answer = absl::DeadlineExceededError(message);
       }
     }
@@ -892,7 +892,7 @@ H2ReadServer::H2ReadServer(std::unique_ptr<Loop> loop) : loop_(std::move(loop)) 
 H2ReadServer::~H2ReadServer() { Shutdown(0); }
 
 absl::StatusOr<std::unique_ptr<H2ReadServer>> H2ReadServer::Start(const std::string& address,
-                                                                  const ViewReader& reader,
+                                                                  const ViewQueries& reader,
                                                                   QueryProbe* probe,
                                                                   std::string grpc_setting) {
   auto loop = std::make_unique<Loop>(reader, probe, std::move(grpc_setting));

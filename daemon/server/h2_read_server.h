@@ -11,7 +11,7 @@
 //
 // What it serves: the unary methods of cdcview.v1.ViewService (Query, Scan, GetItem,
 // GetAggregate, ListAggregates, ListViews, DescribeView, GetStatus, GetHotKeys), to any gRPC
-// client, with the same answers and error codes as ViewServer (both call ViewReader). Not
+// client, with the same answers and error codes as ViewServer (both call ViewQueries). Not
 // here: Watch (a stream), the health service and reflection: those stay on ViewServer's port,
 // and a call for them answers UNIMPLEMENTED naming that port's setting.
 //
@@ -40,7 +40,7 @@
 
 #include "absl/status/statusor.h"
 #include "daemon/metrics/metrics.h"
-#include "daemon/server/view_reader.h"
+#include "daemon/server/view_queries.h"
 
 namespace cdcview {
 
@@ -59,7 +59,7 @@ class H2ReadServer {
   // `grpc_setting` names the main gRPC server's setting (e.g. "server.grpc") in the answer to
   // a call this server does not serve.
   static absl::StatusOr<std::unique_ptr<H2ReadServer>> Start(const std::string& address,
-                                                             const ViewReader& reader,
+                                                             const ViewQueries& reader,
                                                              QueryProbe* probe,
                                                              std::string grpc_setting);
   ~H2ReadServer();  // Shutdown(0)
