@@ -152,7 +152,14 @@ Applier::Applier(const Catalog& catalog, Store* store, ApplyProbe* probe,
   }
   aggregate_build_cursors_.resize(catalog.aggregates().size());
   stats_.aggregates.resize(catalog.aggregates().size());
-  published_->SetFlushError([this] { return FlushError(); });
+  // The store's flush error, with what it holds back ("" while flushes succeed). It asks the
+  // store, not this writer, so it stays right while readers outlive the Applier.
+  published_->SetFlushError([store] {
+    std::string error = store->flush_error();
+    if (error.empty()) return error;
+    return absl::StrCat("applied events cannot be flushed to LMDB (", store->pending_bytes(),
+                        " bytes wait in memory; retrying): ", error);
+  });
 }
 
 void Applier::SetViewState(size_t global_view, ViewState state, double progress) {
@@ -1090,13 +1097,6 @@ void Applier::WatchQueue(const RecordQueue* queue) {
     return;
   }
   published_->WatchQueue([queue](size_t source) { return queue->Queued(source); });
-}
-
-std::string Applier::FlushError() const {
-  std::string error = store_->flush_error();
-  if (error.empty()) return error;
-  return absl::StrCat("applied events cannot be flushed to LMDB (", store_->pending_bytes(),
-                      " bytes wait in memory; retrying): ", error);
 }
 
 void Applier::PublishFlushedSizes() const {

@@ -209,8 +209,6 @@ class Applier {
   void SetViewState(size_t global_view, ViewState state, double progress);
   void SetWriterError(const absl::Status& s, int source);
   void SetPrepareError(const absl::Status& s);  // the preparer's, beside the committer's
-  // The store's flush error, with what it holds back ("" while flushes succeed).
-  std::string FlushError() const;
 
   const Catalog& catalog_;
   Store* store_;
