@@ -7,11 +7,12 @@
 #   QUERY_BENCH_ARGS    extra flags for query_bench
 #   SHARD_BENCH_ARGS    extra flags for shard_bench (merged reads of write-sharded views)
 #   WATCH_BENCH_ARGS    extra flags for watch_bench (e.g. "--events 20000 --watchers 100")
+#   STATUS_BENCH_ARGS   extra flags for status_bench (e.g. "--events 100000 --threads 8")
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 build="${CDCVIEW_BUILD_DIR:-$here/build}"
 export CDCVIEW_BUILD_DIR="$build"
-"$here/scripts/build.sh" apply_bench query_bench shard_bench watch_bench
+"$here/scripts/build.sh" apply_bench query_bench shard_bench watch_bench status_bench
 
 out="$(mktemp -d "${TMPDIR:-/tmp}/cdcview-bench.XXXXXX")"
 trap 'rm -rf "$out"' EXIT
@@ -35,6 +36,9 @@ echo "[bench] shard_bench --tmp $bench_tmp ${SHARD_BENCH_ARGS:-}"
 echo "[bench] watch_bench --tmp $bench_tmp ${WATCH_BENCH_ARGS:-}"
 # shellcheck disable=SC2086
 "$build/tests/bench/watch_bench" --tmp "$bench_tmp" ${WATCH_BENCH_ARGS:-} | tee "$out/watch.txt"
+echo "[bench] status_bench --tmp $bench_tmp ${STATUS_BENCH_ARGS:-}"
+# shellcheck disable=SC2086
+"$build/tests/bench/status_bench" --tmp "$bench_tmp" ${STATUS_BENCH_ARGS:-} | tee "$out/status.txt"
 
 echo
 echo "===== cdcview benchmark summary ====="
@@ -44,6 +48,7 @@ grep -E '^(aggregates|  without|  with)' "$out/apply.txt" || true
 grep -E '^(closed|open) loop|^  (point|range)' "$out/query.txt" || true
 grep -E '^(query|Plain|Sharded)' "$out/shard.txt" || true
 grep -E '^(ingest|changes delivered|delivery latency|watchers cut off)' "$out/watch.txt" || true
+grep -E '^(apply alone|apply \+ (spin|GetStatus)|storm / )' "$out/status.txt" || true
 
 # ---------------------------------------------------------------------------------------------
 # Kafka source (tests/bench/kafka_bench.py): a real broker (scripts/kafka.sh), a pre-filled

@@ -72,23 +72,26 @@ absl::Status Application::Init() {
   query_probe_ = std::make_unique<QueryProbe>(*metrics_, ViewServiceUnaryMethods());
 
   catalog_ = std::make_unique<Catalog>(config_, store_->max_key_size());
+  published_ = std::make_unique<PublishedState>(*catalog_);
   std::vector<DeadLetterSink*> dead_letters;
-  std::vector<const ChangeSource*> readonly_sources;
   for (size_t i = 0; i < config_.sources.size(); ++i) {
     auto source = MakeSource(static_cast<uint32_t>(i), config_.sources[i], config_, metrics_.get());
     if (!source.ok()) return InPhase("creating sources", source.status());
     sources_.push_back(std::move(*source));
+    const ChangeSource* registered = sources_.back().get();
+    published_->RegisterSource(i, std::string(registered->kind()),
+                               [registered] { return registered->Health(); });
     dead_letters.push_back(sources_.back()->dead_letters());
-    readonly_sources.push_back(sources_.back().get());
   }
-  applier_ = std::make_unique<Applier>(*catalog_, store_.get(), apply_probe_.get(), dead_letters);
+  applier_ = std::make_unique<Applier>(*catalog_, store_.get(), apply_probe_.get(), dead_letters,
+                                       published_.get());
   if (absl::Status s = applier_->Recover(); !s.ok()) return InPhase("loading view states", s);
 
-  reader_ = std::make_unique<ViewReader>(*catalog_, *store_, *applier_, readonly_sources);
+  reader_ = std::make_unique<ViewReader>(*catalog_, *store_, *published_);
   std::vector<std::string> view_names;
   for (const ViewRef& view : catalog_->views()) view_names.push_back(view.spec->name);
   watch_probe_ = std::make_unique<WatchProbe>(*metrics_, view_names);
-  watch_hub_ = std::make_unique<WatchHub>(*catalog_, *store_, *applier_, *reader_, config_.watch,
+  watch_hub_ = std::make_unique<WatchHub>(*catalog_, *store_, *published_, *reader_, config_.watch,
                                           watch_probe_.get());
   auto server = ViewServer::Start(config_.server.grpc, *reader_, query_probe_.get(),
                                   watch_hub_.get());
@@ -116,8 +119,8 @@ absl::Status Application::Init() {
 
   queue_ = std::make_unique<RecordQueue>(config_.apply.queue_capacity);
   for (size_t i = 0; i < sources_.size(); ++i) {
-    sources_[i]->SetPositionLookup([this, i] { return applier_->PositionsOf(i); });
-    if (absl::Status s = sources_[i]->Start(applier_->PositionsOf(i), queue_.get()); !s.ok()) {
+    sources_[i]->SetPositionLookup([this, i] { return published_->PositionsOf(i); });
+    if (absl::Status s = sources_[i]->Start(published_->PositionsOf(i), queue_.get()); !s.ok()) {
       // A source that cannot start is reported in GetStatus; the others go on.
       LogError(absl::StrCat("source ", config_.sources[i].name, ": ", s.message()));
     }
@@ -139,7 +142,7 @@ void Application::ReadinessMain() {
   const auto counts_interval = std::chrono::seconds(config_.apply.log_counts_seconds);
   auto last_counts = std::chrono::steady_clock::now();
   logged_counts_.assign(sources_.size(), EventCounts{});
-  logged_states_.assign(sources_.size(), "");
+  logged_states_.assign(sources_.size(), std::nullopt);
   std::unique_lock<std::mutex> lock(readiness_mu_);
   while (!stop_readiness_) {
     lock.unlock();
@@ -160,17 +163,17 @@ void Application::UpdateViewHealth() {
   apply_probe_->SetUnflushed(store_->pending_layers(), store_->pending_bytes());
   applier_->PublishFlushedSizes();
   for (size_t i = 0; i < sources_.size(); ++i) {
-    apply_probe_->SetSourceState(i, ProgressOf(*applier_, i, sources_[i].get()).state);
+    apply_probe_->SetSourceState(i, ProgressOf(*published_, i).state);
   }
   for (const ViewRef& view : catalog_->views()) {
     std::vector<SourceProgress> table_sources;
     for (size_t i = 0; i < sources_.size(); ++i) {
       if (catalog_->TableOfSource(i) != view.table) continue;
-      table_sources.push_back(ProgressOf(*applier_, i, sources_[i].get()));
+      table_sources.push_back(ProgressOf(*published_, i));
     }
     // A writer that cannot apply leaves every view stale, whatever the sources read.
-    bool ready = applier_->GetViewState(view.global) == ViewState::kReady &&
-                 applier_->WriterError().empty();
+    bool ready = published_->GetViewState(view.global) == ViewState::kReady &&
+                 published_->WriterError().empty();
     server_->SetServiceServing(
         ViewHealthServiceName(view.spec->name),
         ViewCaughtUp(ready, table_sources, config_.server.ready_max_lag_seconds));
@@ -179,9 +182,9 @@ void Application::UpdateViewHealth() {
 
 void Application::LogEventCounts(double interval_seconds) {
   for (size_t i = 0; i < sources_.size(); ++i) {
-    const Applier::SourceCounters c = applier_->Counters(i);
+    const SourceCounters c = published_->Counters(i);
     const EventCounts now{c.applied, c.skipped, c.rejected};
-    SourceProgress progress = ProgressOf(*applier_, i, sources_[i].get());
+    SourceProgress progress = ProgressOf(*published_, i);
     // An idle source says so once, not every interval.
     if (now == logged_counts_[i] && progress.state == logged_states_[i]) continue;
     LogInfo(IngestionLine(config_.sources[i].name, progress, logged_counts_[i], now,

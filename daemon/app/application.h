@@ -1,6 +1,7 @@
 // Application: wires the daemon together and walks its phases.
 //
-//   Start:    open the store -> metrics -> catalog -> applier.Recover (positions, view states)
+//   Start:    open the store -> metrics -> catalog, published state (sources register their
+//             health) -> applier.Recover (positions, view states)
 //             -> gRPC server (health SERVING once the view states are loaded), and the fast
 //             read port if server.fast_reads is set
 //             -> sources start at the stored positions -> writer thread (rebuilds changed
@@ -18,21 +19,24 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "daemon/app/ingestion_log.h"
 #include "daemon/apply/applier.h"
-#include "daemon/apply/catalog.h"
 #include "daemon/config/config.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/metrics/watch_probe.h"
 #include "daemon/server/h2_read_server.h"
 #include "daemon/server/view_reader.h"
 #include "daemon/server/view_service.h"
+#include "daemon/server/watch.h"
 #include "daemon/sources/change_source.h"
 #include "daemon/sources/record_queue.h"
+#include "daemon/state/catalog.h"
+#include "daemon/state/published_state.h"
 #include "daemon/store/store.h"
 
 namespace cdcview {
@@ -60,6 +64,7 @@ class Application {
   int metrics_port() const { return metrics_ ? metrics_->port() : 0; }
   const Config& config() const { return config_; }
   Applier& applier() { return *applier_; }
+  const PublishedState& published() const { return *published_; }
   MetricsRegistry& metrics() { return *metrics_; }
 
  private:
@@ -79,6 +84,7 @@ class Application {
   std::unique_ptr<ApplyProbe> apply_probe_;
   std::unique_ptr<QueryProbe> query_probe_;
   std::unique_ptr<Catalog> catalog_;
+  std::unique_ptr<PublishedState> published_;  // outlives the writer and the readers
   std::vector<std::unique_ptr<ChangeSource>> sources_;
   std::unique_ptr<RecordQueue> queue_;
   std::unique_ptr<Applier> applier_;
@@ -96,7 +102,7 @@ class Application {
   bool stop_readiness_ = false;  // guarded by readiness_mu_
   // What the last count lines said, by source (readiness thread only).
   std::vector<EventCounts> logged_counts_;
-  std::vector<std::string> logged_states_;
+  std::vector<std::optional<SourceState>> logged_states_;
   bool shut_down_ = false;
 };
 

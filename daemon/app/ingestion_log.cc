@@ -9,7 +9,7 @@ std::string IngestionLine(const std::string& source, const SourceProgress& progr
                           const EventCounts& before, const EventCounts& now,
                           double interval_seconds) {
   std::string lag;
-  if (progress.state == "error") {
+  if (progress.state == SourceState::kError) {
     lag = "failed (see GetStatus)";
   } else if (std::string unknown = UnknownLagReason(progress); !unknown.empty()) {
     lag = absl::StrCat("lag unknown (source ", unknown, ")");
@@ -19,7 +19,7 @@ std::string IngestionLine(const std::string& source, const SourceProgress& progr
   return absl::StrFormat(
       "source %s (%s): +%d applied, +%d skipped, +%d rejected in the last %.0f s; totals %d "
       "applied, %d skipped, %d rejected; %s",
-      source, progress.state, now.applied - before.applied, now.skipped - before.skipped,
+      source, SourceStateName(progress.state), now.applied - before.applied, now.skipped - before.skipped,
       now.rejected - before.rejected, interval_seconds, now.applied, now.skipped, now.rejected,
       lag);
 }

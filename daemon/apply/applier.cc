@@ -115,14 +115,15 @@ struct Applier::Prepared {
   std::vector<bool> dead_lettered;
   // (source index, partition) -> the next position after this batch.
   std::map<std::pair<uint32_t, std::string>, std::string, SourcePartitionIndexLess> positions;
-  // Per applied event: (table, encoded table partition key), for hot_keys_. Only the first
+  // Per applied event: (table, encoded table partition key), for the hot keys. Only the first
   // hot_table_key_count are this batch's.
   std::vector<std::pair<size_t, std::string>> hot_table_keys;
   size_t hot_table_key_count = 0;
   // Per source: applied, skipped, rejected; lag_seconds holds creation times and
   // apply_delay_seconds receive times (ms) until the commit turns them into lags.
   BatchStats stats;
-  std::vector<size_t> in_flight;  // per source: records of this batch counted in in_flight_
+  // Per source: records of this batch counted in flight (PublishedState::CountInFlight).
+  std::vector<size_t> in_flight;
 
   explicit Prepared(size_t sources) : stats(sources), in_flight(sources, 0) {}
 };
@@ -130,51 +131,40 @@ struct Applier::Prepared {
 Applier::~Applier() = default;
 
 Applier::Applier(const Catalog& catalog, Store* store, ApplyProbe* probe,
-                 std::vector<DeadLetterSink*> dead_letters, std::function<int64_t()> now_ms)
+                 std::vector<DeadLetterSink*> dead_letters, PublishedState* published)
     : catalog_(catalog),
       store_(store),
       probe_(probe),
       dead_letters_(std::move(dead_letters)),
-      now_ms_(now_ms ? std::move(now_ms) : UnixNowMs),
-      rejected_log_(kLoggedPerInterval, kLogIntervalMs, [this] { return now_ms_(); }),
-      left_out_log_(kLoggedPerInterval, kLogIntervalMs, [this] { return now_ms_(); }),
+      published_(published),
+      rejected_log_(kLoggedPerInterval, kLogIntervalMs, [this] { return published_->NowMs(); }),
+      left_out_log_(kLoggedPerInterval, kLogIntervalMs, [this] { return published_->NowMs(); }),
       stats_(catalog.config().sources.size(), catalog.views().size()),
-      change_log_(store->changes(), catalog.config().watch.retain_changes),
-      counters_(catalog.config().sources.size()),
-      table_events_(catalog.config().tables.size()),
-      view_writes_(catalog.views().size()),
-      hot_keys_(catalog) {
+      change_log_(store->changes(), catalog.config().watch.retain_changes) {
   const size_t sources = catalog.config().sources.size();
   sync_batch_ = std::make_unique<Prepared>(sources);
   for (auto& slot : slots_) slot = std::make_unique<Prepared>(sources);
   for (const TableSpec& table : catalog.config().tables) item_dbis_.push_back(store->items(table.name));
   for (const ViewRef& view : catalog.views()) view_dbis_.push_back(store->view(view.spec->name));
-  for (size_t i = 0; i < catalog.views().size(); ++i) {
-    view_states_.push_back(std::make_unique<std::atomic<int>>(static_cast<int>(ViewState::kReady)));
-    view_progress_.push_back(std::make_unique<std::atomic<double>>(1.0));
-  }
   for (const AggregateRef& a : catalog.aggregates()) {
     aggregate_dbs_.push_back(
         AggregateDbs{store->aggregate(a.spec->name), store->aggregate_extremes(a.spec->name)});
-    aggregate_states_.push_back(std::make_unique<std::atomic<int>>(static_cast<int>(ViewState::kReady)));
-    aggregate_progress_.push_back(std::make_unique<std::atomic<double>>(1.0));
   }
   aggregate_build_cursors_.resize(catalog.aggregates().size());
   stats_.aggregates.resize(catalog.aggregates().size());
-  in_flight_.resize(catalog.config().sources.size(), 0);
-  const int64_t now = now_ms_();
-  for (SourceCounters& c : counters_) c.last_commit_ms = now;
+  // The store's flush error, with what it holds back ("" while flushes succeed). It asks the
+  // store, not this writer, so it stays right while readers outlive the Applier.
+  published_->SetFlushError([store] {
+    std::string error = store->flush_error();
+    if (error.empty()) return error;
+    return absl::StrCat("applied events cannot be flushed to LMDB (", store->pending_bytes(),
+                        " bytes wait in memory; retrying): ", error);
+  });
 }
 
 void Applier::SetViewState(size_t global_view, ViewState state, double progress) {
-  view_states_[global_view]->store(static_cast<int>(state));
-  view_progress_[global_view]->store(progress);
+  published_->SetViewState(global_view, state, progress);
   if (probe_ != nullptr) probe_->SetViewBuildProgress(global_view, progress);
-}
-
-ViewState Applier::GetViewState(size_t global_view, double* progress) const {
-  if (progress != nullptr) *progress = view_progress_[global_view]->load();
-  return static_cast<ViewState>(view_states_[global_view]->load());
 }
 
 absl::StatusOr<bool> Applier::RecoverBuildState(WriteTxn* txn, const std::string& what,
@@ -237,13 +227,13 @@ absl::Status Applier::Recover() {
   }
 
   if (absl::Status s = change_log_.Load(txn); !s.ok()) return s;
-  std::lock_guard lock(mu_);
-  positions_.clear();
+  PositionMap positions;
   ForEachPosition(txn, store_->meta(),
                   [&](std::string_view source, std::string_view partition, std::string_view at) {
-                    positions_[{std::string(source), std::string(partition)}] = std::string(at);
+                    positions[{std::string(source), std::string(partition)}] = std::string(at);
                   });
   if (absl::Status s = txn.Commit(); !s.ok()) return s;
+  published_->ReplacePositions(std::move(positions));
   PublishSizes();
   return absl::OkStatus();
 }
@@ -265,18 +255,18 @@ void Applier::PublishSizes() {
   stats_.change_log_entries = change_log_.entries();
   stats_.map_used_bytes = store_->map_used_bytes();
   stats_.map_size_bytes = store_->map_size();
-  probe_->RecordBatch(stats_, now_ms_());
+  probe_->RecordBatch(stats_, published_->NowMs());
 }
 
 absl::Status Applier::RebuildViews(const std::atomic<bool>* stop) {
   bool rebuilt = false;
   for (const ViewRef& view : catalog_.views()) {
-    if (GetViewState(view.global) == ViewState::kReady) continue;
+    if (published_->GetViewState(view.global) == ViewState::kReady) continue;
     if (absl::Status s = RebuildView(view, stop); !s.ok()) return s;
     rebuilt = true;
   }
   for (const AggregateRef& aggregate : catalog_.aggregates()) {
-    if (GetAggregateState(aggregate.global) == ViewState::kReady) continue;
+    if (published_->GetAggregateState(aggregate.global) == ViewState::kReady) continue;
     if (absl::Status s = RebuildAggregate(aggregate, stop); !s.ok()) return s;
     rebuilt = true;
   }
@@ -512,13 +502,7 @@ absl::StatusOr<Applier::Outcome> Applier::PrepareEvent(const ReadTxn& snapshot, 
 // ---- aggregates
 
 void Applier::SetAggregateState(size_t global_aggregate, ViewState state, double progress) {
-  aggregate_states_[global_aggregate]->store(static_cast<int>(state));
-  aggregate_progress_[global_aggregate]->store(progress);
-}
-
-ViewState Applier::GetAggregateState(size_t global_aggregate, double* progress) const {
-  if (progress != nullptr) *progress = aggregate_progress_[global_aggregate]->load();
-  return static_cast<ViewState>(aggregate_states_[global_aggregate]->load());
+  published_->SetAggregateState(global_aggregate, state, progress);
 }
 
 absl::Status Applier::RebuildAggregate(const AggregateRef& aggregate, const std::atomic<bool>* stop) {
@@ -557,7 +541,7 @@ absl::Status Applier::ApplyAggregateDeltas(WriteTxn* txn, size_t table, std::str
     // While rebuilding, only items the rebuild already counted are maintained here; an
     // aggregate found inconsistent in this batch is rebuilt from scratch after it.
     if (std::find(inconsistent_.begin(), inconsistent_.end(), global) != inconsistent_.end() ||
-        (GetAggregateState(global) != ViewState::kReady && pk > aggregate_build_cursors_[global])) {
+        (published_->GetAggregateState(global) != ViewState::kReady && pk > aggregate_build_cursors_[global])) {
       continue;
     }
     // Diff gives an item staying in its group as retract then add of that group: one
@@ -621,10 +605,8 @@ bool Applier::IsStale(const SourceRecord& record, const Prepared& batch,
   };
   if (const std::string* next = next_of(&batch)) return below(*next);
   if (const std::string* next = next_of(previous)) return below(*next);
-  const std::string& source = catalog_.config().sources[record.source].name;
-  std::lock_guard lock(mu_);
-  auto committed = positions_.find(std::pair<std::string_view, std::string_view>(source, record.partition));
-  return committed != positions_.end() && below(committed->second);
+  const std::string committed = published_->PositionOf(record.source, record.partition);
+  return !committed.empty() && below(committed);
 }
 
 absl::Status Applier::ApplyViewMutations(WriteTxn* txn, const Prepared& batch) {
@@ -661,13 +643,14 @@ absl::Status Applier::ApplyViewMutations(WriteTxn* txn, const Prepared& batch) {
 }
 
 void Applier::CountInFlight(Prepared* batch) {
-  std::lock_guard lock(mu_);
-  for (size_t i = 0; i < batch->in_flight.size(); ++i) {
-    in_flight_[i] -= batch->in_flight[i];  // a batch tried before and failed
-    batch->in_flight[i] = 0;
-  }
+  std::vector<size_t> before = batch->in_flight;  // a batch tried before and failed
+  std::fill(batch->in_flight.begin(), batch->in_flight.end(), 0);
   for (const SourceRecord& record : *batch->records) ++batch->in_flight[record.source];
-  for (size_t i = 0; i < batch->in_flight.size(); ++i) in_flight_[i] += batch->in_flight[i];
+  for (size_t i = 0; i < batch->in_flight.size(); ++i) {
+    if (batch->in_flight[i] != before[i]) {
+      published_->CountInFlight(i, int64_t(batch->in_flight[i]) - int64_t(before[i]));
+    }
+  }
 }
 
 absl::Status Applier::Prepare(Prepared* batch, const Prepared* previous) {
@@ -818,8 +801,6 @@ absl::Status Applier::ApplyBatch(std::vector<SourceRecord>* batch) {
 absl::Status Applier::Commit(Prepared* batch) {
   const std::vector<SourceRecord>& records = *batch->records;
   failed_source_ = -1;
-  // From the commit until the batch's counters and positions are published (HoldCommits).
-  std::unique_lock<std::shared_mutex> publishing(commit_visibility_mu_, std::defer_lock);
   for (;;) {
     // With write-back on, the commit publishes the batch in memory (see Store), but for a
     // large batch where LMDB commits cheaply (CommitsDirectly).
@@ -851,7 +832,6 @@ absl::Status Applier::Commit(Prepared* batch) {
       }
     }
     if (s.ok()) {
-      publishing.lock();
       const auto committing = std::chrono::steady_clock::now();
       s = txn.Commit();
       if (s.ok()) {
@@ -865,8 +845,6 @@ absl::Status Applier::Commit(Prepared* batch) {
           took = std::max<int64_t>(took, store_->last_flush().count() / Store::kFlushLayers);
         }
         last_commit_us_.store(took);
-      } else {
-        publishing.unlock();
       }
     }
     if (absl::IsResourceExhausted(s)) {
@@ -886,7 +864,7 @@ absl::Status Applier::Commit(Prepared* batch) {
     SetAggregateState(global, ViewState::kBuilding, 0.0);
   }
 
-  const int64_t now = now_ms_();
+  const int64_t now = published_->NowMs();
   stats_.sources.swap(batch->stats.sources);
   stats_.lag_seconds.swap(batch->stats.lag_seconds);
   for (double& created : stats_.lag_seconds) created = static_cast<double>(now - int64_t(created)) / 1000.0;
@@ -899,37 +877,35 @@ absl::Status Applier::Commit(Prepared* batch) {
   stats_.map_used_bytes = store_->map_used_bytes();
   stats_.map_size_bytes = store_->map_size();
   if (probe_ != nullptr) probe_->RecordBatch(stats_, now);
-  hot_keys_.RecordBatch(batch->mutations,
-                        {batch->hot_table_keys.data(), batch->hot_table_key_count}, now);
-  {
-    std::lock_guard lock(mu_);
-    for (const auto& [key, position] : batch->positions) {
-      positions_[{catalog_.config().sources[key.first].name, key.second}] = position;
-    }
-    for (size_t i = 0; i < stats_.sources.size(); ++i) {
-      const BatchStats::Source& s = stats_.sources[i];
-      counters_[i].applied += s.applied;
-      counters_[i].skipped += s.skipped;
-      counters_[i].rejected += s.rejected;
-      if (s.newest_creation_ms > 0) counters_[i].lag_seconds = double(now - s.newest_creation_ms) / 1000.0;
-      if (batch->in_flight[i] > 0) {
-        counters_[i].last_commit_ms = now;
-        counters_[i].committed = true;
-      }
-      in_flight_[i] -= batch->in_flight[i];
-      batch->in_flight[i] = 0;
-      table_events_[catalog_.TableOfSource(i)] += s.applied;
-    }
-    for (size_t v = 0; v < stats_.views.size(); ++v) {
-      view_writes_[v] += stats_.views[v].puts + stats_.views[v].deletes;
-    }
+  published_->hot_keys().RecordBatch(
+      batch->mutations, {batch->hot_table_keys.data(), batch->hot_table_key_count}, now);
+  // The batch's counters and positions, published together as one snapshot.
+  std::shared_ptr<CommitSnapshot> next = published_->NextSnapshot();
+  for (const auto& [key, position] : batch->positions) {
+    next->positions[{catalog_.config().sources[key.first].name, key.second}] = position;
   }
-  publishing.unlock();
-  {
-    std::lock_guard lock(commit_mu_);
-    commits_.fetch_add(1);
+  for (size_t i = 0; i < stats_.sources.size(); ++i) {
+    const BatchStats::Source& s = stats_.sources[i];
+    SourceCounters& c = next->counters[i];
+    c.applied += s.applied;
+    c.skipped += s.skipped;
+    c.rejected += s.rejected;
+    if (s.newest_creation_ms > 0) c.lag_seconds = double(now - s.newest_creation_ms) / 1000.0;
+    if (batch->in_flight[i] > 0) {
+      c.last_commit_ms = now;
+      c.committed = true;
+    }
+    next->table_events[catalog_.TableOfSource(i)] += s.applied;
   }
-  committed_.notify_all();
+  for (size_t v = 0; v < stats_.views.size(); ++v) {
+    next->view_writes[v] += stats_.views[v].puts + stats_.views[v].deletes;
+  }
+  published_->Publish(std::move(next));
+  // After the snapshot: a reader that sees nothing in flight sees the batch counted.
+  for (size_t i = 0; i < batch->in_flight.size(); ++i) {
+    if (batch->in_flight[i] > 0) published_->CountInFlight(i, -int64_t(batch->in_flight[i]));
+    batch->in_flight[i] = 0;
+  }
   return absl::OkStatus();
 }
 
@@ -948,14 +924,11 @@ bool BackOff(std::chrono::milliseconds backoff, const std::atomic<bool>* stop) {
 }  // namespace
 
 void Applier::SetWriterError(const absl::Status& s, int source) {
-  std::lock_guard lock(mu_);
-  writer_error_ = std::string(s.message());
-  writer_error_source_ = source;
+  published_->SetCommitError(std::string(s.message()), source);
 }
 
 void Applier::SetPrepareError(const absl::Status& s) {
-  std::lock_guard lock(mu_);
-  prepare_error_ = std::string(s.message());
+  published_->SetPrepareError(std::string(s.message()));
 }
 
 namespace {
@@ -1118,75 +1091,12 @@ absl::Status Applier::ApplyBatches(const BatchSource& next, OnFailure on_failure
   return absl::OkStatus();
 }
 
-std::map<std::string, std::string> Applier::PositionsOf(size_t source) const {
-  const std::string& name = catalog_.config().sources[source].name;
-  std::map<std::string, std::string> out;
-  std::lock_guard lock(mu_);
-  for (const auto& [key, position] : positions_) {
-    if (key.first == name) out[key.second] = position;
+void Applier::WatchQueue(const RecordQueue* queue) {
+  if (queue == nullptr) {
+    published_->WatchQueue(nullptr);
+    return;
   }
-  return out;
-}
-
-std::string Applier::PositionOf(size_t source, const std::string& partition) const {
-  const std::string& name = catalog_.config().sources[source].name;
-  std::lock_guard lock(mu_);
-  auto it = positions_.find(std::pair<std::string_view, std::string_view>(name, partition));
-  return it == positions_.end() ? "" : it->second;
-}
-
-std::vector<AppliedPositionEntry> Applier::Positions() const {
-  std::vector<AppliedPositionEntry> out;
-  std::lock_guard lock(mu_);
-  for (const auto& [key, position] : positions_) out.push_back({key.first, key.second, position});
-  return out;
-}
-
-Applier::SourceCounters Applier::Counters(size_t source) const {
-  std::lock_guard lock(mu_);
-  return counters_[source];
-}
-
-bool Applier::HasUnapplied(size_t source) const {
-  if (const RecordQueue* queue = queue_.load(); queue != nullptr && queue->Queued(source) > 0) {
-    return true;
-  }
-  std::lock_guard lock(mu_);
-  return in_flight_[source] > 0;
-}
-
-double Applier::IndexWritesPerEvent(size_t global_view) const {
-  std::lock_guard lock(mu_);
-  uint64_t events = table_events_[catalog_.views()[global_view].table];
-  return events ? double(view_writes_[global_view]) / double(events) : 0.0;
-}
-
-std::string Applier::WriterError() const {
-  {
-    std::lock_guard lock(mu_);
-    if (!writer_error_.empty()) return writer_error_;
-    if (!prepare_error_.empty()) return prepare_error_;
-  }
-  return FlushError();
-}
-
-std::string Applier::WriterError(size_t source) const {
-  {
-    std::lock_guard lock(mu_);
-    if (!writer_error_.empty() &&
-        (writer_error_source_ < 0 || static_cast<size_t>(writer_error_source_) == source)) {
-      return writer_error_;
-    }
-    if (!prepare_error_.empty()) return prepare_error_;  // it holds up every source
-  }
-  return FlushError();
-}
-
-std::string Applier::FlushError() const {
-  std::string error = store_->flush_error();
-  if (error.empty()) return error;
-  return absl::StrCat("applied events cannot be flushed to LMDB (", store_->pending_bytes(),
-                      " bytes wait in memory; retrying): ", error);
+  published_->WatchQueue([queue](size_t source) { return queue->Queued(source); });
 }
 
 void Applier::PublishFlushedSizes() const {
@@ -1205,19 +1115,13 @@ void Applier::PublishFlushedSizes() const {
 
 void Applier::PublishHotKeyMetrics() const {
   if (probe_ == nullptr) return;
-  const int64_t now = now_ms_();
+  const int64_t now = published_->NowMs();
   for (const ViewRef& view : catalog_.views()) {
-    HeavyHittersReport report = hot_keys_.ViewReport(view.global, 1, now);
+    HeavyHittersReport report = published_->hot_keys().ViewReport(view.global, 1, now);
     const uint64_t top = report.keys.empty() ? 0 : report.keys.front().count;
     probe_->SetHotKey(view.global, report.total ? double(top) / double(report.total) : 0.0,
                       report.PerSecond(top));
   }
-}
-
-bool Applier::WaitForCommitAfter(uint64_t since,
-                                 std::chrono::steady_clock::time_point deadline) const {
-  std::unique_lock lock(commit_mu_);
-  return committed_.wait_until(lock, deadline, [&] { return commits_.load() > since; });
 }
 
 namespace {

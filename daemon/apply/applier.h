@@ -8,10 +8,14 @@
 // go to their source's DeadLetterSink before the commit and are counted; the rest of the batch
 // applies and the position advances past them.
 //
+// What it does is published into a PublishedState (daemon/state/published_state.h), which
+// readers observe: view and aggregate states, one snapshot of counters and positions per
+// commit, the commit notification, its errors, the hot keys. Readers never see the Applier.
+//
 // Threading: ApplyBatch, ApplyBatches, Run, Recover and RebuildViews are called from one
 // thread (the writer), one at a time; Run and ApplyBatches start a second thread for their
-// first stage and join it before they return. Positions(), Counters(), GetViewState(),
-// GetAggregateState() and WriterError() may be called from any thread.
+// first stage and join it before they return. The Publish* and Log* methods may be called
+// from any thread.
 #pragma once
 
 #include <atomic>
@@ -20,11 +24,9 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <shared_mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -32,25 +34,17 @@
 
 #include "absl/status/status.h"
 #include "daemon/apply/aggregate_writer.h"
-#include "daemon/apply/catalog.h"
-#include "daemon/apply/hot_keys.h"
 #include "daemon/log/log_throttle.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/sources/change_source.h"
+#include "daemon/state/catalog.h"
+#include "daemon/state/published_state.h"
 #include "daemon/store/change_log.h"
 #include "daemon/store/store.h"
 
 namespace cdcview {
 
 class RecordQueue;
-
-struct AppliedPositionEntry {
-  std::string source;
-  std::string partition;
-  std::string position;
-};
-
-enum class ViewState { kBuilding, kReady };
 
 // How long the writer waits for a partial batch to fill (group commit): as long as the last
 // commit (mdb_txn_commit, with its sync) took, between kMinLinger and apply.max_delay_ms.
@@ -79,23 +73,10 @@ bool CommitsDirectly(const ApplyConfig& cfg, size_t events,
 
 class Applier {
  public:
-  struct SourceCounters {
-    uint64_t applied = 0;
-    uint64_t skipped = 0;
-    uint64_t rejected = 0;
-    double lag_seconds = 0;   // of the newest event of the last batch that had a creation time
-    // The writer's clock at the last commit of a batch with records of this source (at
-    // construction before any): with lag_seconds, how stale the source can be now.
-    int64_t last_commit_ms = 0;
-    // A batch with records of this source committed since start: until then lag_seconds says
-    // nothing about how far behind the source is.
-    bool committed = false;
-  };
-
-  // `dead_letters[i]` is source i's sink. `now_ms` is the clock (injected in tests).
+  // `dead_letters[i]` is source i's sink. Publishes into `published` (whose clock it uses),
+  // which must outlive it.
   Applier(const Catalog& catalog, Store* store, ApplyProbe* probe,
-          std::vector<DeadLetterSink*> dead_letters,
-          std::function<int64_t()> now_ms = nullptr);
+          std::vector<DeadLetterSink*> dead_letters, PublishedState* published);
   ~Applier();
 
   // Loads the stored positions and view and aggregate states; a view or aggregate whose
@@ -135,47 +116,9 @@ class Applier {
   enum class OnFailure { kRetry, kStop };
   absl::Status ApplyBatches(const BatchSource& next, OnFailure on_failure,
                             const std::atomic<bool>* stop = nullptr);
-  // The queue whose records count as not applied yet (HasUnapplied); Run watches its own.
-  void WatchQueue(const RecordQueue* queue) { queue_.store(queue); }
-  // Whether records of source `source` are read but not committed: in the watched queue, or in
-  // the batch being applied (or retried after an error). Any thread.
-  bool HasUnapplied(size_t source) const;
-
-  // Stored next positions of source `source` (partition -> position), for ChangeSource::Start.
-  std::map<std::string, std::string> PositionsOf(size_t source) const;
-  // The stored next position of one partition of source `source`, "" if none: one lookup,
-  // copying only the answer (readers waiting for a position call it on every commit, and the
-  // writer takes the same lock per batch).
-  std::string PositionOf(size_t source, const std::string& partition) const;
-  std::vector<AppliedPositionEntry> Positions() const;
-  SourceCounters Counters(size_t source) const;
-  // While the returned lock is held no batch becomes visible: an LMDB snapshot begun under it
-  // agrees with Counters() and Positions() read under it (GetStatus). Otherwise a reader could
-  // see a batch's positions committed while the counters do not count its events yet. Hold it
-  // briefly: the writer waits for it before each commit.
-  std::shared_lock<std::shared_mutex> HoldCommits() const {
-    return std::shared_lock(commit_visibility_mu_);
-  }
-  ViewState GetViewState(size_t global_view, double* progress = nullptr) const;
-  // The same for aggregates (Catalog::aggregates() index).
-  ViewState GetAggregateState(size_t global_aggregate, double* progress = nullptr) const;
-  // Events applied to each table since start, and index writes per view: write amplification.
-  double IndexWritesPerEvent(size_t global_view) const;
-  // Why the writer is not applying (empty while it is): a batch or a rebuild that keeps
-  // failing. WriterError(source) is the error that concerns that source (a batch failing on
-  // another source's dead letter does not).
-  std::string WriterError() const;
-  std::string WriterError(size_t source) const;
-
-  // Waiting for the writer: returns once the batch committed after `since` (a commit count)
-  // or the deadline passes. commit_count() is incremented after every commit.
-  uint64_t commit_count() const { return commits_.load(); }
-  bool WaitForCommitAfter(uint64_t since, std::chrono::steady_clock::time_point deadline) const;
-
-  // The heaviest partition keys per view and table, updated after every commit.
-  const HotKeyTracker& hot_keys() const { return hot_keys_; }
-  // The writer's clock (injected in tests), for reports over the hot-key windows.
-  int64_t NowMs() const { return now_ms_(); }
+  // The queue whose records count as not applied yet (PublishedState::HasUnapplied); Run
+  // watches its own. Not while Run runs.
+  void WatchQueue(const RecordQueue* queue);
   // Sets cdcview_view_hot_key_share_ratio and cdcview_view_hot_key_writes_per_second of every
   // view from the windows as of now (the readiness ticker calls it once a second, so the gauges
   // fall as a window slides past writes even when no batch comes). Any thread.
@@ -266,14 +209,12 @@ class Applier {
   void SetViewState(size_t global_view, ViewState state, double progress);
   void SetWriterError(const absl::Status& s, int source);
   void SetPrepareError(const absl::Status& s);  // the preparer's, beside the committer's
-  // The store's flush error, with what it holds back ("" while flushes succeed).
-  std::string FlushError() const;
 
   const Catalog& catalog_;
   Store* store_;
   ApplyProbe* probe_;
   std::vector<DeadLetterSink*> dead_letters_;
-  std::function<int64_t()> now_ms_;
+  PublishedState* published_;
   // Warnings that would repeat per event: by source name (rejections), and by "view V" /
   // "aggregate A" (items left out of a rebuild).
   LogThrottle rejected_log_;
@@ -303,45 +244,10 @@ class Applier {
   // from their image at that time, so nothing is counted twice or missed.
   std::vector<std::string> aggregate_build_cursors_;
 
-  mutable std::mutex mu_;
-  // Held exclusively by the writer from a batch's commit until its counters and positions are
-  // published (HoldCommits). Taken before mu_ when both are.
-  mutable std::shared_mutex commit_visibility_mu_;
-  // (source, partition) pairs, compared as string views so PositionOf looks up without
-  // copying either string.
-  struct SourcePartitionLess {
-    using is_transparent = void;
-    template <typename A, typename B>
-    bool operator()(const A& a, const B& b) const {
-      const std::string_view a1 = a.first, b1 = b.first;
-      if (a1 != b1) return a1 < b1;
-      return std::string_view(a.second) < std::string_view(b.second);
-    }
-  };
-  std::map<std::pair<std::string, std::string>, std::string, SourcePartitionLess>
-      positions_;  // guarded by mu_
-  std::vector<SourceCounters> counters_;                                 // guarded by mu_
-  std::vector<uint64_t> table_events_;                                   // guarded by mu_
-  std::vector<uint64_t> view_writes_;                                    // guarded by mu_
-  std::string writer_error_;                                             // guarded by mu_
-  int writer_error_source_ = -1;  // the source the error concerns, -1: all; guarded by mu_
-  std::string prepare_error_;     // the preparer's (it concerns all sources); guarded by mu_
   int failed_source_ = -1;        // writer thread: the source whose dead letter failed
   // How long the last successful txn.Commit() took, in microseconds (WriterLinger): written
   // by the writer, read by the preparer.
   std::atomic<int64_t> last_commit_us_{0};
-  std::vector<std::unique_ptr<std::atomic<int>>> view_states_;
-  std::vector<std::unique_ptr<std::atomic<double>>> view_progress_;
-  std::vector<std::unique_ptr<std::atomic<int>>> aggregate_states_;
-  std::vector<std::unique_ptr<std::atomic<double>>> aggregate_progress_;
-  std::atomic<uint64_t> commits_{0};
-  std::atomic<const RecordQueue*> queue_{nullptr};
-  // Per source: records popped from the queue and not committed yet (in prepared batches, or
-  // in a batch being prepared or retried); guarded by mu_.
-  std::vector<size_t> in_flight_;
-  mutable std::mutex commit_mu_;
-  mutable std::condition_variable committed_;
-  HotKeyTracker hot_keys_;
 };
 
 }  // namespace cdcview

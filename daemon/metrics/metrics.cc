@@ -100,8 +100,9 @@ ApplyProbe::ApplyProbe(MetricsRegistry& metrics, const Config& config)
         &lag.Add({{"source", s.name}}),
         {},
         {}});
-    for (std::string_view name : kSourceStates) {
-      sources_.back().states.push_back(&state.Add({{"source", s.name}, {"state", std::string(name)}}));
+    for (SourceState name : kSourceStates) {
+      sources_.back().states.push_back(
+          &state.Add({{"source", s.name}, {"state", std::string(SourceStateName(name))}}));
     }
     const std::string kind(SourceKindName(s.kind));
     source_info.Add({{"source", s.name}, {"table", s.table}, {"kind", kind}}).Set(1);
@@ -320,7 +321,7 @@ void ApplyProbe::SetAggregateGroups(size_t aggregate, uint64_t groups) {
   if (aggregate < aggregates_.size()) aggregates_[aggregate].groups->Set(static_cast<double>(groups));
 }
 
-void ApplyProbe::SetSourceState(size_t source, std::string_view state) {
+void ApplyProbe::SetSourceState(size_t source, SourceState state) {
   if (source >= sources_.size()) return;
   for (size_t i = 0; i < std::size(kSourceStates); ++i) {
     sources_[source].states[i]->Set(kSourceStates[i] == state ? 1 : 0);

@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "daemon/config/config.h"
+#include "daemon/state/source_health.h"
 
 namespace prometheus {
 class Registry;
@@ -108,11 +109,13 @@ class ApplyProbe {
   // aggregate `aggregate` (global indexes), outside a batch.
   void SetViewSize(size_t view, uint64_t items, uint64_t bytes);
   void SetAggregateGroups(size_t aggregate, uint64_t groups);
-  // cdcview_source_state{source, state}: 1 for `state` (ChangeSource::Health().state), 0 for
-  // the other kSourceStates. Set by the readiness ticker once a second.
-  void SetSourceState(size_t source, std::string_view state);
-  static constexpr std::string_view kSourceStates[] = {"starting",  "running",  "backfilling",
-                                                       "caught_up", "finished", "error"};
+  // cdcview_source_state{source, state}: 1 for `state` (SourceHealth::state, or kError when
+  // the writer fails the source), 0 for the other kSourceStates (label: SourceStateName). Set
+  // by the readiness ticker once a second.
+  void SetSourceState(size_t source, SourceState state);
+  static constexpr SourceState kSourceStates[] = {
+      SourceState::kStarting, SourceState::kRunning,  SourceState::kBackfilling,
+      SourceState::kCaughtUp, SourceState::kFinished, SourceState::kError};
 
  private:
   struct SourceMetrics {

@@ -190,7 +190,7 @@ absl::StatusOr<const AggregateRef*> ViewReader::ReadyAggregate(const std::string
                                             ")"));
   }
   double progress = 0;
-  if (applier_.GetAggregateState(aggregate->global, &progress) != ViewState::kReady) {
+  if (published_.GetAggregateState(aggregate->global, &progress) != ViewState::kReady) {
     return absl::UnavailableError(absl::StrCat("aggregate ", name, " is being rebuilt (",
                                                static_cast<int>(progress * 100),
                                                "% done); retry in a moment"));

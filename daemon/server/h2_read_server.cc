@@ -38,7 +38,7 @@
 namespace cdcview {
 namespace {
 
-using Deadline = ViewReader::Deadline;
+using Deadline = ViewQueries::Deadline;
 using Clock = std::chrono::steady_clock;
 
 // Threads for reads that wait for a position (they sleep most of the time), and for the
@@ -128,7 +128,7 @@ Handler Unary(Read read, Cheap cheap) {
 // methods in this file. Paths and which methods are unary come from the service descriptor
 // (Methods below); a unary method without an entry here answers UNIMPLEMENTED, and
 // h2_read_server_test fails.
-std::map<std::string, Handler, std::less<>> Handlers(const ViewReader& r) {
+std::map<std::string, Handler, std::less<>> Handlers(const ViewQueries& r) {
   auto never = [](const auto&) { return false; };
   return {
       {"Query", Unary<v1::QueryRequest>(
@@ -190,7 +190,7 @@ using MethodTable = std::map<std::string, Method, std::less<>>;
 // "/cdcview.v1.ViewService/<Method>" -> how to serve it, for every unary method that has a
 // handler. A handler whose method is gone from the proto, or whose types are not the method's,
 // is a programming error caught at start.
-MethodTable Methods(const ViewReader& r) {
+MethodTable Methods(const ViewQueries& r) {
   auto handlers = Handlers(r);
   const google::protobuf::ServiceDescriptor& service = ViewServiceDescriptor();
   MethodTable table;
@@ -331,7 +331,7 @@ absl::StatusOr<int> Listen(const std::string& address) {
 // the finished list and `stopping_` belongs to the loop thread.
 class H2ReadServer::Loop {
  public:
-  Loop(const ViewReader& reader, QueryProbe* probe, std::string grpc_setting)
+  Loop(const ViewQueries& reader, QueryProbe* probe, std::string grpc_setting)
       : methods_(Methods(reader)), probe_(probe), grpc_setting_(std::move(grpc_setting)) {}
 
   ~Loop() {
@@ -774,7 +774,7 @@ class H2ReadServer::Loop {
     // A wait without a deadline is capped as the reader caps one (the slices below pass it
     // finite deadlines, so the reader would not); the client's own deadline is kept as it is.
     const bool capped = call->waits && !s->timeout;
-    if (capped) deadline = start + ViewReader::kMaxWaitWithoutDeadline;
+    if (capped) deadline = start + ViewQueries::kMaxWaitWithoutDeadline;
     std::unique_lock<std::mutex> lock(mu_);
     if (offloaded_ >= kMaxOffloaded) {
       lock.unlock();
@@ -899,10 +899,10 @@ class H2ReadServer::Loop {
     }
     if (job->capped) {  // the reader's own wording for a request without a deadline
       std::string message(job->answer.status().message());
-      const std::string_view phrase = ViewReader::kNotAppliedInTime;
+      const std::string_view phrase = ViewQueries::kNotAppliedInTime;
       const size_t at = message.find(phrase);
       if (at != std::string::npos) {
-        message.insert(at + phrase.size(), ViewReader::CappedWaitNote());
+        message.insert(at + phrase.size(), ViewQueries::CappedWaitNote());
         job->answer = absl::DeadlineExceededError(message);
       }
     }
@@ -958,7 +958,7 @@ H2ReadServer::H2ReadServer(std::unique_ptr<Loop> loop) : loop_(std::move(loop)) 
 H2ReadServer::~H2ReadServer() { Shutdown(0); }
 
 absl::StatusOr<std::unique_ptr<H2ReadServer>> H2ReadServer::Start(const std::string& address,
-                                                                  const ViewReader& reader,
+                                                                  const ViewQueries& reader,
                                                                   QueryProbe* probe,
                                                                   std::string grpc_setting) {
   auto loop = std::make_unique<Loop>(reader, probe, std::move(grpc_setting));

@@ -11,7 +11,7 @@
 //
 // What it serves: every unary method of cdcview.v1.ViewService, as the service descriptor
 // lists them (ViewServiceUnaryMethods), to any gRPC client, with the same answers and error
-// codes as ViewServer (both call ViewReader). Not here: the streaming methods (Watch), the
+// codes as ViewServer (both call ViewQueries). Not here: the streaming methods (Watch), the
 // health service and reflection: those stay on ViewServer's port, and a call for them answers
 // UNIMPLEMENTED naming that port's setting.
 //
@@ -41,7 +41,7 @@
 
 #include "absl/status/statusor.h"
 #include "daemon/metrics/metrics.h"
-#include "daemon/server/view_reader.h"
+#include "daemon/server/view_queries.h"
 
 namespace cdcview {
 
@@ -60,7 +60,7 @@ class H2ReadServer {
   // `grpc_setting` names the main gRPC server's setting (e.g. "server.grpc") in the answer to
   // a call this server does not serve.
   static absl::StatusOr<std::unique_ptr<H2ReadServer>> Start(const std::string& address,
-                                                             const ViewReader& reader,
+                                                             const ViewQueries& reader,
                                                              QueryProbe* probe,
                                                              std::string grpc_setting);
   ~H2ReadServer();  // Shutdown(0)

@@ -3,45 +3,45 @@
 #include <algorithm>
 #include <limits>
 
-#include "daemon/apply/applier.h"
-#include "daemon/sources/change_source.h"
-
 namespace cdcview {
 
 namespace {
 
 bool Idle(const SourceProgress& source) {
-  return (source.state == "finished" || source.state == "caught_up") && !source.unapplied;
+  return (source.state == SourceState::kFinished || source.state == SourceState::kCaughtUp) &&
+         !source.unapplied;
 }
 
 }  // namespace
 
 std::string UnknownLagReason(const SourceProgress& source) {
-  if (source.state == "error" || Idle(source)) return "";
+  if (source.state == SourceState::kError || Idle(source)) return "";
   // Scan items have no creation time, so the lag of a snapshot's batches reads 0.
-  if (source.state == "backfilling") return "is backfilling (a snapshot scan)";
-  if (source.state == "starting") return "is starting";
+  if (source.state == SourceState::kBackfilling) return "is backfilling (a snapshot scan)";
+  if (source.state == SourceState::kStarting) return "is starting";
   // last_commit_ms is the start time until the first commit: not a measure of anything.
   if (!source.committed) return "has applied no batch since the daemon started";
   return "";
 }
 
 double EffectiveLagSeconds(const SourceProgress& source) {
-  if (source.state == "error") return std::numeric_limits<double>::infinity();
+  if (source.state == SourceState::kError) return std::numeric_limits<double>::infinity();
   if (Idle(source)) return 0;
   if (!UnknownLagReason(source).empty()) return std::numeric_limits<double>::infinity();
   return source.lag_seconds + source.since_commit_seconds;
 }
 
-SourceProgress ProgressOf(const Applier& applier, size_t source, const ChangeSource* change_source) {
-  const Applier::SourceCounters counters = applier.Counters(source);
+SourceProgress ProgressOf(const PublishedState& published, size_t source) {
+  const SourceCounters counters = published.Counters(source);
   SourceProgress progress;
-  progress.state = change_source != nullptr ? change_source->Health().state : "running";
-  if (!applier.WriterError(source).empty()) progress.state = "error";
+  if (std::optional<SourceHealth> health = published.SourceHealthOf(source)) {
+    progress.state = health->state;
+  }
+  if (!published.WriterError(source).empty()) progress.state = SourceState::kError;
   progress.lag_seconds = counters.lag_seconds;
   progress.since_commit_seconds =
-      std::max<int64_t>(0, applier.NowMs() - counters.last_commit_ms) / 1000.0;
-  progress.unapplied = applier.HasUnapplied(source);
+      std::max<int64_t>(0, published.NowMs() - counters.last_commit_ms) / 1000.0;
+  progress.unapplied = published.HasUnapplied(source);
   progress.committed = counters.committed;
   return progress;
 }

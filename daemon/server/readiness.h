@@ -14,17 +14,17 @@
 #include <string>
 #include <vector>
 
-namespace cdcview {
+#include "daemon/state/published_state.h"
+#include "daemon/state/source_health.h"
 
-class Applier;
-class ChangeSource;
+namespace cdcview {
 
 // What is known about one source of the view's table.
 struct SourceProgress {
-  std::string state;         // ChangeSource::Health().state; "error" if the writer fails it
-  double lag_seconds = 0;    // Applier::Counters(source).lag_seconds (of its last batch)
+  SourceState state = SourceState::kRunning;  // SourceHealth::state; kError if the writer fails it
+  double lag_seconds = 0;    // SourceCounters::lag_seconds (of its last batch)
   double since_commit_seconds = 0;  // since the last commit with records of the source
-  bool unapplied = false;    // records read but not committed (Applier::HasUnapplied)
+  bool unapplied = false;    // records read but not committed (PublishedState::HasUnapplied)
   bool committed = false;    // a batch with its records committed since start
 };
 
@@ -44,9 +44,9 @@ double EffectiveLagSeconds(const SourceProgress& source);
 // none since the start". Used in messages next to EffectiveLagSeconds's infinity.
 std::string UnknownLagReason(const SourceProgress& source);
 
-// Source `source`'s progress as the writer and the source report it now; `change_source` may
-// be null (tests without sources: "running").
-SourceProgress ProgressOf(const Applier& applier, size_t source, const ChangeSource* change_source);
+// Source `source`'s progress as the writer and the source report it now (running if no
+// source is registered: tests without sources).
+SourceProgress ProgressOf(const PublishedState& published, size_t source);
 
 bool ViewCaughtUp(bool view_ready, const std::vector<SourceProgress>& table_sources,
                   uint32_t max_lag_seconds);

@@ -447,13 +447,9 @@ absl::StatusOr<std::string> DecodeMergedPageToken(std::string_view token,
   return std::string(t->last);
 }
 
-ViewReader::ViewReader(const Catalog& catalog, const Store& store, const Applier& applier,
-                       std::vector<const ChangeSource*> sources, uint32_t max_page_size)
-    : catalog_(catalog),
-      store_(store),
-      applier_(applier),
-      sources_(std::move(sources)),
-      max_page_size_(max_page_size) {}
+ViewReader::ViewReader(const Catalog& catalog, const Store& store, const PublishedState& published,
+                       uint32_t max_page_size)
+    : catalog_(catalog), store_(store), published_(published), max_page_size_(max_page_size) {}
 
 absl::StatusOr<const ViewRef*> ViewReader::ReadyView(const std::string& name) const {
   const ViewRef* view = catalog_.FindView(name);
@@ -464,7 +460,7 @@ absl::StatusOr<const ViewRef*> ViewReader::ReadyView(const std::string& name) co
                                             absl::StrJoin(names, ", "), ")"));
   }
   double progress = 0;
-  if (applier_.GetViewState(view->global, &progress) != ViewState::kReady) {
+  if (published_.GetViewState(view->global, &progress) != ViewState::kReady) {
     return absl::UnavailableError(absl::StrCat("view ", name, " is being rebuilt (",
                                                static_cast<int>(progress * 100),
                                                "% done); retry when DescribeView says READY"));
@@ -606,23 +602,23 @@ v1::ViewDescription ViewReader::Describe(const ViewRef& view, const Txn& txn,
   d.set_name(spec.name);
   d.set_table(spec.table);
   double progress = 0;
-  bool ready = applier_.GetViewState(view.global, &progress) == ViewState::kReady;
+  bool ready = published_.GetViewState(view.global, &progress) == ViewState::kReady;
   d.set_state(ready ? v1::ViewDescription::READY : v1::ViewDescription::BUILDING);
   d.set_build_progress(ready ? 1.0 : progress);
   // A view is only as complete as its table's sources: one still reading a snapshot makes it
   // BACKFILLING (queries answer, from a partial table).
-  for (size_t i = 0; ready && i < sources_.size(); ++i) {
-    if (sources_[i] == nullptr || catalog_.TableOfSource(i) != view.table) continue;
-    SourceHealth health = sources_[i]->Health();
-    if (health.state == "backfilling") {
+  for (size_t i = 0; ready && i < catalog_.config().sources.size(); ++i) {
+    if (catalog_.TableOfSource(i) != view.table) continue;
+    std::optional<SourceHealth> health = published_.SourceHealthOf(i);
+    if (health && health->state == SourceState::kBackfilling) {
       d.set_state(v1::ViewDescription::BACKFILLING);
-      d.set_build_progress(health.progress);
+      d.set_build_progress(health->progress);
     }
   }
   MDB_dbi dbi = store_.view(spec.name);
   d.set_item_count(txn.Entries(dbi));
   d.set_bytes(txn.Bytes(dbi));
-  d.set_index_writes_per_event(applier_.IndexWritesPerEvent(view.global));
+  d.set_index_writes_per_event(published_.IndexWritesPerEvent(view.global));
   d.set_fingerprint(view.fingerprint);
   KeySchemaOf(spec.rules.front().partition_key, d.mutable_partition_key());
   if (spec.has_sort_key()) KeySchemaOf(*spec.rules.front().sort_key, d.mutable_sort_key());
@@ -660,30 +656,32 @@ absl::StatusOr<v1::ListViewsResponse> ViewReader::ListViews() const {
 
 v1::StatusResponse ViewReader::GetStatus() const {
   v1::StatusResponse response;
-  // The positions (from the snapshot) and the counters describe the same commits.
-  auto holding_commits = applier_.HoldCommits();
-  auto txn = store_.BeginRead();
-  if (txn.ok()) AppliedIn(**txn, store_.meta(), response.mutable_applied());
-  std::vector<Applier::SourceCounters> counters;
-  for (size_t i = 0; i < catalog_.config().sources.size(); ++i) counters.push_back(applier_.Counters(i));
-  holding_commits.unlock();
+  // One commit's counters and positions: the snapshot is immutable, so they agree.
+  const std::shared_ptr<const CommitSnapshot> snapshot = published_.Snapshot();
+  v1::AppliedPosition* applied = response.mutable_applied();
+  for (const auto& [key, position] : snapshot->positions) {
+    v1::AppliedPosition::Entry* e = applied->add_entries();
+    e->set_source(key.first);
+    e->set_partition(key.second);
+    e->set_position(position);
+  }
+  applied->set_token(EncodePositionToken(*applied));
   const auto& sources = catalog_.config().sources;
   for (size_t i = 0; i < sources.size(); ++i) {
     v1::SourceStatus* s = response.add_sources();
     s->set_name(sources[i].name);
     s->set_table(sources[i].table);
-    if (i < sources_.size() && sources_[i] != nullptr) {
-      SourceHealth health = sources_[i]->Health();
-      s->set_kind(std::string(sources_[i]->kind()));
-      s->set_state(health.state);
-      if (health.state == "backfilling") s->set_progress(health.progress);
-      s->set_error(health.error);
+    if (std::optional<SourceHealth> health = published_.SourceHealthOf(i)) {
+      s->set_kind(std::string(published_.SourceKind(i)));
+      s->set_state(std::string(SourceStateName(health->state)));
+      if (health->state == SourceState::kBackfilling) s->set_progress(health->progress);
+      s->set_error(health->error);
     }
-    if (const std::string writer_error = applier_.WriterError(i); !writer_error.empty()) {
-      s->set_state("error");
+    if (const std::string writer_error = published_.WriterError(i); !writer_error.empty()) {
+      s->set_state(std::string(SourceStateName(SourceState::kError)));
       s->set_error(writer_error);
     }
-    const Applier::SourceCounters& c = counters[i];
+    const SourceCounters& c = snapshot->counters[i];
     s->set_events_applied(c.applied);
     s->set_events_skipped(c.skipped);
     s->set_events_rejected(c.rejected);
@@ -692,7 +690,6 @@ v1::StatusResponse ViewReader::GetStatus() const {
       if (e.source() == sources[i].name) *s->add_positions() = e;
     }
   }
-  if (txn.ok()) txn->reset();  // the map figures wait for a growth that waits for readers
   response.set_lmdb_map_used_bytes(store_.map_used_bytes());
   response.set_lmdb_map_size_bytes(store_.map_size());
   return response;
@@ -701,10 +698,10 @@ v1::StatusResponse ViewReader::GetStatus() const {
 // ---- Read consistency ----
 
 std::string ViewReader::SourceError(size_t source) const {
-  if (std::string error = applier_.WriterError(source); !error.empty()) return error;
-  if (source < sources_.size() && sources_[source] != nullptr) {
-    SourceHealth health = sources_[source]->Health();
-    if (health.state == "error") return health.error.empty() ? "source in error" : health.error;
+  if (std::string error = published_.WriterError(source); !error.empty()) return error;
+  if (std::optional<SourceHealth> health = published_.SourceHealthOf(source);
+      health && health->state == SourceState::kError) {
+    return health->error.empty() ? "source in error" : health->error;
   }
   return "";
 }
@@ -725,11 +722,11 @@ absl::Status ViewReader::AwaitConsistency(const v1::ReadConsistency& consistency
     if (capped) deadline = std::chrono::steady_clock::now() + kMaxWaitWithoutDeadline;
     for (;;) {
       // Read the count before the positions: a commit in between wakes the wait at once.
-      const uint64_t since = applier_.commit_count();
+      const uint64_t since = published_.commit_count();
       const PositionRequirement* pending = nullptr;
       std::string applied;
       for (const PositionRequirement& r : *requirements) {
-        std::string have = applier_.PositionOf(r.source, r.partition);
+        std::string have = published_.PositionOf(r.source, r.partition);
         auto reached = PositionReached(sources[r.source].kind, r.partition, have, r.position);
         if (!reached.ok() || !*reached) {
           pending = &r;
@@ -756,16 +753,11 @@ absl::Status ViewReader::AwaitConsistency(const v1::ReadConsistency& consistency
       }
       // Commits wake the wait; the periodic wake-up only notices a source that fell into
       // error meanwhile (that changes no commit count).
-      applier_.WaitForCommitAfter(since, std::min(deadline, now + std::chrono::milliseconds(200)));
+      published_.WaitForCommitAfter(since, std::min(deadline, now + std::chrono::milliseconds(200)));
     }
   }
   if (max_staleness > 0) return CheckStaleness(max_staleness, table, what);
   return absl::OkStatus();
-}
-
-std::string ViewReader::CappedWaitNote() {
-  return absl::StrCat(" (the request had none; the server waits at most ",
-                      kMaxWaitWithoutDeadline.count(), " s)");
 }
 
 absl::Status ViewReader::CheckStaleness(double max_staleness_seconds, size_t table,
@@ -777,10 +769,9 @@ absl::Status ViewReader::CheckStaleness(double max_staleness_seconds, size_t tab
   std::string worst_unknown;  // why the worst source's lag is not known yet
   for (size_t i = 0; i < sources.size(); ++i) {
     if (catalog_.TableOfSource(i) != table) continue;
-    SourceProgress progress =
-        ProgressOf(applier_, i, i < sources_.size() ? sources_[i] : nullptr);
+    SourceProgress progress = ProgressOf(published_, i);
     std::string error = SourceError(i);
-    if (!error.empty()) progress.state = "error";
+    if (!error.empty()) progress.state = SourceState::kError;
     const double lag = EffectiveLagSeconds(progress);
     if (lag > worst) {
       worst = lag;
@@ -834,7 +825,7 @@ absl::StatusOr<v1::HotKeysResponse> ViewReader::GetHotKeys(const v1::GetHotKeysR
         "table's item partition keys)");
   }
   const size_t limit = request.limit() == 0 ? 10 : request.limit();
-  const int64_t now = applier_.NowMs();
+  const int64_t now = published_.NowMs();
   v1::HotKeysResponse response;
   HeavyHittersReport report;
   const ViewSpec* spec = nullptr;
@@ -843,11 +834,11 @@ absl::StatusOr<v1::HotKeysResponse> ViewReader::GetHotKeys(const v1::GetHotKeysR
     if (view == nullptr) return ReadyView(request.view()).status();  // the NOT_FOUND message
     spec = view->spec;
     // Every counter of both windows, so that the logical keys sum all shards the sketch holds.
-    report = applier_.hot_keys().ViewReport(view->global, 2 * HotKeyTracker::kCapacity, now);
+    report = published_.hot_keys().ViewReport(view->global, 2 * HotKeyTracker::kCapacity, now);
   } else {
     auto table = FindTable(request.table());
     if (!table.ok()) return table.status();
-    report = applier_.hot_keys().TableReport(*table, limit, now);
+    report = published_.hot_keys().TableReport(*table, limit, now);
   }
   response.set_window_seconds(report.span_seconds);
   response.set_total_writes_per_second(report.PerSecond(report.total));

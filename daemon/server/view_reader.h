@@ -1,8 +1,9 @@
-// ViewReader: answers view queries from LMDB read transactions. The gRPC service is a thin
-// adapter over it, so the query semantics are testable without a network.
+// ViewReader: the local ViewQueries, answering from LMDB read transactions and what the writer
+// publishes (PublishedState). The gRPC ports are thin adapters over ViewQueries, so the query
+// semantics are testable without a network.
 //
 // Thread-safe: every call opens its own read transaction; many may run at once and none
-// blocks the writer.
+// takes a lock the writer waits for.
 //
 // Ranges: a view's entries for one partition key are the keys that begin with enc(pk); a sort
 // condition narrows that to [lower, upper) over enc(pk)·enc(sk) (see key_codec.h), so every
@@ -23,39 +24,27 @@
 
 #include "absl/status/statusor.h"
 #include "cdcview/v1/view_service.pb.h"
-#include "daemon/apply/applier.h"
-#include "daemon/apply/catalog.h"
-#include "daemon/sources/change_source.h"
+#include "daemon/server/view_queries.h"
+#include "daemon/state/catalog.h"
+#include "daemon/state/published_state.h"
 #include "daemon/store/store.h"
 #include "index_builders/view_spec.h"
 
 namespace cdcview {
 
-class ViewReader {
+class ViewReader : public ViewQueries {
  public:
-  // When a read with ReadConsistency must be answered by; max(): the request has none, and a
-  // wait for a position is capped at kMaxWaitWithoutDeadline.
-  using Deadline = std::chrono::steady_clock::time_point;
-  static constexpr std::chrono::seconds kMaxWaitWithoutDeadline{10};
-  // A wait that ran out answers DEADLINE_EXCEEDED "<what>: " + kNotAppliedInTime, then, when
-  // the request had no deadline, CappedWaitNote(), then ": <where it stands>".
-  static constexpr char kNotAppliedInTime[] = "min_position not applied before the deadline";
-  static std::string CappedWaitNote();
+  // Reads `store`, and what the writer publishes (view states, positions, counters, the
+  // sources' health) from `published`; both must outlive the reader.
+  ViewReader(const Catalog& catalog, const Store& store, const PublishedState& published,
+             uint32_t max_page_size = 1000);
 
-  // `sources[i]` is source i (for GetStatus); may be empty in tests.
-  ViewReader(const Catalog& catalog, const Store& store, const Applier& applier,
-             std::vector<const ChangeSource*> sources, uint32_t max_page_size = 1000);
-
-  // NOT_FOUND: unknown view. INVALID_ARGUMENT: missing or wrongly typed key or condition
-  // value, BETWEEN bounds out of order, begins_with on a number, a malformed or foreign page
-  // token. UNAVAILABLE: the view is being rebuilt. And AwaitConsistency's errors.
   absl::StatusOr<v1::QueryResponse> Query(const v1::QueryRequest& request,
-                                          Deadline deadline = Deadline::max()) const;
+                                          Deadline deadline = Deadline::max()) const override;
   absl::StatusOr<v1::ScanResponse> Scan(const v1::ScanRequest& request,
-                                        Deadline deadline = Deadline::max()) const;
-  // NOT_FOUND: unknown table. INVALID_ARGUMENT: key attributes missing or of the wrong type.
+                                        Deadline deadline = Deadline::max()) const override;
   absl::StatusOr<v1::GetItemResponse> GetItem(const v1::GetItemRequest& request,
-                                              Deadline deadline = Deadline::max()) const;
+                                              Deadline deadline = Deadline::max()) const override;
 
   // What every read with a ReadConsistency calls before it opens its read transaction (views,
   // GetItem, aggregates): waits until min_position and min_kafka_offsets are applied for the
@@ -72,14 +61,17 @@ class ViewReader {
 
   // The heaviest partition keys of a view or table (HotKeyTracker). NOT_FOUND: unknown view or
   // table. INVALID_ARGUMENT: neither or both of view and table.
-  absl::StatusOr<v1::HotKeysResponse> GetHotKeys(const v1::GetHotKeysRequest& request) const;
+  absl::StatusOr<v1::HotKeysResponse> GetHotKeys(
+      const v1::GetHotKeysRequest& request) const override;
   // A sharded view's shard_item_counts and shard_skew walk all its entries (O(entries)).
-  absl::StatusOr<v1::ViewDescription> DescribeView(const std::string& name) const;
+  absl::StatusOr<v1::ViewDescription> DescribeView(const std::string& name) const override;
   // INTERNAL if the store cannot be read. Every view as DescribeView describes it, except that
   // shard_item_counts and shard_skew are left unset (shard_count and shard_suffix are set):
   // listing stays cheap however large the views; DescribeView a view for its shard balance.
-  absl::StatusOr<v1::ListViewsResponse> ListViews() const;
-  v1::StatusResponse GetStatus() const;
+  absl::StatusOr<v1::ListViewsResponse> ListViews() const override;
+  // Counters and positions come from one published snapshot (PublishedState::Snapshot), so
+  // they describe the same commits; no lock the writer waits for is taken.
+  v1::StatusResponse GetStatus() const override;
   // The view, READY: NOT_FOUND naming the views for an unknown name, UNAVAILABLE with the
   // progress while it is rebuilt. Every RPC on a view (Query, Scan, Watch) starts here.
   absl::StatusOr<const ViewRef*> ReadyView(const std::string& name) const;
@@ -88,10 +80,11 @@ class ViewReader {
   // lists them). INVALID_ARGUMENT: a group or prefix of the wrong type, a malformed or foreign
   // page token. UNAVAILABLE: the aggregate is being rebuilt. A group without members answers
   // members 0, count 0 and the other measures unset. `consistency` as for Query.
-  absl::StatusOr<v1::AggregateGroup> GetAggregate(const v1::GetAggregateRequest& request,
-                                                  Deadline deadline = Deadline::max()) const;
+  absl::StatusOr<v1::AggregateGroup> GetAggregate(
+      const v1::GetAggregateRequest& request, Deadline deadline = Deadline::max()) const override;
   absl::StatusOr<v1::ListAggregatesResponse> ListAggregates(
-      const v1::ListAggregatesRequest& request, Deadline deadline = Deadline::max()) const;
+      const v1::ListAggregatesRequest& request,
+      Deadline deadline = Deadline::max()) const override;
 
  private:
   absl::StatusOr<const AggregateRef*> ReadyAggregate(const std::string& name) const;
@@ -118,8 +111,7 @@ class ViewReader {
 
   const Catalog& catalog_;
   const Store& store_;
-  const Applier& applier_;
-  std::vector<const ChangeSource*> sources_;
+  const PublishedState& published_;
   uint32_t max_page_size_;
 };
 

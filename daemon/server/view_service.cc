@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cdcview/v1/view_service.grpc.pb.h"
+#include "daemon/server/watch.h"
 
 namespace cdcview {
 namespace {
@@ -23,9 +24,9 @@ constexpr const char* kServiceName = "cdcview.v1.ViewService";
 constexpr int kMaxIdleHandlerThreads = 64;
 
 // The call's deadline on the steady clock (gRPC gives it on the system clock); max() if none.
-ViewReader::Deadline DeadlineOf(const grpc::ServerContext* context) {
+ViewQueries::Deadline DeadlineOf(const grpc::ServerContext* context) {
   const auto deadline = context->deadline();
-  if (deadline == std::chrono::system_clock::time_point::max()) return ViewReader::Deadline::max();
+  if (deadline == std::chrono::system_clock::time_point::max()) return ViewQueries::Deadline::max();
   return std::chrono::steady_clock::now() +
          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
              deadline - std::chrono::system_clock::now());
@@ -35,7 +36,7 @@ ViewReader::Deadline DeadlineOf(const grpc::ServerContext* context) {
 
 class ViewServer::Service final : public v1::ViewService::Service {
  public:
-  Service(const ViewReader& reader, QueryProbe* probe, WatchHub* watch)
+  Service(const ViewQueries& reader, QueryProbe* probe, WatchHub* watch)
       : reader_(reader), probe_(probe), watch_(watch) {}
 
   grpc::Status Query(grpc::ServerContext* ctx, const v1::QueryRequest* req, v1::QueryResponse* resp) override {
@@ -105,13 +106,13 @@ class ViewServer::Service final : public v1::ViewService::Service {
     return ToGrpc(s);
   }
 
-  const ViewReader& reader_;
+  const ViewQueries& reader_;
   QueryProbe* probe_;
   WatchHub* watch_;
 };
 
 absl::StatusOr<std::unique_ptr<ViewServer>> ViewServer::Start(const std::string& address,
-                                                              const ViewReader& reader,
+                                                              const ViewQueries& reader,
                                                               QueryProbe* probe,
                                                               WatchHub* watch) {
   std::unique_ptr<ViewServer> server(new ViewServer());

@@ -1,7 +1,7 @@
-// ViewServer: the gRPC server: cdcview.v1.ViewService over a ViewReader, the standard health
+// ViewServer: the gRPC server: cdcview.v1.ViewService over a ViewQueries, the standard health
 // service and server reflection.
 //
-// Thread-safe: gRPC calls handlers from its own thread pool; ViewReader is thread-safe.
+// Thread-safe: gRPC calls handlers from its own thread pool; ViewQueries is thread-safe.
 // This file is the one place that translates absl::Status into grpc::Status.
 #pragma once
 
@@ -10,8 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "daemon/metrics/metrics.h"
-#include "daemon/server/view_reader.h"
-#include "daemon/server/watch.h"
+#include "daemon/server/view_queries.h"
 
 namespace grpc {
 class Server;
@@ -19,13 +18,15 @@ class Server;
 
 namespace cdcview {
 
+class WatchHub;  // serves Watch (watch.h), from the local change log
+
 class ViewServer {
  public:
   // Listens on `address` (host:port; port 0 picks one). UNAVAILABLE naming the address when
   // it cannot listen. Health starts NOT_SERVING: call SetServing once views are loaded.
   // `watch` serves Watch (UNIMPLEMENTED without one); it must outlive the server.
   static absl::StatusOr<std::unique_ptr<ViewServer>> Start(const std::string& address,
-                                                           const ViewReader& reader,
+                                                           const ViewQueries& reader,
                                                            QueryProbe* probe,
                                                            WatchHub* watch = nullptr);
   ~ViewServer();

@@ -183,11 +183,11 @@ void WatchHub::EventCache::Insert(uint64_t sequence, std::shared_ptr<const v1::W
   while (events.size() > kCachedEvents) events.erase(events.begin());
 }
 
-WatchHub::WatchHub(const Catalog& catalog, const Store& store, const Applier& applier,
+WatchHub::WatchHub(const Catalog& catalog, const Store& store, const PublishedState& published,
                    const ViewReader& reader, const WatchConfig& config, WatchProbe* probe)
     : catalog_(catalog),
       store_(store),
-      applier_(applier),
+      published_(published),
       reader_(reader),
       config_(config),
       probe_(probe),
@@ -357,7 +357,7 @@ absl::Status WatchHub::Run(const v1::WatchRequest& request, const WatchStream& s
   for (;;) {
     if (stopped_ || stream.cancelled() || watcher.cut_off) return gone();
     // Read the commit count before the log: a commit after this read wakes the wait below.
-    const uint64_t commits = applier_.commit_count();
+    const uint64_t commits = published_.commit_count();
     batch.clear();
     uint64_t lag = 0;
     {
@@ -421,7 +421,7 @@ absl::Status WatchHub::Run(const v1::WatchRequest& request, const WatchStream& s
     }
     watcher.cursor = cursor;
     if (lag == 0) {
-      applier_.WaitForCommitAfter(commits, std::chrono::steady_clock::now() + kPollInterval);
+      published_.WaitForCommitAfter(commits, std::chrono::steady_clock::now() + kPollInterval);
     }
   }
 }

@@ -2,7 +2,7 @@
 //
 // Pull model: each stream reads the change log (daemon/store/change_log.h) after its own
 // cursor in short read transactions and, once caught up, waits for the writer's next commit
-// (Applier::WaitForCommitAfter). The writer never waits for a watcher and keeps no per-watcher
+// (PublishedState::WaitForCommitAfter). The writer never waits for a watcher and keeps no per-watcher
 // state; a watcher costs the writer nothing but the log it writes anyway.
 //
 // Bounds:
@@ -33,11 +33,11 @@
 
 #include "absl/status/statusor.h"
 #include "cdcview/v1/view_service.pb.h"
-#include "daemon/apply/applier.h"
-#include "daemon/apply/catalog.h"
 #include "daemon/config/config.h"
 #include "daemon/metrics/watch_probe.h"
 #include "daemon/server/view_reader.h"
+#include "daemon/state/catalog.h"
+#include "daemon/state/published_state.h"
 #include "daemon/store/store.h"
 
 namespace cdcview {
@@ -54,7 +54,7 @@ struct WatchStream {
 class WatchHub {
  public:
   // `probe` may be null (tests).
-  WatchHub(const Catalog& catalog, const Store& store, const Applier& applier,
+  WatchHub(const Catalog& catalog, const Store& store, const PublishedState& published,
            const ViewReader& reader, const WatchConfig& config, WatchProbe* probe);
   ~WatchHub();
 
@@ -89,7 +89,7 @@ class WatchHub {
 
   const Catalog& catalog_;
   const Store& store_;
-  const Applier& applier_;
+  const PublishedState& published_;
   const ViewReader& reader_;
   const WatchConfig config_;
   WatchProbe* probe_;

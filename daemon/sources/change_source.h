@@ -14,6 +14,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "daemon/state/source_health.h"
 #include "index_builders/change_event.h"
 
 namespace cdcview {
@@ -59,13 +60,6 @@ struct SourceRecord {
 // The writer's current stored positions of one source (partition -> next_position). Must be
 // callable from the source's threads at any time.
 using PositionLookup = std::function<std::map<std::string, std::string>()>;
-
-// What GetStatus reports about a source.
-struct SourceHealth {
-  std::string state;  // "running", "caught_up", "finished", "error", "backfilling"
-  std::string error;  // what is wrong and what to do, when state is "error"
-  double progress = 0;  // 0..1 while "backfilling" (a DynamoDB snapshot Scan)
-};
 
 // Where rejected records go. Write is called by the writer thread before the batch that
 // contains the rejection commits (so a crash can repeat a dead letter, never lose one).

@@ -152,14 +152,14 @@ void DynamoDbSource::Stop() {
 
 SourceHealth DynamoDbSource::Health() const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!sticky_error_.empty()) return {"error", sticky_error_};
-  if (!transient_error_.empty()) return {"error", transient_error_};
-  if (backfilling_) return {"backfilling", "", backfill_progress_};
-  if (!streaming_) return {"starting", ""};
+  if (!sticky_error_.empty()) return {SourceState::kError, sticky_error_};
+  if (!transient_error_.empty()) return {SourceState::kError, transient_error_};
+  if (backfilling_) return {SourceState::kBackfilling, "", backfill_progress_};
+  if (!streaming_) return {SourceState::kStarting, ""};
   for (const auto& [id, shard] : shards_) {
-    if (shard.phase != Phase::kWaitingParent && shard.had_records) return {"running", ""};
+    if (shard.phase != Phase::kWaitingParent && shard.had_records) return {SourceState::kRunning, ""};
   }
-  return {"caught_up", ""};
+  return {SourceState::kCaughtUp, ""};
 }
 
 void DynamoDbSource::SetError(std::string message) {

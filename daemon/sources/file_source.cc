@@ -129,7 +129,7 @@ FileSource::FileSource(uint32_t source_index, const SourceConfig& config)
     : index_(source_index),
       config_(config),
       dead_letters_(config.name, config.file.dead_letter_path) {
-  health_.state = "stopped";
+  health_.state = SourceState::kStopped;
 }
 
 FileSource::~FileSource() { Stop(); }
@@ -200,7 +200,7 @@ absl::Status FileSource::Start(const std::map<std::string, std::string>& positio
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = false;
-    health_ = SourceHealth{"running", ""};
+    health_ = SourceHealth{SourceState::kRunning, ""};
   }
   thread_ = std::thread(&FileSource::Run, this, fd, cursor, queue);
   return absl::OkStatus();
@@ -215,8 +215,8 @@ void FileSource::Stop() {
   stop_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
   std::lock_guard<std::mutex> lock(mu_);
-  if (health_.state == "running" || health_.state == "caught_up") {
-    health_ = SourceHealth{"stopped", ""};
+  if (health_.state == SourceState::kRunning || health_.state == SourceState::kCaughtUp) {
+    health_ = SourceHealth{SourceState::kStopped, ""};
   }
 }
 
@@ -230,14 +230,14 @@ bool FileSource::stopping() const {
   return stop_;
 }
 
-void FileSource::SetState(std::string_view state) {
+void FileSource::SetState(SourceState state) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (health_.state != "error") health_ = SourceHealth{std::string(state), ""};
+  if (health_.state != SourceState::kError) health_ = SourceHealth{state, ""};
 }
 
 void FileSource::SetError(std::string message) {
   std::lock_guard<std::mutex> lock(mu_);
-  health_ = SourceHealth{"error", std::move(message)};
+  health_ = SourceHealth{SourceState::kError, std::move(message)};
 }
 
 bool FileSource::WaitForGrowth() {
@@ -259,7 +259,7 @@ void FileSource::Run(int fd, Cursor cursor, RecordQueue* queue) {
       break;
     }
     if (n > 0) {
-      SetState("running");
+      SetState(SourceState::kRunning);
       size_t scanned = pending.size();  // no line end before this: it was searched already
       pending.append(chunk.data(), static_cast<size_t>(n));
       if (!EmitLines(&decoder, &pending, scanned, &cursor, queue)) break;
@@ -277,10 +277,10 @@ void FileSource::Run(int fd, Cursor cursor, RecordQueue* queue) {
           !EmitLine(&decoder, pending, pending.size(), &cursor, queue)) {
         break;
       }
-      SetState("finished");
+      SetState(SourceState::kFinished);
       break;
     }
-    SetState("caught_up");
+    SetState(SourceState::kCaughtUp);
     if (!WaitForGrowth()) break;
   }
   ::close(fd);

@@ -101,7 +101,7 @@ class FileSource : public ChangeSource {
   // Waits up to the poll interval; false when Stop was called.
   bool WaitForGrowth();
   bool stopping() const;
-  void SetState(std::string_view state);
+  void SetState(SourceState state);
   void SetError(std::string message);
 
   const uint32_t index_;

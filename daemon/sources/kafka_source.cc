@@ -492,12 +492,12 @@ struct KafkaSource::Consumer {
 
   void UpdateHealth() {
     if (!error.empty()) {
-      source->SetHealth("error", error);
+      source->SetHealth(SourceState::kError, error);
       return;
     }
     bool at_end = held.empty() && !assigned.empty();
     for (const auto& [key, state] : assigned) at_end = at_end && state.at_end;
-    source->SetHealth(at_end ? "caught_up" : "running", "");
+    source->SetHealth(at_end ? SourceState::kCaughtUp : SourceState::kRunning, "");
   }
 
   // ---- messages
@@ -671,7 +671,7 @@ KafkaSource::KafkaSource(uint32_t source_index, const SourceConfig& config,
     file_dead_letters_ =
         std::make_unique<FileDeadLetterSink>(config_.name, config_.kafka.dead_letter_path);
   }
-  health_.state = "stopped";
+  health_.state = SourceState::kStopped;
 }
 
 KafkaSource::~KafkaSource() { Stop(); }
@@ -699,7 +699,7 @@ absl::Status KafkaSource::Start(const std::map<std::string, std::string>& positi
           "stored position \"", partition, "\" -> \"", position, "\" of source \"", config_.name,
           "\" is not \"<topic>/<partition>\" -> \"<next offset>\"; was the store written by "
           "another kind of source?"));
-      SetHealth("error", std::string(status.message()));
+      SetHealth(SourceState::kError, std::string(status.message()));
       return status;
     }
   }
@@ -711,11 +711,11 @@ absl::Status KafkaSource::Start(const std::map<std::string, std::string>& positi
   consumer_->queue = queue;
   if (absl::Status s = consumer_->Create(); !s.ok()) {
     consumer_.reset();
-    SetHealth("error", std::string(s.message()));
+    SetHealth(SourceState::kError, std::string(s.message()));
     return s;
   }
   stop_ = false;
-  SetHealth("running", "");
+  SetHealth(SourceState::kRunning, "");
   thread_ = std::thread(&KafkaSource::Run, this);
   return absl::OkStatus();
 }
@@ -743,7 +743,7 @@ void KafkaSource::Stop() {
   consumer_.reset();
   std::lock_guard<std::mutex> lock(mu_);
   assignment_.clear();
-  if (health_.state != "error") health_ = SourceHealth{"stopped", ""};
+  if (health_.state != SourceState::kError) health_ = SourceHealth{SourceState::kStopped, ""};
 }
 
 SourceHealth KafkaSource::Health() const {
@@ -756,9 +756,9 @@ std::vector<std::string> KafkaSource::Assignment() const {
   return assignment_;
 }
 
-void KafkaSource::SetHealth(std::string state, std::string error) {
+void KafkaSource::SetHealth(SourceState state, std::string error) {
   std::lock_guard<std::mutex> lock(mu_);
-  health_ = SourceHealth{std::move(state), std::move(error)};
+  health_ = SourceHealth{state, std::move(error)};
 }
 
 }  // namespace cdcview

@@ -107,7 +107,7 @@ class KafkaSource : public ChangeSource {
   struct Consumer;  // librdkafka handle and consumer-thread state
 
   void Run();
-  void SetHealth(std::string state, std::string error);
+  void SetHealth(SourceState state, std::string error);
 
   const uint32_t index_;
   const SourceConfig config_;

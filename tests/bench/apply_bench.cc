@@ -34,7 +34,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "daemon/apply/hot_keys.h"
+#include "daemon/state/hot_keys.h"
 #include "daemon/store/change_log.h"
 #include "tests/bench/workload.h"
 
@@ -120,7 +120,7 @@ absl::StatusOr<ApplyResult> RunApply(BenchStore& bench, std::vector<std::vector<
   r.seconds = Seconds(start);
   r.cpu_seconds = ProcessCpuSeconds() - cpu_start;
   for (size_t s = 0; s < bench.config().sources.size(); ++s) {
-    Applier::SourceCounters c = bench.applier().Counters(s);
+    SourceCounters c = bench.published().Counters(s);
     r.applied += c.applied;
     r.skipped += c.skipped;
     r.rejected += c.rejected;

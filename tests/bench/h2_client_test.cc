@@ -28,8 +28,7 @@ class H2ClientTest : public ::testing::Test {
     workload_ = GenerateWorkload({20'000, 7, 0}, nullptr, nullptr, [](double) {});
     ASSERT_FALSE(workload_.live_votes.empty());
     ASSERT_TRUE(bench_->applier().ApplyBatch(&workload_.records).ok());
-    reader_ = std::make_unique<ViewReader>(bench_->catalog(), bench_->store(), bench_->applier(),
-                                           std::vector<const ChangeSource*>{});
+    reader_ = std::make_unique<ViewReader>(bench_->catalog(), bench_->store(), bench_->published());
     auto server = ViewServer::Start("127.0.0.1:0", *reader_, nullptr);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);

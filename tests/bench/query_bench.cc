@@ -533,7 +533,7 @@ int Run(const Flags& flags) {
       _exit(client_rc);
     }
     close(port_pipe[0]);
-    ViewReader reader((*bench)->catalog(), (*bench)->store(), (*bench)->applier(), {});
+    ViewReader reader((*bench)->catalog(), (*bench)->store(), (*bench)->published());
     // The reader alone first, in this process with no gRPC, at the open loop's rates: what the
     // gRPC figures add to it is the transport's.
     printf("open loop in the server process, ViewReader::Query alone (no gRPC, one thread):\n");

@@ -18,10 +18,10 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "daemon/apply/applier.h"
-#include "daemon/apply/catalog.h"
 #include "daemon/config/config.h"
 #include "daemon/log/log.h"
 #include "daemon/server/view_reader.h"
+#include "daemon/state/catalog.h"
 #include "daemon/store/store.h"
 #include "tests/fakes/fake_dead_letter_sink.h"
 #include "tests/fakes/records.h"
@@ -105,7 +105,8 @@ int Main(int argc, char** argv) {
   if (!store.ok()) return fprintf(stderr, "%s\n", store.status().ToString().c_str()), 1;
   Catalog catalog(*config, (*store)->max_key_size());
   FakeDeadLetterSink sink;
-  Applier applier(catalog, store->get(), nullptr, {&sink}, [] { return int64_t{0}; });
+  PublishedState published(catalog, [] { return int64_t{0}; });
+  Applier applier(catalog, store->get(), nullptr, {&sink}, &published);
   if (!applier.Recover().ok() || !applier.RebuildViews().ok()) return 1;
 
   std::mt19937_64 rng(20250301);
@@ -124,7 +125,7 @@ int Main(int argc, char** argv) {
       batch.clear();
     }
   }
-  ViewReader reader(catalog, **store, applier, {}, static_cast<uint32_t>(entries));
+  ViewReader reader(catalog, **store, published, static_cast<uint32_t>(entries));
 
   printf("shard_bench: %d entries per logical key, ViewReader::Query in-process\n", entries);
   printf("%-26s %10s %10s %12s %12s\n", "query", "p50 us", "p99 us", "p50 ratio", "p99 ratio");

@@ -89,8 +89,8 @@ absl::StatusOr<RunResult> RunOnce(const Flags& flags, const std::string& config,
   const ViewRef* view = (*bench)->catalog().FindView(flags.view);
   if (view == nullptr) return absl::NotFoundError("no view " + flags.view);
 
-  ViewReader reader((*bench)->catalog(), (*bench)->store(), (*bench)->applier(), {});
-  WatchHub hub((*bench)->catalog(), (*bench)->store(), (*bench)->applier(), reader,
+  ViewReader reader((*bench)->catalog(), (*bench)->store(), (*bench)->published());
+  WatchHub hub((*bench)->catalog(), (*bench)->store(), (*bench)->published(), reader,
                (*bench)->config().watch, nullptr);
   auto server = ViewServer::Start("127.0.0.1:0", reader, nullptr, &hub);
   if (!server.ok()) return server.status();

@@ -408,7 +408,9 @@ absl::StatusOr<std::unique_ptr<BenchStore>> BenchStore::Open(const std::string& 
   b->catalog_ = std::make_unique<Catalog>(*b->config_, b->store_->max_key_size());
   b->sink_ = std::make_unique<CountingSink>();
   std::vector<DeadLetterSink*> sinks(b->config_->sources.size(), b->sink_.get());
-  b->applier_ = std::make_unique<Applier>(*b->catalog_, b->store_.get(), b->probe_.get(), sinks);
+  b->published_ = std::make_unique<PublishedState>(*b->catalog_);
+  b->applier_ = std::make_unique<Applier>(*b->catalog_, b->store_.get(), b->probe_.get(), sinks,
+                                          b->published_.get());
   if (absl::Status s = b->applier_->Recover(); !s.ok()) return s;
   if (absl::Status s = b->applier_->RebuildViews(); !s.ok()) return s;  // empty: instant
   return b;
@@ -420,10 +422,10 @@ uint64_t BenchStore::dead_letters() const { return sink_->count(); }
 
 uint64_t BenchStore::IndexWrites() const {
   uint64_t applied = 0;
-  for (size_t s = 0; s < config_->sources.size(); ++s) applied += applier_->Counters(s).applied;
+  for (size_t s = 0; s < config_->sources.size(); ++s) applied += published_->Counters(s).applied;
   double writes = 0;
   for (const ViewRef& view : catalog_->views()) {
-    writes += applier_->IndexWritesPerEvent(view.global) * double(applied);
+    writes += published_->IndexWritesPerEvent(view.global) * double(applied);
   }
   return static_cast<uint64_t>(std::llround(writes));
 }

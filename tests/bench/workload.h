@@ -23,10 +23,11 @@
 
 #include "absl/status/statusor.h"
 #include "daemon/apply/applier.h"
-#include "daemon/apply/catalog.h"
 #include "daemon/config/config.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/sources/change_source.h"
+#include "daemon/state/catalog.h"
+#include "daemon/state/published_state.h"
 #include "daemon/store/store.h"
 #include "index_builders/view_builder.h"
 
@@ -100,6 +101,7 @@ class BenchStore {
   Store& store() { return *store_; }
   const Catalog& catalog() const { return *catalog_; }
   Applier& applier() { return *applier_; }
+  const PublishedState& published() const { return *published_; }
   // Dead letters written (the workload should produce none).
   uint64_t dead_letters() const;
 
@@ -115,6 +117,7 @@ class BenchStore {
   std::unique_ptr<ApplyProbe> probe_;
   std::unique_ptr<Catalog> catalog_;
   std::unique_ptr<CountingSink> sink_;
+  std::unique_ptr<PublishedState> published_;
   std::unique_ptr<Applier> applier_;
 };
 

@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "daemon/apply/applier.h"
-#include "daemon/apply/catalog.h"
 #include "daemon/config/config.h"
 #include "daemon/log/log.h"
+#include "daemon/state/catalog.h"
 #include "daemon/store/store.h"
 #include "gtest/gtest.h"
 #include "tests/fakes/fake_dead_letter_sink.h"
@@ -49,8 +49,9 @@ class ApplierOffsetsTest : public ::testing::Test {
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = *std::move(store);
     catalog_ = std::make_unique<Catalog>(config_, store_->max_key_size());
+    published_ = std::make_unique<PublishedState>(*catalog_);
     applier_ = std::make_unique<Applier>(*catalog_, store_.get(), nullptr,
-                                         std::vector<DeadLetterSink*>{&sink_});
+                                         std::vector<DeadLetterSink*>{&sink_}, published_.get());
     ASSERT_TRUE(applier_->Recover().ok());
     ASSERT_TRUE(applier_->RebuildViews().ok());
   }
@@ -71,26 +72,27 @@ class ApplierOffsetsTest : public ::testing::Test {
   std::unique_ptr<Store> store_;
   std::unique_ptr<Catalog> catalog_;
   FakeDeadLetterSink sink_;
+  std::unique_ptr<PublishedState> published_;
   std::unique_ptr<Applier> applier_;
 };
 
 TEST_F(ApplierOffsetsTest, RecordsReadAgainAreSkippedAndKeepThePosition) {
   ASSERT_TRUE(Apply({At(0, "a", "1"), At(1, "b", "1"), At(2, "a", "2")}).ok());
-  EXPECT_EQ(applier_->PositionsOf(0).at("t/0"), "3");
-  EXPECT_EQ(applier_->PositionOf(0, "t/0"), "3");
-  EXPECT_EQ(applier_->PositionOf(0, "t/1"), "");
-  EXPECT_EQ(applier_->PositionOf(0, "t"), "");  // a prefix of a partition is another one
+  EXPECT_EQ(published_->PositionsOf(0).at("t/0"), "3");
+  EXPECT_EQ(published_->PositionOf(0, "t/0"), "3");
+  EXPECT_EQ(published_->PositionOf(0, "t/1"), "");
+  EXPECT_EQ(published_->PositionOf(0, "t"), "");  // a prefix of a partition is another one
   // Re-read from 1 after a rebalance, in a later batch and within the same batch.
   ASSERT_TRUE(Apply({At(1, "b", "stale"), At(2, "a", "stale"), At(3, "c", "1"), At(3, "c", "x")}).ok());
-  EXPECT_EQ(applier_->PositionsOf(0).at("t/0"), "4");
-  Applier::SourceCounters counters = applier_->Counters(0);
+  EXPECT_EQ(published_->PositionsOf(0).at("t/0"), "4");
+  SourceCounters counters = published_->Counters(0);
   EXPECT_EQ(counters.applied, 4u);
   EXPECT_EQ(counters.skipped, 3u);
   // The last records of a batch being stale does not move the position back.
   ASSERT_TRUE(Apply({At(2, "a", "stale")}).ok());
-  EXPECT_EQ(applier_->PositionsOf(0).at("t/0"), "4");
+  EXPECT_EQ(published_->PositionsOf(0).at("t/0"), "4");
   ASSERT_TRUE(applier_->Recover().ok());  // what is stored, not only what is in memory
-  EXPECT_EQ(applier_->PositionsOf(0).at("t/0"), "4");
+  EXPECT_EQ(published_->PositionsOf(0).at("t/0"), "4");
 }
 
 // In the pipeline the next batch is prepared before the one before commits: its records are
@@ -115,8 +117,8 @@ TEST_F(ApplierOffsetsTest, RecordsReadAgainInTheNextPipelinedBatchAreSkipped) {
                       },
                       Applier::OnFailure::kStop)
                   .ok());
-  EXPECT_EQ(applier_->PositionOf(0, "t/0"), "5");
-  Applier::SourceCounters counters = applier_->Counters(0);
+  EXPECT_EQ(published_->PositionOf(0, "t/0"), "5");
+  SourceCounters counters = published_->Counters(0);
   EXPECT_EQ(counters.applied, 4u);
   EXPECT_EQ(counters.skipped, 3u);
   EXPECT_EQ(counters.rejected, 1u);
@@ -136,17 +138,17 @@ TEST_F(ApplierOffsetsTest, StaleRejectionsAreNotDeadLetteredTwice) {
   ASSERT_TRUE(Apply({bad}).ok());
   ASSERT_TRUE(Apply({bad}).ok());
   EXPECT_EQ(sink_.letters().size(), 1u);
-  EXPECT_EQ(applier_->Counters(0).rejected, 1u);
-  EXPECT_EQ(applier_->Counters(0).skipped, 1u);
+  EXPECT_EQ(published_->Counters(0).rejected, 1u);
+  EXPECT_EQ(published_->Counters(0).skipped, 1u);
 }
 
 TEST_F(ApplierOffsetsTest, NothingToApplyOnlyAdvancesThePosition) {
   SourceRecord tombstone = test::RecordAt(test::At("8").Partition("t/0").Locator("t/0@7"));
   tombstone.offset = 7;
   ASSERT_TRUE(Apply({tombstone}).ok());
-  EXPECT_EQ(applier_->PositionsOf(0).at("t/0"), "8");
-  EXPECT_EQ(applier_->Counters(0).skipped, 1u);
-  EXPECT_EQ(applier_->Counters(0).applied, 0u);
+  EXPECT_EQ(published_->PositionsOf(0).at("t/0"), "8");
+  EXPECT_EQ(published_->Counters(0).skipped, 1u);
+  EXPECT_EQ(published_->Counters(0).applied, 0u);
   EXPECT_TRUE(sink_.letters().empty());
 }
 

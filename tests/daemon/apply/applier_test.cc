@@ -17,10 +17,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
-#include "daemon/apply/catalog.h"
 #include "daemon/config/config.h"
 #include "daemon/log/log.h"
 #include "daemon/metrics/metrics.h"
+#include "daemon/state/catalog.h"
 #include "daemon/store/change_log.h"
 #include "daemon/store/store.h"
 #include "gtest/gtest.h"
@@ -164,9 +164,10 @@ class ApplierTest : public ::testing::Test {
     if (!metrics.ok()) return metrics.status();
     metrics_ = *std::move(metrics);
     probe_ = std::make_unique<ApplyProbe>(*metrics_, config_);
+    published_ = std::make_unique<PublishedState>(*catalog_, [this] { return now_ms_; });
     applier_ = std::make_unique<Applier>(*catalog_, store_.get(), probe_.get(),
                                          std::vector<DeadLetterSink*>{&sample_sink_, &second_sink_},
-                                         [this] { return now_ms_; });
+                                         published_.get());
     if (!rebuild) return absl::OkStatus();
     if (absl::Status s = applier_->Recover(); !s.ok()) return s;
     return applier_->RebuildViews();
@@ -174,6 +175,7 @@ class ApplierTest : public ::testing::Test {
 
   void Close() {
     applier_.reset();
+    published_.reset();
     probe_.reset();
     metrics_.reset();
     catalog_.reset();
@@ -286,8 +288,8 @@ class ApplierTest : public ::testing::Test {
 
   std::vector<std::string> Positions() const {
     std::vector<std::string> out;
-    for (const AppliedPositionEntry& e : applier_->Positions()) {
-      out.push_back(e.source + "/" + e.partition + "=" + e.position);
+    for (const auto& [key, position] : published_->Snapshot()->positions) {
+      out.push_back(key.first + "/" + key.second + "=" + position);
     }
     return out;
   }
@@ -300,6 +302,7 @@ class ApplierTest : public ::testing::Test {
   std::unique_ptr<ApplyProbe> probe_;
   FakeDeadLetterSink sample_sink_;
   FakeDeadLetterSink second_sink_;
+  std::unique_ptr<PublishedState> published_;
   std::unique_ptr<Applier> applier_;
   int64_t now_ms_ = 1'700'000'000'000;
   std::string store_name_ = "store";  // Open's store, under dir_
@@ -342,11 +345,11 @@ TEST_F(ApplierTest, InsertModifyRemoveLeaveExactlyTheRightEntries) {
   EXPECT_EQ(StoredItems(),
             (std::vector<std::string>{"[S:CUST#1 | S:ORDER#1] live  " + shipped_all,
                                       "[S:USER#u1 | S:PROFILE] tombstone "}));
-  Applier::SourceCounters c = applier_->Counters(0);
+  SourceCounters c = published_->Counters(0);
   EXPECT_EQ(c.applied, 4u);
   EXPECT_EQ(c.skipped, 0u);
   EXPECT_EQ(c.rejected, 0u);
-  EXPECT_EQ(applier_->commit_count(), 3u);
+  EXPECT_EQ(published_->commit_count(), 3u);
 }
 
 TEST_F(ApplierTest, PositionsCommitWithTheBatchAndRecoverGivesThemBack) {
@@ -368,32 +371,30 @@ TEST_F(ApplierTest, PositionsCommitWithTheBatchAndRecoverGivesThemBack) {
   Close();
   ASSERT_TRUE(Open().ok());
   EXPECT_EQ(Positions(), positions);
-  EXPECT_EQ(applier_->PositionsOf(0),
+  EXPECT_EQ(published_->PositionsOf(0),
             (std::map<std::string, std::string>{{"shard-0", "18"}, {"shard-1", "5"}}));
-  EXPECT_EQ(applier_->PositionsOf(1), (std::map<std::string, std::string>{{"", "line 9"}}));
+  EXPECT_EQ(published_->PositionsOf(1), (std::map<std::string, std::string>{{"", "line 9"}}));
   EXPECT_EQ(Views(), Order1AndUser1Views());
 }
 
-// GetStatus reads positions from an LMDB snapshot and the counters from memory: under
-// HoldCommits a batch is neither committed nor counted, so the two always agree.
-TEST_F(ApplierTest, ABatchBecomesVisibleAndCountedOnlyOnceHoldCommitsIsReleased) {
+// GetStatus reads counters and positions from one published snapshot: a commit publishes
+// both in a new snapshot and leaves the ones readers hold as they were.
+TEST_F(ApplierTest, ACommitPublishesItsCountersAndPositionsInOneNewSnapshot) {
   ASSERT_TRUE(Open().ok());
-  auto holding = applier_->HoldCommits();
-  std::atomic<bool> done{false};
-  absl::Status applied;
-  std::thread writer([&] {
-    applied = Apply({test::Insert(key(), Order1(), At("17").Partition("shard-0"))});
-    done = true;
-  });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  EXPECT_FALSE(done.load());
-  EXPECT_EQ(Meta(kPositionPrefix), std::vector<std::string>{});
-  EXPECT_EQ(applier_->Counters(0).applied, 0u);
-  holding.unlock();
-  writer.join();
-  ASSERT_TRUE(applied.ok()) << applied;
-  EXPECT_EQ(Meta(kPositionPrefix), std::vector<std::string>{"pos/sample/shard-0=17"});
-  EXPECT_EQ(applier_->Counters(0).applied, 1u);
+  const std::shared_ptr<const CommitSnapshot> before = published_->Snapshot();
+  ASSERT_TRUE(Apply({test::Insert(key(), Order1(), At("17").Partition("shard-0")),
+                     test::Insert(key(), User1(), At("18").Partition("shard-0"))})
+                  .ok());
+  const std::shared_ptr<const CommitSnapshot> after = published_->Snapshot();
+  EXPECT_EQ(before->number, 0u);
+  EXPECT_EQ(before->counters[0].applied, 0u);
+  EXPECT_TRUE(before->positions.empty());
+  EXPECT_EQ(after->number, 1u);
+  EXPECT_EQ(after->counters[0].applied, 2u);
+  EXPECT_EQ(after->positions, (PositionMap{{{"sample", "shard-0"}, "18"}}));
+  EXPECT_EQ(after->table_events, (std::vector<uint64_t>{2}));
+  EXPECT_EQ(published_->commit_count(), 1u);
+  EXPECT_EQ(Meta(kPositionPrefix), std::vector<std::string>{"pos/sample/shard-0=18"});
 }
 
 // ---- Sequence numbers: replays and old events
@@ -411,13 +412,13 @@ TEST_F(ApplierTest, ReplayingABatchChangesNothing) {
   const ViewContents views = Views();
   const std::vector<std::string> items = StoredItems();
   const std::vector<std::string> writes = MetricLines("cdcview_index_writes_total");
-  EXPECT_EQ(applier_->Counters(0).applied, 3u);
+  EXPECT_EQ(published_->Counters(0).applied, 3u);
 
   ASSERT_TRUE(Apply(batch).ok());
   EXPECT_EQ(Views(), views);
   EXPECT_EQ(StoredItems(), items);
   EXPECT_EQ(MetricLines("cdcview_index_writes_total"), writes);
-  Applier::SourceCounters c = applier_->Counters(0);
+  SourceCounters c = published_->Counters(0);
   EXPECT_EQ(c.applied, 3u);
   EXPECT_EQ(c.skipped, 3u);
   EXPECT_EQ(MetricLines("cdcview_events_total"),
@@ -445,7 +446,7 @@ TEST_F(ApplierTest, OlderOrEqualSequenceNumbersAreSkippedNumerically) {
              test::Modify(key(), changed, At("3").Seq("1000"))})
           .ok());
   EXPECT_EQ(Views(), before);
-  EXPECT_EQ(applier_->Counters(0).skipped, 2u);
+  EXPECT_EQ(published_->Counters(0).skipped, 2u);
   EXPECT_EQ(Positions(), (std::vector<std::string>{"sample/=3"}));  // skipping still advances
 
   ASSERT_TRUE(
@@ -457,7 +458,7 @@ TEST_F(ApplierTest, OlderOrEqualSequenceNumbersAreSkippedNumerically) {
                 "{GSI1PK=S:CUST#OTHER, GSI1SK=S:2024-05-01, PK=S:CUST#1, SK=S:ORDER#1, "
                 "created_at=S:2024-05-01, open_since=S:2024-05-01, status=S:OPEN, total=N:25.5, "
                 "type=S:order}"}));
-  EXPECT_EQ(applier_->Counters(0).applied, 2u);
+  EXPECT_EQ(published_->Counters(0).applied, 2u);
 }
 
 TEST_F(ApplierTest, RemoveLeavesATombstoneSoAReplayedInsertDoesNotResurrect) {
@@ -473,7 +474,7 @@ TEST_F(ApplierTest, RemoveLeavesATombstoneSoAReplayedInsertDoesNotResurrect) {
       Apply({test::Insert(key(), User1(), At("1").Seq("100"))})
           .ok());
   EXPECT_EQ(Views(), ViewContents{});
-  EXPECT_EQ(applier_->Counters(0).skipped, 1u);
+  EXPECT_EQ(published_->Counters(0).skipped, 1u);
 
   // A REMOVE of an item never seen still records its sequence number ...
   ASSERT_TRUE(
@@ -578,9 +579,9 @@ TEST_F(ApplierTest, RejectedRecordsAreDeadLetteredCountedAndTheRestApplies) {
 
   // Positions advance past the rejections.
   EXPECT_EQ(Positions(), (std::vector<std::string>{"sample/=8", "second/=5"}));
-  EXPECT_EQ(applier_->Counters(0).applied, 2u);
-  EXPECT_EQ(applier_->Counters(0).rejected, 5u);
-  EXPECT_EQ(applier_->Counters(1).rejected, 1u);
+  EXPECT_EQ(published_->Counters(0).applied, 2u);
+  EXPECT_EQ(published_->Counters(0).rejected, 5u);
+  EXPECT_EQ(published_->Counters(1).rejected, 1u);
   EXPECT_EQ(MetricLines("cdcview_rejected_events_total"),
             (std::vector<std::string>{
                 "cdcview_rejected_events_total{reason=\"bad_key\",source=\"sample\"} 1",
@@ -624,7 +625,7 @@ TEST_F(ApplierTest, RejectionWarningsAreThrottledPerSourceAndSummarized) {
                        "cdcview_events_total{result=\"rejected\"})",
                    }));
   EXPECT_EQ(sample_sink_.letters().size(), 50u);  // every one dead-lettered all the same
-  EXPECT_EQ(applier_->Counters(0).rejected, 50u);
+  EXPECT_EQ(published_->Counters(0).rejected, 50u);
 }
 
 TEST_F(ApplierTest, AFailingDeadLetterSinkFailsTheBatchAndAppliesNothing) {
@@ -653,10 +654,10 @@ TEST_F(ApplierTest, AFailingDeadLetterSinkFailsTheBatchAndAppliesNothing) {
   EXPECT_EQ(StoredItems(), items);
   EXPECT_EQ(Meta(""), meta);
   EXPECT_EQ(Positions(), (std::vector<std::string>{"sample/=1"}));
-  EXPECT_EQ(applier_->Counters(0).applied, 1u);
-  EXPECT_EQ(applier_->Counters(0).rejected, 0u);
+  EXPECT_EQ(published_->Counters(0).applied, 1u);
+  EXPECT_EQ(published_->Counters(0).rejected, 0u);
   EXPECT_EQ(absl::StrJoin(MetricLines("cdcview_events_total"), "\n"), events);
-  EXPECT_EQ(applier_->commit_count(), 1u);
+  EXPECT_EQ(published_->commit_count(), 1u);
 
   // Once the sink works again the same batch applies.
   sample_sink_.FailWith(absl::OkStatus());
@@ -677,14 +678,14 @@ TEST_F(ApplierTest, ARetriedBatchDoesNotRepeatItsDeadLetters) {
                      At("3").Locator("line 3")),
   };
   EXPECT_EQ(Apply(batch).code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(applier_->WriterError(0), "");  // only Run records the writer's error
+  EXPECT_EQ(published_->WriterError(0), "");  // only Run records the writer's error
   sample_sink_.FailWith(absl::OkStatus());
   ASSERT_TRUE(Apply(batch).ok());
   std::vector<std::string> locators;
   for (const auto& l : sample_sink_.letters()) locators.push_back(l.locator);
   EXPECT_EQ(locators, (std::vector<std::string>{"line 1", "line 3"}));
   EXPECT_EQ(sample_sink_.attempts(), 3);  // line 1, line 3 (failed), line 3; not line 1 again
-  EXPECT_EQ(applier_->Counters(0).rejected, 2u);
+  EXPECT_EQ(published_->Counters(0).rejected, 2u);
   EXPECT_EQ(Positions(), (std::vector<std::string>{"sample/=3"}));
 }
 
@@ -748,8 +749,8 @@ TEST_F(ApplierTest, PipelinedBatchesSeeTheItemsOfTheBatchBeforeEvenBeforeItCommi
   const ViewContents pipelined = Views();
   const std::vector<std::string> items = StoredItems();
   const std::vector<std::string> positions = Positions();
-  const Applier::SourceCounters counters = applier_->Counters(0);
-  EXPECT_EQ(applier_->commit_count(), uint64_t{kBatches});
+  const SourceCounters counters = published_->Counters(0);
+  EXPECT_EQ(published_->commit_count(), uint64_t{kBatches});
   EXPECT_EQ(second_sink_.letters().size(), size_t{kBatches});
 
   // The same batches one at a time on one thread.
@@ -763,8 +764,8 @@ TEST_F(ApplierTest, PipelinedBatchesSeeTheItemsOfTheBatchBeforeEvenBeforeItCommi
   EXPECT_EQ(pipelined, Views());
   EXPECT_EQ(items, StoredItems());
   EXPECT_EQ(positions, Positions());
-  EXPECT_EQ(counters.applied, applier_->Counters(0).applied);
-  EXPECT_EQ(counters.skipped, applier_->Counters(0).skipped);
+  EXPECT_EQ(counters.applied, published_->Counters(0).applied);
+  EXPECT_EQ(counters.skipped, published_->Counters(0).skipped);
 
   // And what that is: batch 23 shipped the order (23 % 3 != 0) with total 23 and removed the
   // user (23 % 4 == 3); every replayed order was skipped.
@@ -827,12 +828,12 @@ TEST_F(ApplierTest, WriteBackShowsEachBatchBeforeItIsInLmdbAndEndsWithTheSameSto
   ASSERT_TRUE(Open().ok());
   ASSERT_TRUE(ApplyPipelined(*applier_, ChurningBatches(key(), kBatches)).ok());
   EXPECT_EQ(store_->pending_layers(), size_t{kBatches});
-  EXPECT_EQ(applier_->commit_count(), uint64_t{kBatches});
+  EXPECT_EQ(published_->commit_count(), uint64_t{kBatches});
   EXPECT_EQ(views, Views());
   EXPECT_EQ(items, StoredItems());
   EXPECT_EQ(positions, Meta("pos/"));
   EXPECT_EQ(changes, ChangeLog());
-  EXPECT_EQ(applier_->WriterError(), "");
+  EXPECT_EQ(published_->WriterError(), "");
 
   ASSERT_TRUE(store_->Flush().ok());
   EXPECT_EQ(store_->pending_layers(), 0u);
@@ -912,7 +913,7 @@ TEST_F(ApplierTest, WriteBackCommitsABacklogBatchToLmdbItselfWhereACommitIsCheap
   EXPECT_EQ(store_->pending_layers(), 0u);  // in LMDB, the layers before it first
   EXPECT_EQ(store_->pending_bytes(), 0u);
   EXPECT_TRUE(store_->last_lmdb_commit().has_value());  // this commit's own cost, measured
-  EXPECT_EQ(applier_->commit_count(), 3u);
+  EXPECT_EQ(published_->commit_count(), 3u);
   EXPECT_EQ(views, Views());
   EXPECT_EQ(items, StoredItems());
   EXPECT_EQ(positions, Meta("pos/"));
@@ -928,23 +929,23 @@ TEST_F(ApplierTest, PipelineStopsAtAFailingBatchUnderStopAndAppliesNothingAfter)
   EXPECT_EQ(Text(s),
             "source second: cannot write a dead letter, so the source does not advance past "
             "line 2: disk full");
-  EXPECT_EQ(applier_->commit_count(), 2u);
+  EXPECT_EQ(published_->commit_count(), 2u);
   EXPECT_EQ(Positions(), (std::vector<std::string>{"sample/=4", "second/=line 1"}));
-  EXPECT_EQ(applier_->Counters(0).applied, 4u);
+  EXPECT_EQ(published_->Counters(0).applied, 4u);
   // The failed batch and the one prepared after it were not applied: still in flight.
-  EXPECT_TRUE(applier_->HasUnapplied(0));
-  EXPECT_TRUE(applier_->HasUnapplied(1));
-  EXPECT_EQ(applier_->WriterError(), "");  // kStop returns the error instead
+  EXPECT_TRUE(published_->HasUnapplied(0));
+  EXPECT_TRUE(published_->HasUnapplied(1));
+  EXPECT_EQ(published_->WriterError(), "");  // kStop returns the error instead
 
   // A new run starts from empty slots: given only the failed batch, it applies it, and the
   // batch the stopped run had prepared after it is no longer counted as in flight.
   second_sink_.FailWith(absl::OkStatus());
   std::vector<std::vector<SourceRecord>> again = ChurningBatches(key(), 3);
   ASSERT_TRUE(ApplyPipelined(*applier_, {again[2]}).ok());
-  EXPECT_EQ(applier_->commit_count(), 3u);
+  EXPECT_EQ(published_->commit_count(), 3u);
   EXPECT_EQ(Positions(), (std::vector<std::string>{"sample/=6", "second/=line 2"}));
-  EXPECT_FALSE(applier_->HasUnapplied(0));
-  EXPECT_FALSE(applier_->HasUnapplied(1));
+  EXPECT_FALSE(published_->HasUnapplied(0));
+  EXPECT_FALSE(published_->HasUnapplied(1));
   std::vector<std::string> locators;
   for (const auto& letter : second_sink_.letters()) locators.push_back(letter.locator);
   EXPECT_EQ(locators, (std::vector<std::string>{"line 0", "line 1", "line 2"}));
@@ -978,10 +979,10 @@ TEST_F(ApplierTest, EachStageKeepsItsOwnWriterError) {
         Applier::OnFailure::kRetry, &stop);
   });
   auto wait_for = [&](const std::string& error) {
-    for (int i = 0; i < 400 && applier_->WriterError() != error; ++i) {
+    for (int i = 0; i < 400 && published_->WriterError() != error; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    return applier_->WriterError();
+    return published_->WriterError();
   };
   const std::string commit_error =
       "source second: cannot write a dead letter, so the source does not advance past line 0: "
@@ -990,11 +991,11 @@ TEST_F(ApplierTest, EachStageKeepsItsOwnWriterError) {
       "items/App: a stored item is damaged (stored item has a bad flag byte); stop cdcviewd and "
       "restore the store from a backup, or delete it so that the sources replay into a new one";
   EXPECT_EQ(wait_for(commit_error), commit_error);
-  EXPECT_EQ(applier_->WriterError(0), prepare_error);  // the committer's names source 1 only
+  EXPECT_EQ(published_->WriterError(0), prepare_error);  // the committer's names source 1 only
   second_sink_.FailWith(absl::OkStatus());  // the committer recovers; the preparer does not
   EXPECT_EQ(wait_for(prepare_error), prepare_error);
-  EXPECT_EQ(applier_->WriterError(1), prepare_error);
-  EXPECT_EQ(applier_->commit_count(), 1u);
+  EXPECT_EQ(published_->WriterError(1), prepare_error);
+  EXPECT_EQ(published_->commit_count(), 1u);
   stop = true;
   writer.join();
   EXPECT_EQ(result.code(), absl::StatusCode::kCancelled);
@@ -1026,7 +1027,7 @@ TEST_F(ApplierTest, MapFullGrowsTheMapAndRetries) {
   EXPECT_EQ(Entries("ByMember").size(), 3000u);
   EXPECT_EQ(StoredItems().size(), 3000u);
   EXPECT_EQ(Positions(), (std::vector<std::string>{"sample/=3000"}));
-  EXPECT_EQ(applier_->Counters(0).applied, 3000u);  // counted once, not once per attempt
+  EXPECT_EQ(published_->Counters(0).applied, 3000u);  // counted once, not once per attempt
   EXPECT_EQ(MetricLines("cdcview_lmdb_map_size_bytes"),
             (std::vector<std::string>{absl::StrCat("cdcview_lmdb_map_size_bytes ",
                                                    store_->map_size())}));
@@ -1043,8 +1044,8 @@ TEST_F(ApplierTest, MapFullAtTheMaximumFailsWithNothingApplied) {
   EXPECT_TRUE(StoredItems().empty());
   EXPECT_TRUE(Meta(kPositionPrefix).empty());
   EXPECT_TRUE(Positions().empty());
-  EXPECT_EQ(applier_->Counters(0).applied, 0u);
-  EXPECT_EQ(applier_->commit_count(), 0u);
+  EXPECT_EQ(published_->Counters(0).applied, 0u);
+  EXPECT_EQ(published_->commit_count(), 0u);
   // A small batch still fits.
   ASSERT_TRUE(Apply({test::Insert(key(), Order1(), At("1"))}).ok());
   EXPECT_EQ(Positions(), (std::vector<std::string>{"sample/=1"}));
@@ -1068,10 +1069,10 @@ TEST_F(ApplierTest, AChangedDefinitionIsRebuiltFromItems) {
   ASSERT_TRUE(Open(64 * kMiB, 256 * kMiB, /*rebuild=*/false).ok());
   ASSERT_TRUE(applier_->Recover().ok());
   for (int v : {kGsi1, kByMember, kByEntity, kByLocation, kByScore}) {
-    EXPECT_EQ(applier_->GetViewState(v), ViewState::kReady) << kViews[v];
+    EXPECT_EQ(published_->GetViewState(v), ViewState::kReady) << kViews[v];
   }
   double progress = -1;
-  EXPECT_EQ(applier_->GetViewState(kOpenOrders, &progress), ViewState::kBuilding);
+  EXPECT_EQ(published_->GetViewState(kOpenOrders, &progress), ViewState::kBuilding);
   EXPECT_EQ(progress, 0.0);
   EXPECT_TRUE(Entries("OpenOrders").empty());  // emptied, to be rebuilt
   const std::string fingerprint =
@@ -1081,7 +1082,7 @@ TEST_F(ApplierTest, AChangedDefinitionIsRebuiltFromItems) {
                                       "view/OpenOrders/state=BUILDING"}));
 
   ASSERT_TRUE(applier_->RebuildViews().ok());
-  EXPECT_EQ(applier_->GetViewState(kOpenOrders, &progress), ViewState::kReady);
+  EXPECT_EQ(published_->GetViewState(kOpenOrders, &progress), ViewState::kReady);
   EXPECT_EQ(progress, 1.0);
   ViewContents expected = Order1AndUser1Views();
   expected["OpenOrders"] = {
@@ -1096,7 +1097,7 @@ TEST_F(ApplierTest, AChangedDefinitionIsRebuiltFromItems) {
   Close();
   ASSERT_TRUE(Open(64 * kMiB, 256 * kMiB, /*rebuild=*/false).ok());
   ASSERT_TRUE(applier_->Recover().ok());
-  EXPECT_EQ(applier_->GetViewState(kOpenOrders), ViewState::kReady);
+  EXPECT_EQ(published_->GetViewState(kOpenOrders), ViewState::kReady);
   EXPECT_EQ(Views(), expected);
 }
 
@@ -1154,7 +1155,7 @@ TEST_F(ApplierTest, AnInterruptedRebuildResumesAndEndsExact) {
   ASSERT_TRUE(applier_->Recover().ok());
   absl::Status s = applier_->RebuildViews();
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
-  EXPECT_EQ(applier_->GetViewState(kOpenOrders), ViewState::kBuilding);
+  EXPECT_EQ(published_->GetViewState(kOpenOrders), ViewState::kBuilding);
   const std::vector<std::string> cursor = Meta("view/OpenOrders/build_cursor");
   ASSERT_EQ(cursor.size(), 1u);
   const std::string at = cursor[0].substr(cursor[0].find('=') + 1);
@@ -1182,10 +1183,10 @@ TEST_F(ApplierTest, AnInterruptedRebuildResumesAndEndsExact) {
   // Restart with room: Recover resumes (the partial view is kept) and the rebuild ends exact.
   ASSERT_TRUE(Open(64 * kMiB, 256 * kMiB, /*rebuild=*/false).ok());
   ASSERT_TRUE(applier_->Recover().ok());
-  EXPECT_EQ(applier_->GetViewState(kOpenOrders), ViewState::kBuilding);
+  EXPECT_EQ(published_->GetViewState(kOpenOrders), ViewState::kBuilding);
   EXPECT_EQ(Entries("OpenOrders"), partial);
   ASSERT_TRUE(applier_->RebuildViews().ok());
-  EXPECT_EQ(applier_->GetViewState(kOpenOrders), ViewState::kReady);
+  EXPECT_EQ(published_->GetViewState(kOpenOrders), ViewState::kReady);
   EXPECT_EQ(Entries("OpenOrders"), expected);
   EXPECT_TRUE(Meta("view/OpenOrders/build_cursor").empty());
   EXPECT_EQ(Meta("view/OpenOrders/state"),
@@ -1257,9 +1258,9 @@ TEST_F(ApplierTest, MetricsCountEventsWritesItemsRejectionsAndBatches) {
             (std::vector<std::string>{"cdcview_apply_batch_size_sum 7"}));
 
   // Write amplification: (puts + deletes) / events applied to the table.
-  EXPECT_EQ(applier_->IndexWritesPerEvent(kGsi1), 0.5);
-  EXPECT_EQ(applier_->IndexWritesPerEvent(kByEntity), 1.25);
-  EXPECT_EQ(applier_->Counters(1).rejected, 1u);
+  EXPECT_EQ(published_->IndexWritesPerEvent(kGsi1), 0.5);
+  EXPECT_EQ(published_->IndexWritesPerEvent(kByEntity), 1.25);
+  EXPECT_EQ(published_->Counters(1).rejected, 1u);
 }
 
 TEST_F(ApplierTest, LagIsMeasuredAgainstTheInjectedClock) {
@@ -1272,7 +1273,7 @@ TEST_F(ApplierTest, LagIsMeasuredAgainstTheInjectedClock) {
                                   At("2").Created(now_ms_ - 1500).Received(now_ms_ - 400)),
                      test::Modify(key(), Order1(), At("3").Received(now_ms_ - 90))})
                   .ok());
-  EXPECT_EQ(applier_->Counters(0).lag_seconds, 1.5);  // the newest event
+  EXPECT_EQ(published_->Counters(0).lag_seconds, 1.5);  // the newest event
   EXPECT_EQ(MetricLines("cdcview_source_lag_seconds"),
             (std::vector<std::string>{"cdcview_source_lag_seconds{source=\"sample\"} 1.5",
                                       "cdcview_source_lag_seconds{source=\"second\"} 0"}));

@@ -9,10 +9,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/apply/applier.h"
-#include "daemon/apply/catalog.h"
 #include "daemon/config/config.h"
 #include "daemon/log/log.h"
 #include "daemon/metrics/metrics.h"
+#include "daemon/state/catalog.h"
 #include "daemon/store/store.h"
 #include "gtest/gtest.h"
 #include "tests/fakes/fake_dead_letter_sink.h"
@@ -77,8 +77,10 @@ class ChangeLogTest : public ::testing::Test {
     ASSERT_TRUE(metrics.ok());
     metrics_ = *std::move(metrics);
     probe_ = std::make_unique<ApplyProbe>(*metrics_, config_);
+    published_ = std::make_unique<PublishedState>(*catalog_);
     applier_ = std::make_unique<Applier>(*catalog_, store_.get(), probe_.get(),
-                                         std::vector<DeadLetterSink*>{&sink_, &sink_});
+                                         std::vector<DeadLetterSink*>{&sink_, &sink_},
+                                         published_.get());
     ASSERT_TRUE(applier_->Recover().ok());
     ASSERT_TRUE(applier_->RebuildViews().ok());
   }
@@ -139,6 +141,7 @@ class ChangeLogTest : public ::testing::Test {
   std::unique_ptr<Catalog> catalog_;
   std::unique_ptr<MetricsRegistry> metrics_;
   std::unique_ptr<ApplyProbe> probe_;
+  std::unique_ptr<PublishedState> published_;
   std::unique_ptr<Applier> applier_;
 };
 

@@ -19,11 +19,11 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "daemon/apply/applier.h"
-#include "daemon/apply/catalog.h"
 #include "daemon/config/config.h"
 #include "daemon/log/log.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/server/view_reader.h"
+#include "daemon/state/catalog.h"
 #include "daemon/store/store.h"
 #include "gtest/gtest.h"
 #include "index_builders/item_codec.h"
@@ -116,10 +116,10 @@ class AggregateReaderTest : public ::testing::Test {
     ASSERT_TRUE(metrics.ok()) << metrics.status();
     metrics_ = *std::move(metrics);
     probe_ = std::make_unique<ApplyProbe>(*metrics_, config_);
+    published_ = std::make_unique<PublishedState>(*catalog_, [] { return 0; });
     applier_ = std::make_unique<Applier>(*catalog_, store_.get(), probe_.get(),
-                                         std::vector<DeadLetterSink*>{&sink_}, [] { return 0; });
-    reader_ = std::make_unique<ViewReader>(*catalog_, *store_, *applier_,
-                                           std::vector<const ChangeSource*>{});
+                                         std::vector<DeadLetterSink*>{&sink_}, published_.get());
+    reader_ = std::make_unique<ViewReader>(*catalog_, *store_, *published_);
     ASSERT_TRUE(applier_->Recover().ok());
     if (rebuild) {
       ASSERT_TRUE(applier_->RebuildViews().ok());
@@ -129,6 +129,7 @@ class AggregateReaderTest : public ::testing::Test {
   void Close() {
     reader_.reset();
     applier_.reset();
+    published_.reset();
     probe_.reset();
     metrics_.reset();
     catalog_.reset();
@@ -251,6 +252,7 @@ class AggregateReaderTest : public ::testing::Test {
   std::unique_ptr<Catalog> catalog_;
   std::unique_ptr<MetricsRegistry> metrics_;
   std::unique_ptr<ApplyProbe> probe_;
+  std::unique_ptr<PublishedState> published_;
   std::unique_ptr<Applier> applier_;
   std::unique_ptr<ViewReader> reader_;
   FakeDeadLetterSink sink_;
@@ -456,7 +458,7 @@ TEST_F(AggregateReaderTest, InconsistentStateIsRebuiltFromTheItems) {
   one.measures.resize(5);
   corrupt(EncodeAggregateState(one));
   Apply({Delete(Order("1", "OPEN", "5")), Put(Order("3", "SHIPPED", "1"))});
-  EXPECT_EQ(applier_->GetAggregateState(0), ViewState::kBuilding);
+  EXPECT_EQ(published_->GetAggregateState(0), ViewState::kBuilding);
   EXPECT_EQ(Get("totals", "OPEN").status().message(),
             "aggregate totals is being rebuilt (0% done); retry in a moment");
   EXPECT_EQ(MetricLines("cdcview_aggregate_inconsistencies_total"),
@@ -473,7 +475,7 @@ TEST_F(AggregateReaderTest, InconsistentStateIsRebuiltFromTheItems) {
   // A state that does not decode: the same.
   corrupt("\x05");
   Apply({Delete(Order("2", "OPEN", "7"))});
-  EXPECT_EQ(applier_->GetAggregateState(0), ViewState::kBuilding);
+  EXPECT_EQ(published_->GetAggregateState(0), ViewState::kBuilding);
   ASSERT_TRUE(applier_->RebuildViews().ok());
   EXPECT_EQ(List("totals"), ExpectedTotals());
   EXPECT_EQ(MetricLines("cdcview_aggregate_inconsistencies_total")[2],
@@ -606,7 +608,7 @@ TEST_F(AggregateReaderTest, EventsDuringAnInterruptedRebuildAreCountedOnce) {
   std::atomic<bool> stop{false};
   std::thread stopper([&] {
     double progress = 0;
-    while (applier_->GetAggregateState(0, &progress) != ViewState::kReady && progress == 0) {
+    while (published_->GetAggregateState(0, &progress) != ViewState::kReady && progress == 0) {
       std::this_thread::yield();
     }
     stop = true;
@@ -614,7 +616,7 @@ TEST_F(AggregateReaderTest, EventsDuringAnInterruptedRebuildAreCountedOnce) {
   EXPECT_TRUE(absl::IsCancelled(applier_->RebuildViews(&stop)));
   stopper.join();
   double progress = 0;
-  ASSERT_EQ(applier_->GetAggregateState(0, &progress), ViewState::kBuilding);
+  ASSERT_EQ(published_->GetAggregateState(0, &progress), ViewState::kBuilding);
   ASSERT_GT(progress, 0.0);
   ASSERT_LT(progress, 0.95);
   // Changes at both ends of the key range: before and after the rebuild's cursor.

@@ -9,11 +9,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/apply/applier.h"
-#include "daemon/apply/catalog.h"
 #include "daemon/config/config.h"
 #include "daemon/log/log.h"
 #include "daemon/server/view_reader.h"
 #include "daemon/sources/record_queue.h"
+#include "daemon/state/catalog.h"
 #include "daemon/store/store.h"
 #include "gtest/gtest.h"
 #include "tests/fakes/fake_dead_letter_sink.h"
@@ -31,30 +31,6 @@ using test::S;
 using Kind = SourceConfig::Kind;
 
 std::string Text(const absl::Status& status) { return std::string(status.message()); }
-
-// A source whose health the test sets.
-class FakeSource : public ChangeSource {
- public:
-  explicit FakeSource(std::string state) : health_{std::move(state), ""} {}
-  absl::Status Start(const std::map<std::string, std::string>&, RecordQueue*) override {
-    return absl::OkStatus();
-  }
-  void Stop() override {}
-  SourceHealth Health() const override {
-    std::lock_guard lock(mu_);
-    return health_;
-  }
-  DeadLetterSink* dead_letters() override { return nullptr; }
-  std::string_view kind() const override { return "kafka"; }
-  void Set(std::string state, std::string error = "") {
-    std::lock_guard lock(mu_);
-    health_ = {std::move(state), std::move(error)};
-  }
-
- private:
-  mutable std::mutex mu_;
-  SourceHealth health_;
-};
 
 // Source 0 (Kafka, topic orders) and source 1 (file) feed App; source 2 (file) feeds Other.
 constexpr char kConfigYaml[] = R"(
@@ -129,7 +105,8 @@ class ReadConsistencyTest : public test::ReaderFixture {
   }
   static ViewReader::Deadline In(milliseconds ms) { return std::chrono::steady_clock::now() + ms; }
 
-  FakeSource orders_{"running"}, sample_{"running"}, other_{"running"};
+  test::FakeSourceHealth orders_{SourceState::kRunning}, sample_{SourceState::kRunning},
+      other_{SourceState::kRunning};
   std::atomic<int64_t> now_ms_{0};
 };
 
@@ -325,7 +302,7 @@ TEST_F(ReadConsistencyTest, TimesOutNamingWhatIsNotApplied) {
 
 TEST_F(ReadConsistencyTest, SourceInErrorIsUnavailable) {
   Apply(0, "orders/0", "41", "a");
-  orders_.Set("error", "broker 127.0.0.1:9 unreachable; check kafka.brokers");
+  orders_.Set(SourceState::kError, "broker 127.0.0.1:9 unreachable; check kafka.brokers");
   auto start = std::chrono::steady_clock::now();
   absl::Status s = reader_->Query(Query(Kafka("orders", 0, 56)), In(milliseconds(5000))).status();
   EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(1000));
@@ -341,7 +318,7 @@ TEST_F(ReadConsistencyTest, SourceInErrorIsUnavailable) {
 TEST_F(ReadConsistencyTest, SourceFallingIntoErrorWhileWaitedForIsUnavailable) {
   std::thread breaker([this] {
     std::this_thread::sleep_for(milliseconds(100));
-    orders_.Set("error", "lost");
+    orders_.Set(SourceState::kError, "lost");
   });
   absl::Status s = reader_->Query(Query(Kafka("orders", 0, 1)), In(milliseconds(5000))).status();
   breaker.join();
@@ -372,8 +349,8 @@ TEST_F(ReadConsistencyTest, KafkaTopicsAndOtherTables) {
 
 TEST_F(ReadConsistencyTest, MaxStalenessBothWays) {
   // Sources with nothing to read; orders is the one that counts.
-  sample_.Set("caught_up");
-  other_.Set("caught_up");
+  sample_.Set(SourceState::kCaughtUp);
+  other_.Set(SourceState::kCaughtUp);
   now_ms_ = 20000;
   // Running and nothing applied since start: how far behind is not known, so not fresh.
   EXPECT_EQ(Text(reader_->Query(Query(Stale(5))).status()),
@@ -410,9 +387,9 @@ TEST_F(ReadConsistencyTest, MaxStalenessBothWays) {
   EXPECT_EQ(Text(reader_->Query(merged).status()),
             "view ByDayShards is 12.3 s behind (source orders); max_staleness_seconds is 5");
   // Caught up: its last batch's lag is history, as for readiness.
-  orders_.Set("caught_up");
+  orders_.Set(SourceState::kCaughtUp);
   EXPECT_TRUE(reader_->Query(Query(Stale(5))).ok());
-  sample_.Set("error", "cannot open unused.ndjson");
+  sample_.Set(SourceState::kError, "cannot open unused.ndjson");
   EXPECT_EQ(Text(reader_->Query(Query(Stale(5))).status()),
             "view ByDay cannot be shown fresh: source sample is in error (cannot open "
             "unused.ndjson); max_staleness_seconds is 5");
@@ -423,11 +400,11 @@ TEST_F(ReadConsistencyTest, MaxStalenessBothWays) {
   *get.mutable_consistency() = Stale(1);
   EXPECT_TRUE(reader_->GetItem(get).ok());
   // A snapshot scan's items carry no creation time: the table is partial until it ends.
-  other_.Set("backfilling");
+  other_.Set(SourceState::kBackfilling);
   EXPECT_EQ(Text(reader_->GetItem(get).status()),
             "table Other cannot be shown fresh: source other is backfilling (a snapshot scan); "
             "max_staleness_seconds is 1");
-  other_.Set("caught_up");
+  other_.Set(SourceState::kCaughtUp);
   EXPECT_EQ(Text(reader_->Query(Query(Stale(-1))).status()),
             "consistency.max_staleness_seconds is -1; give a bound in seconds (>= 0; 0: no bound)");
 }
@@ -435,7 +412,7 @@ TEST_F(ReadConsistencyTest, MaxStalenessBothWays) {
 // A source that stops delivering without an error is not fresh forever; one that says it is
 // caught up is not while its records wait in the queue or in a batch the writer retries.
 TEST_F(ReadConsistencyTest, StalenessGrowsWhileNothingIsCommittedAndCountsUnappliedRecords) {
-  sample_.Set("caught_up");
+  sample_.Set(SourceState::kCaughtUp);
   now_ms_ = 20000;
   Apply(0, "orders/0", "1", "a", "D", 18000);  // 2 s old when committed
   EXPECT_TRUE(reader_->Query(Query(Stale(5))).ok());
@@ -443,7 +420,7 @@ TEST_F(ReadConsistencyTest, StalenessGrowsWhileNothingIsCommittedAndCountsUnappl
   EXPECT_EQ(Text(reader_->Query(Query(Stale(5))).status()),
             "view ByDay is 32.0 s behind (source orders); max_staleness_seconds is 5");
 
-  orders_.Set("caught_up");  // idle: fresh
+  orders_.Set(SourceState::kCaughtUp);  // idle: fresh
   EXPECT_TRUE(reader_->Query(Query(Stale(5))).ok());
   RecordQueue queue(10);
   applier_->WatchQueue(&queue);
@@ -451,8 +428,8 @@ TEST_F(ReadConsistencyTest, StalenessGrowsWhileNothingIsCommittedAndCountsUnappl
                                       At("2").Source(0).Partition("orders/0"))));
   EXPECT_EQ(queue.Queued(0), 1u);
   EXPECT_EQ(queue.Queued(1), 0u);
-  EXPECT_TRUE(applier_->HasUnapplied(0));
-  EXPECT_FALSE(applier_->HasUnapplied(1));
+  EXPECT_TRUE(published_->HasUnapplied(0));
+  EXPECT_FALSE(published_->HasUnapplied(1));
   EXPECT_EQ(Text(reader_->Query(Query(Stale(5))).status()),
             "view ByDay is 32.0 s behind (source orders); max_staleness_seconds is 5");
 
@@ -464,8 +441,8 @@ TEST_F(ReadConsistencyTest, StalenessGrowsWhileNothingIsCommittedAndCountsUnappl
                                  "malformed_json", At("3:3").Source(1)));
   sink_.FailWith(absl::UnavailableError("disk full"));
   ASSERT_FALSE(applier_->ApplyBatch(&batch).ok());
-  EXPECT_TRUE(applier_->HasUnapplied(0));
-  EXPECT_TRUE(applier_->HasUnapplied(1));
+  EXPECT_TRUE(published_->HasUnapplied(0));
+  EXPECT_TRUE(published_->HasUnapplied(1));
   // Both are behind now; sample never committed anything since start, so its lag is unknown
   // (not the 50 s since start), whatever the bound.
   EXPECT_EQ(Text(reader_->Query(Query(Stale(5))).status()),
@@ -476,9 +453,9 @@ TEST_F(ReadConsistencyTest, StalenessGrowsWhileNothingIsCommittedAndCountsUnappl
             "daemon started; max_staleness_seconds is 1e+06");
   sink_.FailWith(absl::OkStatus());
   ASSERT_TRUE(applier_->ApplyBatch(&batch).ok());
-  EXPECT_FALSE(applier_->HasUnapplied(0));
+  EXPECT_FALSE(published_->HasUnapplied(0));
   EXPECT_TRUE(reader_->Query(Query(Stale(5))).ok());
-  EXPECT_EQ(applier_->Counters(0).last_commit_ms, 50000);
+  EXPECT_EQ(published_->Counters(0).last_commit_ms, 50000);
 }
 
 TEST_F(ReadConsistencyTest, AwaitConsistencyIsReusableForOtherReads) {

@@ -11,10 +11,10 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/apply/applier.h"
-#include "daemon/apply/catalog.h"
 #include "daemon/config/config.h"
 #include "daemon/log/log.h"
 #include "daemon/server/view_reader.h"
+#include "daemon/state/catalog.h"
 #include "daemon/store/store.h"
 #include "gtest/gtest.h"
 #include "index_builders/key_codec.h"
@@ -255,8 +255,7 @@ class ShardedViewTest : public test::ReaderFixture {
     other_config_ = std::make_unique<Config>(config_);
     other_config_->tables[0].views[0].shards = ShardSpec{count, std::move(suffix)};
     other_catalog_ = std::make_unique<Catalog>(*other_config_, store_->max_key_size());
-    return std::make_unique<ViewReader>(*other_catalog_, *store_, *applier_,
-                                        std::vector<const ChangeSource*>{});
+    return std::make_unique<ViewReader>(*other_catalog_, *store_, *published_);
   }
 
   std::unique_ptr<Config> other_config_;

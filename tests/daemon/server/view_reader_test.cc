@@ -8,10 +8,10 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/apply/applier.h"
-#include "daemon/apply/catalog.h"
 #include "daemon/config/config.h"
 #include "daemon/log/log.h"
 #include "daemon/server/read_consistency.h"
+#include "daemon/state/catalog.h"
 #include "daemon/store/store.h"
 #include "gtest/gtest.h"
 #include "index_builders/key_codec.h"
@@ -361,7 +361,7 @@ TEST_F(ViewReaderTest, LastPageHasNoTokenAndLimitIsCapped) {
   EXPECT_FALSE(response->next_page_token().empty());
 
   // The server's page size bounds both limit 0 and larger limits.
-  ViewReader small(*catalog_, *store_, *applier_, {}, /*max_page_size=*/3);
+  ViewReader small(*catalog_, *store_, *published_, /*max_page_size=*/3);
   for (uint32_t limit : {0u, 4u, 1000u}) {
     request.set_limit(limit);
     response = small.Query(request);

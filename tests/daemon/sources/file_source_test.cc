@@ -83,9 +83,9 @@ class FileSourceTest : public ::testing::Test {
     FileSource source(2, Config());
     RecordQueue queue(1000);
     EXPECT_TRUE(source.Start(positions, &queue).ok());
-    EXPECT_TRUE(WaitFor([&] { return source.Health().state == "finished"; }));
+    EXPECT_TRUE(WaitFor([&] { return SourceStateName(source.Health().state) == "finished"; }));
     source.Stop();
-    EXPECT_EQ(source.Health().state, "finished");
+    EXPECT_EQ(SourceStateName(source.Health().state), "finished");
     std::vector<SourceRecord> out;
     queue.PopBatchFor(1000, milliseconds(0), &out);
     return out;
@@ -193,7 +193,7 @@ TEST_F(FileSourceTest, FollowPicksUpAppendedLinesAndWaitsForALineEnd) {
   RecordQueue queue(100);
   ASSERT_TRUE(source.Start({}, &queue).ok());
   // caught_up is reported only after the partial line was read and held back.
-  ASSERT_TRUE(WaitFor([&] { return source.Health().state == "caught_up"; }));
+  ASSERT_TRUE(WaitFor([&] { return SourceStateName(source.Health().state) == "caught_up"; }));
   std::vector<SourceRecord> first;
   queue.PopBatchFor(100, milliseconds(0), &first);
   ASSERT_EQ(first.size(), 1u);
@@ -208,10 +208,10 @@ TEST_F(FileSourceTest, FollowPicksUpAppendedLinesAndWaitsForALineEnd) {
   EXPECT_EQ(more[0].next_position, Pos(l1.size() + 1 + l2.size() + 1, 3));
   EXPECT_EQ(PkOf(more[1]), "P#3");
   EXPECT_EQ(more[1].locator, "line 3");
-  EXPECT_TRUE(WaitFor([&] { return source.Health().state == "caught_up"; }));
+  EXPECT_TRUE(WaitFor([&] { return SourceStateName(source.Health().state) == "caught_up"; }));
 
   source.Stop();
-  EXPECT_EQ(source.Health().state, "stopped");
+  EXPECT_EQ(SourceStateName(source.Health().state), "stopped");
   EXPECT_EQ(queue.size(), 0u);
 }
 
@@ -224,7 +224,7 @@ TEST_F(FileSourceTest, StopsWhileTheQueueIsFullAndNobodyDrainsIt) {
     ASSERT_TRUE(source.Start({}, &queue).ok());
     ASSERT_TRUE(WaitFor([&] { return queue.size() == 1; }));
     source.Stop();  // must not wait for room that never comes
-    EXPECT_EQ(source.Health().state, "stopped");
+    EXPECT_EQ(SourceStateName(source.Health().state), "stopped");
   }
   std::vector<SourceRecord> got;
   queue.PopBatchFor(10, milliseconds(0), &got);
@@ -242,7 +242,7 @@ TEST_F(FileSourceTest, MissingFileIsAnError) {
   config.file.path = dir_ + "/nope.ndjson";
   FileSource source(2, config);
   EXPECT_EQ(source.kind(), "file");
-  EXPECT_EQ(source.Health().state, "stopped");
+  EXPECT_EQ(SourceStateName(source.Health().state), "stopped");
   RecordQueue queue(10);
   absl::Status status = source.Start({}, &queue);
   const std::string expected = "cannot open \"" + dir_ +
@@ -250,7 +250,7 @@ TEST_F(FileSourceTest, MissingFileIsAnError) {
                                "sources[2].file.path";
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(status.message(), expected);
-  EXPECT_EQ(source.Health().state, "error");
+  EXPECT_EQ(SourceStateName(source.Health().state), "error");
   EXPECT_EQ(source.Health().error, expected);
 }
 
@@ -265,7 +265,7 @@ TEST_F(FileSourceTest, RejectsPositionsThatDoNotFitTheFile) {
     EXPECT_EQ(status.message(),
               "stored position \"abc\" of source \"sample\" is not \"<byte offset>:<line "
               "number>\"");
-    EXPECT_EQ(source.Health().state, "error");
+    EXPECT_EQ(SourceStateName(source.Health().state), "error");
   }
   {
     FileSource source(0, Config());
@@ -343,7 +343,7 @@ TEST_F(FileSourceTest, ReadsTheBundledSampleWithoutRejections) {
   FileSource source(0, config);
   RecordQueue queue(lines + 1);
   ASSERT_TRUE(source.Start({}, &queue).ok());
-  ASSERT_TRUE(WaitFor([&] { return source.Health().state == "finished"; }));
+  ASSERT_TRUE(WaitFor([&] { return SourceStateName(source.Health().state) == "finished"; }));
   std::vector<SourceRecord> records;
   queue.PopBatchFor(lines + 1, milliseconds(0), &records);
   ASSERT_EQ(records.size(), lines);

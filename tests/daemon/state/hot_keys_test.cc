@@ -1,4 +1,4 @@
-#include "daemon/apply/hot_keys.h"
+#include "daemon/state/hot_keys.h"
 
 #include <string>
 #include <utility>

@@ -1,4 +1,4 @@
-#include "daemon/apply/catalog.h"
+#include "daemon/state/catalog.h"
 
 namespace cdcview {
 

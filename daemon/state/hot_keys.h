@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "daemon/apply/catalog.h"
+#include "daemon/state/catalog.h"
 #include "index_builders/heavy_hitters.h"
 #include "index_builders/view_builder.h"
 
