@@ -161,6 +161,9 @@ class Applier {
   ViewState GetAggregateState(size_t global_aggregate, double* progress = nullptr) const;
   // Events applied to each table since start, and index writes per view: write amplification.
   double IndexWritesPerEvent(size_t global_view) const;
+  // Applied events since start whose item was left out of the view for a key attribute of
+  // the wrong type (ViewSkip; DescribeView reports it).
+  uint64_t KeyTypeMismatches(size_t global_view) const;
   // Why the writer is not applying (empty while it is): a batch or a rebuild that keeps
   // failing. WriterError(source) is the error that concerns that source (a batch failing on
   // another source's dead letter does not).
@@ -323,6 +326,7 @@ class Applier {
   std::vector<SourceCounters> counters_;                                 // guarded by mu_
   std::vector<uint64_t> table_events_;                                   // guarded by mu_
   std::vector<uint64_t> view_writes_;                                    // guarded by mu_
+  std::vector<uint64_t> view_key_type_mismatches_;                       // guarded by mu_
   std::string writer_error_;                                             // guarded by mu_
   int writer_error_source_ = -1;  // the source the error concerns, -1: all; guarded by mu_
   std::string prepare_error_;     // the preparer's (it concerns all sources); guarded by mu_
