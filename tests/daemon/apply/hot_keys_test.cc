@@ -77,5 +77,34 @@ TEST(HotKeyTrackerTest, CountsEachViewsPartitionKeysAndTheTablesKeys) {
   EXPECT_EQ(t.total, 3u);
 }
 
+TEST(HotKeyTrackerTest, TheWholeRunKeepsWhatTheRecentWindowsForgot) {
+  auto config = ParseConfig(kConfigYaml, "t.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  Catalog catalog(*config, 511);
+  HotKeyTracker tracker(catalog);
+  using Op = IndexMutation::Op;
+  const std::vector<std::pair<size_t, std::string>> table_keys = {{0, Enc(S("pk1"))}};
+  tracker.RecordBatch({{Op::kPut, 0, Enc(S("x")) + Enc(S("pk1")), "v"}}, table_keys, 1000);
+  tracker.RecordBatch({{Op::kPut, 0, Enc(S("x")) + Enc(S("pk1")), "v"},
+                       {Op::kPut, 0, Enc(S("y")) + Enc(S("pk2")), "v"}},
+                      table_keys, 61000);
+  // Three windows (60 s each) later, the recent report is empty; the whole run is not.
+  const int64_t later = 241000;
+  EXPECT_TRUE(tracker.ViewReport(0, 10, later).keys.empty());
+  EXPECT_TRUE(tracker.TableReport(0, 10, later).keys.empty());
+  HeavyHittersReport run = tracker.ViewReport(0, 10, later, /*whole_run=*/true);
+  ASSERT_EQ(run.keys.size(), 2u);
+  EXPECT_EQ(run.keys[0].key, Enc(S("x")));
+  EXPECT_EQ(run.keys[0].count, 2u);
+  EXPECT_EQ(run.keys[0].error, 0u);
+  EXPECT_EQ(run.keys[1].key, Enc(S("y")));
+  EXPECT_EQ(run.total, 3u);
+  EXPECT_DOUBLE_EQ(run.span_seconds, 240.0);  // since the first write
+  HeavyHittersReport table = tracker.TableReport(0, 10, later, /*whole_run=*/true);
+  ASSERT_EQ(table.keys.size(), 1u);
+  EXPECT_EQ(table.keys[0].count, 2u);
+  EXPECT_DOUBLE_EQ(table.span_seconds, 240.0);
+}
+
 }  // namespace
 }  // namespace cdcview
