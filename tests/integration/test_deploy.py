@@ -336,7 +336,7 @@ def test_dashboard_has_the_variables_and_panels(sampled):
                      "Index writes per event (write amplification)", "View entries",
                      "View bytes", "LMDB map use", "Query rate per method",
                      "Query errors per method", "Query p99 per method", "Batch sizes",
-                     "Hot key share"):
+                     "Hot key share", "Items left out of views by reason"):
         assert required in titles
     for p in panels(dash):
         assert p["datasource"]["uid"] == "${datasource}", p["title"]
