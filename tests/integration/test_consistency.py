@@ -100,12 +100,13 @@ def test_read_your_writes_across_replicas(daemon_factory, pb, tmp_path):
     start = time.monotonic()
     with pytest.raises(grpc.RpcError) as err:
         query(b, pb, "D2", timeout=1.0, min_position=ahead.applied.token)
-    # The server gives up a tenth before the client's deadline, so its explanation arrives.
+    # The server gives up a tenth before the client's deadline, so its explanation arrives
+    # (after the client's deadline the call would end with a bare "Deadline Exceeded").
     assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     assert err.value.details() == (
         f"view ByDay: min_position not applied before the deadline: source app: applied up to "
         f"{b_at}, waiting for {waiting_for}")
-    assert 0.9 <= time.monotonic() - start < 1.0
+    assert time.monotonic() - start >= 0.9
 
     # The same through the CLI: --min-position takes the token in hex (what --print-position
     # prints), and the wait's explanation survives the CLI's --timeout.
