@@ -358,7 +358,8 @@ absl::StatusOr<std::optional<ViewEntry>> ViewBuilder::EntryFor(size_t v, const I
 }
 
 absl::Status ViewBuilder::Diff(const Item* old_item, const Item* new_item,
-                               std::vector<IndexMutation>* out) const {
+                               std::vector<IndexMutation>* out,
+                               std::vector<ViewSkip>* skipped) const {
   // An unchanged image changes no entry (a replayed or no-op MODIFY).
   if (old_item != nullptr && new_item != nullptr && *old_item == *new_item) return absl::OkStatus();
 
@@ -374,8 +375,9 @@ absl::Status ViewBuilder::Diff(const Item* old_item, const Item* new_item,
     new_pk = PrimaryKey(*new_item);
   }
 
-  // Staged first, so that an error in any view leaves `out` untouched.
+  // Staged first, so that an error in any view leaves `out` and `skipped` untouched.
   const size_t first = out->size();
+  const size_t first_skip = skipped != nullptr ? skipped->size() : 0;
   for (size_t v = 0; v < table_.views.size(); ++v) {
     std::optional<Placement> old_place;
     if (has_old) {
@@ -384,12 +386,17 @@ absl::Status ViewBuilder::Diff(const Item* old_item, const Item* new_item,
     }
     std::optional<Placement> new_place;
     if (new_item != nullptr) {
-      absl::StatusOr<std::optional<Placement>> place = Place(v, *new_item, new_pk, nullptr);
+      MissReason reason = MissReason::kNone;
+      absl::StatusOr<std::optional<Placement>> place = Place(v, *new_item, new_pk, &reason);
       if (!place.ok()) {
         out->resize(first);
+        if (skipped != nullptr) skipped->resize(first_skip);
         return place.status();
       }
       new_place = *std::move(place);
+      if (reason == MissReason::kTypeMismatch && skipped != nullptr) {
+        skipped->push_back(ViewSkip{v, reason});
+      }
     }
     const ViewSpec& view = table_.views[v];
     if (old_place.has_value() && new_place.has_value() && old_place->key == new_place->key) {

@@ -39,6 +39,15 @@ struct IndexMutation {
 // Why an item has no entry in a view although a rule matched (for metrics and DescribeView).
 enum class MissReason { kNone, kNoRule, kMissingAttribute, kTypeMismatch };
 
+// A view a new image has no entry in because a key attribute its matching rule uses has
+// another type than the view declares (an S where it wants an N; a set or a map in a
+// template). A missing attribute is not a skip: that is how a sparse view leaves items out.
+struct ViewSkip {
+  size_t view;  // index into TableSpec::views
+  MissReason reason = MissReason::kTypeMismatch;
+  friend bool operator==(const ViewSkip&, const ViewSkip&) = default;
+};
+
 // The condition semantics of view rules, view filters and aggregate filters (see Condition).
 // A kEquals condition must have been through PrepareConditions, which derives the operand's
 // canonical number once so that events are not parsed per condition.
@@ -73,10 +82,13 @@ class ViewBuilder {
 
   // Appends to `out` the mutations that take every view from `old_item` to `new_item`
   // (either may be null: insert / remove). Unchanged entries produce nothing; a changed key
-  // produces a delete and a put. On error (a key too large) nothing is appended and the
-  // Status names the view; the event must then be rejected as a whole.
+  // produces a delete and a put. `skipped` (optional) gets the views `new_item` is left out of
+  // for a key attribute of the wrong type (see ViewSkip), for the caller to count. On error
+  // (a key too large) nothing is appended to either and the Status names the view; the event
+  // must then be rejected as a whole.
   absl::Status Diff(const Item* old_item, const Item* new_item,
-                    std::vector<IndexMutation>* out) const;
+                    std::vector<IndexMutation>* out,
+                    std::vector<ViewSkip>* skipped = nullptr) const;
 
   // Projects `item` for view `v` (KEYS_ONLY: table keys and the view's key attributes).
   Item Project(size_t v, const Item& item) const;

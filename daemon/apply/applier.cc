@@ -107,6 +107,7 @@ struct Applier::Prepared {
   // mutations indices by view and key, stable: several changes of one entry stay in event
   // order.
   std::vector<uint32_t> mutation_order;
+  std::vector<ViewSkip> view_skips;  // ViewSkip::view holds the global view index
   std::vector<AggregateDelta> aggregate_deltas;  // AggregateDelta::aggregate is table-local
 
   std::vector<std::pair<size_t, absl::Status>> dead_letters;  // (record index, why)
@@ -456,7 +457,9 @@ absl::StatusOr<Applier::Outcome> Applier::PrepareEvent(const ReadTxn& snapshot, 
   }
 
   const size_t first = batch->mutations.size();
-  if (absl::Status s = builder.Diff(old_item ? &*old_item : nullptr, new_item, &batch->mutations);
+  const size_t first_skip = batch->view_skips.size();
+  if (absl::Status s = builder.Diff(old_item ? &*old_item : nullptr, new_item, &batch->mutations,
+                                    &batch->view_skips);
       !s.ok()) {
     *rejection = s;
     *reason = "key_too_large";
@@ -465,11 +468,15 @@ absl::StatusOr<Applier::Outcome> Applier::PrepareEvent(const ReadTxn& snapshot, 
   for (size_t i = first; i < batch->mutations.size(); ++i) {
     batch->mutations[i].view = catalog_.GlobalView(table, batch->mutations[i].view);
   }
+  for (size_t i = first_skip; i < batch->view_skips.size(); ++i) {
+    batch->view_skips[i].view = catalog_.GlobalView(table, batch->view_skips[i].view);
+  }
   const size_t deltas_begin = batch->aggregate_deltas.size();
   if (absl::Status s = catalog_.aggregate_builder(table).Diff(
           old_item ? &*old_item : nullptr, new_item, &batch->aggregate_deltas);
       !s.ok()) {
     batch->mutations.resize(first);  // the event is rejected as a whole
+    batch->view_skips.resize(first_skip);
     batch->aggregate_deltas.resize(deltas_begin);
     *rejection = s;
     *reason = "key_too_large";
@@ -610,32 +617,38 @@ bool Applier::IsStale(const SourceRecord& record, const Prepared& batch,
 }
 
 absl::Status Applier::ApplyViewMutations(WriteTxn* txn, const Prepared& batch) {
+  // The views are written in key order (see Prepare), the change log in event order: a
+  // watcher sees the changes as they happened, each partition's causes in stream order.
+  for (const ViewSkip& skip : batch.view_skips) ++stats_.views[skip.view].skipped_key_type_mismatch;
+  std::vector<bool> changed(batch.mutations.size(), true);
   for (uint32_t index : batch.mutation_order) {
     const IndexMutation& m = batch.mutations[index];
     BatchStats::View& vs = stats_.views[m.view];
-    const SourceRecord& record = (*batch.records)[batch.mutation_records[index]];
-    const std::string& source = catalog_.config().sources[record.source].name;
-    const std::string& view = catalog_.views()[m.view].spec->name;
-    absl::Status s;
     if (m.op == IndexMutation::Op::kPut) {
-      s = txn->Put(view_dbis_[m.view], m.key, m.value);
+      if (absl::Status s = txn->Put(view_dbis_[m.view], m.key, m.value); !s.ok()) return s;
       ++vs.puts;
-      if (s.ok()) {
-        s = change_log_.Append(txn, view, ChangeOp::kPut, m.key, m.value, source,
-                               record.partition, record.next_position);
-      }
     } else {
-      // The entry's last value goes into the log (a watcher of a work queue needs to know
-      // what left): the delete carries it, the stored image's projection, so no search
-      // reads it (with write-back, none searches LMDB at all: WriteTxn::Remove).
       ++vs.deletes;
       auto removed = txn->Remove(view_dbis_[m.view], m.key);
       if (!removed.ok()) return removed.status();
-      if (!*removed) continue;  // nothing to delete, nothing changed
-      s = change_log_.Append(txn, view, ChangeOp::kDelete, m.key, m.value, source,
-                             record.partition, record.next_position);
+      changed[index] = *removed;  // nothing to delete, nothing changed
     }
-    if (!s.ok()) return s;
+  }
+  for (uint32_t index = 0; index < batch.mutations.size(); ++index) {
+    if (!changed[index]) continue;
+    const IndexMutation& m = batch.mutations[index];
+    const SourceRecord& record = (*batch.records)[batch.mutation_records[index]];
+    // A delete's entry value is its last one (a watcher of a work queue needs to know what
+    // left): the mutation carries it, the stored image's projection, so no search reads it
+    // (with write-back, none searches LMDB at all: WriteTxn::Remove).
+    if (absl::Status s = change_log_.Append(
+            txn, catalog_.views()[m.view].spec->name,
+            m.op == IndexMutation::Op::kPut ? ChangeOp::kPut : ChangeOp::kDelete, m.key, m.value,
+            catalog_.config().sources[record.source].name, record.partition,
+            record.next_position);
+        !s.ok()) {
+      return s;
+    }
   }
   if (absl::Status s = change_log_.Finish(txn); !s.ok()) return s;
   stats_.change_log_entries = change_log_.pending_entries();
@@ -664,6 +677,7 @@ absl::Status Applier::Prepare(Prepared* batch, const Prepared* previous) {
   batch->write_order.clear();
   batch->mutations.clear();
   batch->mutation_records.clear();
+  batch->view_skips.clear();
   batch->aggregate_deltas.clear();
   batch->dead_letters.clear();
   // Kept across tries of this batch (see dead_lettered), cleared once it commits.
@@ -899,6 +913,7 @@ absl::Status Applier::Commit(Prepared* batch) {
   }
   for (size_t v = 0; v < stats_.views.size(); ++v) {
     next->view_writes[v] += stats_.views[v].puts + stats_.views[v].deletes;
+    next->view_key_type_mismatches[v] += stats_.views[v].skipped_key_type_mismatch;
   }
   published_->Publish(std::move(next));
   // After the snapshot: a reader that sees nothing in flight sees the batch counted.

@@ -45,13 +45,18 @@ uint32_t SuggestedShards(double writes_per_second, double target_writes_per_shar
 }
 
 std::string AdviseView(const v1::ViewDescription& view, const v1::HotKeysResponse& hot,
-                       const AdviseOptions& options) {
+                       const AdviseOptions& options, HotKeysSpan span) {
   const double target = options.target_writes_per_shard;
   const double window = hot.window_seconds();
   // GetHotKeys reports the sharding it split the keys by; DescribeView adds the suffix.
   const uint32_t shards = hot.shard_count() > 0 ? hot.shard_count() : view.shard_count();
-  std::string out = "view " + view.name() + ": " + Fixed(hot.total_writes_per_second()) +
-                    " entry writes/s over the last " + Fixed(window) + " s";
+  const bool whole_run = span == HotKeysSpan::kWholeRun;
+  std::string out = "view " + view.name() + ": " +
+                    (whole_run ? "no writes in the last one to two minutes; over the whole run "
+                                 "instead: "
+                               : "") +
+                    Fixed(hot.total_writes_per_second()) + " entry writes/s over " +
+                    (whole_run ? "" : "the last ") + Fixed(window) + " s";
   if (shards > 0) {
     out += ", sharded " + std::to_string(shards) + " ways";
     if (!view.shard_suffix().empty()) out += " (" + view.shard_suffix() + ")";
@@ -87,7 +92,7 @@ std::string AdviseView(const v1::ViewDescription& view, const v1::HotKeysRespons
     }
   }
   if (hot.keys().empty()) {
-    out += "  no writes in the window\n";
+    out += whole_run ? "  no writes since the start\n" : "  no writes in the window\n";
   } else if (advice == 0) {
     out += shards > 0
                ? "  nothing to change: every hot key needs its shards\n"

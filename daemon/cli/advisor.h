@@ -11,6 +11,10 @@
 // it reads `shard_count` physical keys instead of one. A sharded key still above
 // shard_count * target is told to raise the count.
 //
+// The rates are those of the last one to two minutes; when nothing was written then (a
+// stream replayed to its end, an idle source), `cdcview advise` asks for the whole run since
+// the daemon started instead, and says so.
+//
 // Pure functions; thread-safe.
 #pragma once
 
@@ -25,11 +29,14 @@ struct AdviseOptions {
   double target_writes_per_shard = 1000;
 };
 
+// Which span a HotKeysResponse covers (GetHotKeysRequest.whole_run).
+enum class HotKeysSpan { kRecent, kWholeRun };
+
 // ceil(rate / target) rounded up to a power of two, at least 2.
 uint32_t SuggestedShards(double writes_per_second, double target_writes_per_shard);
 
 // The advice for one view, several lines, each ending in '\n'.
 std::string AdviseView(const v1::ViewDescription& view, const v1::HotKeysResponse& hot,
-                       const AdviseOptions& options);
+                       const AdviseOptions& options, HotKeysSpan span = HotKeysSpan::kRecent);
 
 }  // namespace cdcview

@@ -2,6 +2,7 @@
 // stderr with the gRPC code, exit status 1 (2 for bad flags).
 #include <grpcpp/grpcpp.h>
 
+#include <cmath>
 #include <iostream>
 #include <optional>
 
@@ -36,12 +37,6 @@ int Fail(const grpc::Status& s, const std::string& addr) {
   return 1;
 }
 
-std::unique_ptr<grpc::ClientContext> Context() {
-  auto ctx = std::make_unique<grpc::ClientContext>();
-  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  return ctx;
-}
-
 // Turns command-line text into a value of the view's key type (S as is, N as number text,
 // B from base64 is not supported on the command line: pass it as S of the base64).
 v1::AttributeValue Typed(const std::string& text, const std::string& type) {
@@ -52,6 +47,33 @@ v1::AttributeValue Typed(const std::string& text, const std::string& type) {
     v.set_s(text);
   }
   return v;
+}
+
+// Watch positions, page tokens and position tokens are bytes; the CLI shows them as hex so
+// that they can be passed back (--from, --page-token, --min-position).
+std::string Hex(const std::string& bytes) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : bytes) {
+    out.push_back(kDigits[c >> 4]);
+    out.push_back(kDigits[c & 15]);
+  }
+  return out;
+}
+
+std::optional<std::string> Unhex(const std::string& text) {
+  auto digit = [](char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                          : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+  };
+  if (text.size() % 2 != 0) return std::nullopt;
+  std::string out;
+  for (size_t i = 0; i < text.size(); i += 2) {
+    int hi = digit(text[i]), lo = digit(text[i + 1]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    out.push_back(static_cast<char>(hi * 16 + lo));
+  }
+  return out;
 }
 
 struct Options {
@@ -67,7 +89,58 @@ struct Options {
   std::optional<std::string> group, prefix;
   std::optional<std::string> watch_key, watch_from;
   bool snapshot = false;
+  // Every read: resume a page, read-your-writes, a freshness bound, show the applied position.
+  std::optional<std::string> page_token, min_position;
+  double max_staleness = 0;
+  bool print_position = false;
+  double timeout_seconds = 30;
 };
+
+// A context with the client's deadline for one call (--timeout). The server stops a
+// read-your-writes wait a little before it, so a wait that runs out comes back with the
+// server's explanation ("applied up to X, waiting for Y"), not as the client's bare deadline.
+std::unique_ptr<grpc::ClientContext> Context(const Options& o) {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(std::chrono::system_clock::now() +
+                    std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                        std::chrono::duration<double>(o.timeout_seconds)));
+  return ctx;
+}
+
+// --page-token and --min-position as bytes; false (after saying why, exit status 2) when one
+// is not hex.
+bool Unhexed(const std::optional<std::string>& hex, const char* flag, const char* what,
+             std::string* out) {
+  if (!hex) return true;
+  std::optional<std::string> bytes = Unhex(*hex);
+  if (!bytes) {
+    std::cerr << "cdcview: " << flag << " " << *hex << ": expected the hex " << what
+              << " printed by cdcview\n";
+    return false;
+  }
+  *out = std::move(*bytes);
+  return true;
+}
+
+// Fills a read request's consistency from --min-position and --max-staleness; false for a
+// --min-position that is not hex.
+bool SetConsistency(const Options& o, v1::ReadConsistency* consistency) {
+  std::string token;
+  if (!Unhexed(o.min_position, "--min-position", "applied position", &token)) return false;
+  consistency->set_min_position(token);
+  consistency->set_max_staleness_seconds(o.max_staleness);
+  return true;
+}
+
+void PrintPosition(const Options& o, const v1::AppliedPosition& applied) {
+  if (o.print_position) std::cerr << "cdcview: applied position " << Hex(applied.token()) << "\n";
+}
+
+// The hint after a truncated page: how to read on.
+void MoreFollow(const char* what, const std::string& next_page_token) {
+  std::cerr << "cdcview: more " << what << " follow; pass --all-pages to read them all, or "
+            << "--page-token " << Hex(next_page_token) << " for the next page\n";
+}
 
 void PrintEntries(const google::protobuf::RepeatedPtrField<v1::ViewEntry>& entries, bool ddb) {
   for (const v1::ViewEntry& e : entries) std::cout << ItemToJson(e.item(), ddb) << "\n";
@@ -76,13 +149,18 @@ void PrintEntries(const google::protobuf::RepeatedPtrField<v1::ViewEntry>& entri
 // Calls `call` page by page (every page with --all-pages), printing every entry.
 template <typename Response, typename Request, typename Call>
 int PrintPages(Request req, const Options& o, Call&& call) {
+  if (!SetConsistency(o, req.mutable_consistency())) return 2;
+  std::string token;
+  if (!Unhexed(o.page_token, "--page-token", "page token", &token)) return 2;
+  req.set_page_token(token);
   for (;;) {
     Response resp;
     if (grpc::Status s = call(req, &resp); !s.ok()) return Fail(s, o.addr);
     PrintEntries(resp.entries(), o.ddb_json);
+    if (resp.next_page_token().empty() || !o.all_pages) PrintPosition(o, resp.applied());
     if (resp.next_page_token().empty()) return 0;
     if (!o.all_pages) {
-      std::cerr << "cdcview: more items follow; pass --all-pages to read them all\n";
+      MoreFollow("items", resp.next_page_token());
       return 0;
     }
     req.set_page_token(resp.next_page_token());
@@ -93,7 +171,7 @@ int RunQuery(v1::ViewService::Stub& stub, const Options& o) {
   v1::ViewDescription desc;
   v1::DescribeViewRequest dreq;
   dreq.set_view(o.view);
-  if (grpc::Status s = stub.DescribeView(Context().get(), dreq, &desc); !s.ok()) return Fail(s, o.addr);
+  if (grpc::Status s = stub.DescribeView(Context(o).get(), dreq, &desc); !s.ok()) return Fail(s, o.addr);
   v1::QueryRequest req;
   req.set_view(o.view);
   *req.mutable_partition_key() = Typed(o.pk, desc.partition_key().type());
@@ -116,7 +194,7 @@ int RunQuery(v1::ViewService::Stub& stub, const Options& o) {
   req.set_scan_backward(o.reverse);
   return PrintPages<v1::QueryResponse>(req, o, [&](const v1::QueryRequest& r,
                                                     v1::QueryResponse* resp) {
-    return stub.Query(Context().get(), r, resp);
+    return stub.Query(Context(o).get(), r, resp);
   });
 }
 
@@ -126,13 +204,14 @@ int RunScan(v1::ViewService::Stub& stub, const Options& o) {
   req.set_limit(o.limit);
   return PrintPages<v1::ScanResponse>(req, o, [&](const v1::ScanRequest& r,
                                                   v1::ScanResponse* resp) {
-    return stub.Scan(Context().get(), r, resp);
+    return stub.Scan(Context(o).get(), r, resp);
   });
 }
 
 int RunGet(v1::ViewService::Stub& stub, const Options& o) {
   v1::GetItemRequest req;
   req.set_table(o.table);
+  if (!SetConsistency(o, req.mutable_consistency())) return 2;
   for (const std::string& k : o.keys) {
     // NAME=VALUE (S) or NAME:N=VALUE / NAME:S=VALUE
     size_t eq = k.find('=');
@@ -148,29 +227,34 @@ int RunGet(v1::ViewService::Stub& stub, const Options& o) {
     (*req.mutable_key()->mutable_attributes())[name] = Typed(k.substr(eq + 1), type);
   }
   v1::GetItemResponse resp;
-  if (grpc::Status s = stub.GetItem(Context().get(), req, &resp); !s.ok()) return Fail(s, o.addr);
+  if (grpc::Status s = stub.GetItem(Context(o).get(), req, &resp); !s.ok()) return Fail(s, o.addr);
   if (!resp.found()) {
+    PrintPosition(o, resp.applied());
     std::cerr << "cdcview: no such item\n";
     return 1;
   }
   std::cout << ItemToJson(resp.item(), o.ddb_json) << "\n";
+  PrintPosition(o, resp.applied());
   return 0;
 }
 
+// {"attribute":"GSI1PK","type":"S"} or {"template":"STATUS#{status}","type":"S"}: a template's
+// text (a constant such as "OPEN" among them) is not an attribute name.
 std::string KeyText(const v1::KeySchema& k) {
-  return (k.attribute().empty() ? JsonString(k.template_()) : JsonString(k.attribute())) + ":" +
-         JsonString(k.type());
+  return (k.attribute().empty() ? "\"template\":" + JsonString(k.template_())
+                                : "\"attribute\":" + JsonString(k.attribute())) +
+         ",\"type\":" + JsonString(k.type());
 }
 
 int RunViews(v1::ViewService::Stub& stub, const Options& o) {
   v1::ListViewsResponse resp;
-  if (grpc::Status s = stub.ListViews(Context().get(), {}, &resp); !s.ok()) return Fail(s, o.addr);
+  if (grpc::Status s = stub.ListViews(Context(o).get(), {}, &resp); !s.ok()) return Fail(s, o.addr);
   for (v1::ViewDescription& d : *resp.mutable_views()) {
     if (d.shard_count() > 0) {
       // ListViews leaves out the per-shard counts (a walk over each sharded view); ask for them.
       v1::DescribeViewRequest req;
       req.set_view(d.name());
-      if (grpc::Status s = stub.DescribeView(Context().get(), req, &d); !s.ok()) return Fail(s, o.addr);
+      if (grpc::Status s = stub.DescribeView(Context(o).get(), req, &d); !s.ok()) return Fail(s, o.addr);
     }
     std::cout << "{\"name\":" << JsonString(d.name()) << ",\"table\":" << JsonString(d.table())
               << ",\"state\":" << JsonString(v1::ViewDescription::State_Name(d.state()))
@@ -179,6 +263,9 @@ int RunViews(v1::ViewService::Stub& stub, const Options& o) {
               << ",\"partition_key\":{" << KeyText(d.partition_key()) << "}";
     if (!d.sort_key().type().empty()) std::cout << ",\"sort_key\":{" << KeyText(d.sort_key()) << "}";
     std::cout << ",\"projection\":" << JsonString(d.projection());
+    if (d.skipped_key_type_mismatch() > 0) {
+      std::cout << ",\"skipped\":{\"key_type_mismatch\":" << d.skipped_key_type_mismatch() << "}";
+    }
     if (d.shard_count() > 0) {
       std::cout << ",\"shards\":{\"count\":" << d.shard_count()
                 << ",\"suffix\":" << JsonString(d.shard_suffix()) << ",\"items\":[";
@@ -194,12 +281,19 @@ int RunViews(v1::ViewService::Stub& stub, const Options& o) {
 
 int RunStatus(v1::ViewService::Stub& stub, const Options& o) {
   v1::StatusResponse resp;
-  if (grpc::Status s = stub.GetStatus(Context().get(), {}, &resp); !s.ok()) return Fail(s, o.addr);
+  if (grpc::Status s = stub.GetStatus(Context(o).get(), {}, &resp); !s.ok()) return Fail(s, o.addr);
   for (const v1::SourceStatus& s : resp.sources()) {
     std::cout << "{\"source\":" << JsonString(s.name()) << ",\"kind\":" << JsonString(s.kind())
               << ",\"table\":" << JsonString(s.table()) << ",\"state\":" << JsonString(s.state())
               << ",\"applied\":" << s.events_applied() << ",\"skipped\":" << s.events_skipped()
-              << ",\"rejected\":" << s.events_rejected() << ",\"lag_seconds\":" << s.lag_seconds();
+              << ",\"rejected\":" << s.events_rejected() << ",\"lag_seconds\":";
+    // Infinite while the lag is not known (starting, backfilling, in error): JSON has no
+    // infinity.
+    if (std::isfinite(s.lag_seconds())) {
+      std::cout << s.lag_seconds();
+    } else {
+      std::cout << "null";
+    }
     if (!s.error().empty()) std::cout << ",\"error\":" << JsonString(s.error());
     std::cout << ",\"positions\":{";
     for (int i = 0; i < s.positions_size(); ++i) {
@@ -216,13 +310,13 @@ int RunAdvise(v1::ViewService::Stub& stub, const Options& o) {
   std::vector<v1::ViewDescription> views;
   if (o.view.empty()) {
     v1::ListViewsResponse all;
-    if (grpc::Status s = stub.ListViews(Context().get(), {}, &all); !s.ok()) return Fail(s, o.addr);
+    if (grpc::Status s = stub.ListViews(Context(o).get(), {}, &all); !s.ok()) return Fail(s, o.addr);
     views.assign(all.views().begin(), all.views().end());
   } else {
     v1::DescribeViewRequest req;
     req.set_view(o.view);
     views.emplace_back();
-    if (grpc::Status s = stub.DescribeView(Context().get(), req, &views.back()); !s.ok()) {
+    if (grpc::Status s = stub.DescribeView(Context(o).get(), req, &views.back()); !s.ok()) {
       return Fail(s, o.addr);
     }
   }
@@ -231,8 +325,14 @@ int RunAdvise(v1::ViewService::Stub& stub, const Options& o) {
     req.set_view(view.name());
     req.set_limit(o.limit == 0 ? 10 : o.limit);
     v1::HotKeysResponse hot;
-    if (grpc::Status s = stub.GetHotKeys(Context().get(), req, &hot); !s.ok()) return Fail(s, o.addr);
-    std::cout << AdviseView(view, hot, o.advise);
+    if (grpc::Status s = stub.GetHotKeys(Context(o).get(), req, &hot); !s.ok()) return Fail(s, o.addr);
+    HotKeysSpan span = HotKeysSpan::kRecent;
+    if (hot.keys().empty()) {  // nothing written lately: what the whole run says
+      req.set_whole_run(true);
+      if (grpc::Status s = stub.GetHotKeys(Context(o).get(), req, &hot); !s.ok()) return Fail(s, o.addr);
+      span = HotKeysSpan::kWholeRun;
+    }
+    std::cout << AdviseView(view, hot, o.advise, span);
   }
   return 0;
 }
@@ -272,52 +372,33 @@ int RunAggregate(v1::ViewService::Stub& stub, const Options& o) {
     v1::GetAggregateRequest req;
     req.set_aggregate(o.aggregate);
     *req.mutable_group() = Typed(*o.group, o.group_type);
+    if (!SetConsistency(o, req.mutable_consistency())) return 2;
     v1::AggregateGroup resp;
-    if (grpc::Status s = stub.GetAggregate(Context().get(), req, &resp); !s.ok()) return Fail(s, o.addr);
+    if (grpc::Status s = stub.GetAggregate(Context(o).get(), req, &resp); !s.ok()) return Fail(s, o.addr);
     std::cout << GroupJson(resp, o.ddb_json) << "\n";
+    PrintPosition(o, resp.applied());
     return 0;
   }
   v1::ListAggregatesRequest req;
   req.set_aggregate(o.aggregate);
   if (o.prefix) *req.mutable_prefix() = Typed(*o.prefix, "S");
   req.set_limit(o.limit);
+  if (!SetConsistency(o, req.mutable_consistency())) return 2;
+  std::string token;
+  if (!Unhexed(o.page_token, "--page-token", "page token", &token)) return 2;
+  req.set_page_token(token);
   for (;;) {
     v1::ListAggregatesResponse resp;
-    if (grpc::Status s = stub.ListAggregates(Context().get(), req, &resp); !s.ok()) return Fail(s, o.addr);
+    if (grpc::Status s = stub.ListAggregates(Context(o).get(), req, &resp); !s.ok()) return Fail(s, o.addr);
     for (const v1::AggregateGroup& g : resp.groups()) std::cout << GroupJson(g, o.ddb_json) << "\n";
+    if (resp.next_page_token().empty() || !o.all_pages) PrintPosition(o, resp.applied());
     if (resp.next_page_token().empty()) return 0;
     if (!o.all_pages) {
-      std::cerr << "cdcview: more groups follow; pass --all-pages to read them all\n";
+      MoreFollow("groups", resp.next_page_token());
       return 0;
     }
     req.set_page_token(resp.next_page_token());
   }
-}
-
-// Watch positions are bytes; the CLI shows them as hex so they can be passed back to --from.
-std::string Hex(const std::string& bytes) {
-  static const char kDigits[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : bytes) {
-    out.push_back(kDigits[c >> 4]);
-    out.push_back(kDigits[c & 15]);
-  }
-  return out;
-}
-
-std::optional<std::string> Unhex(const std::string& text) {
-  auto digit = [](char c) {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                                          : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-  };
-  if (text.size() % 2 != 0) return std::nullopt;
-  std::string out;
-  for (size_t i = 0; i < text.size(); i += 2) {
-    int hi = digit(text[i]), lo = digit(text[i + 1]);
-    if (hi < 0 || lo < 0) return std::nullopt;
-    out.push_back(static_cast<char>(hi * 16 + lo));
-  }
-  return out;
 }
 
 // One JSON line per event, flushed at once so a pipe sees each change when it happens.
@@ -329,7 +410,7 @@ int RunWatch(v1::ViewService::Stub& stub, const Options& o) {
     v1::ViewDescription desc;
     v1::DescribeViewRequest dreq;
     dreq.set_view(o.view);
-    if (grpc::Status s = stub.DescribeView(Context().get(), dreq, &desc); !s.ok()) return Fail(s, o.addr);
+    if (grpc::Status s = stub.DescribeView(Context(o).get(), dreq, &desc); !s.ok()) return Fail(s, o.addr);
     *req.mutable_partition_key() = Typed(*o.watch_key, desc.partition_key().type());
   }
   if (o.watch_from) {
@@ -387,6 +468,20 @@ int main(int argc, char** argv) {
   cli.fallthrough();
   cli.add_option("--addr", o.addr, "cdcviewd gRPC address host:port")->capture_default_str();
   cli.add_flag("--ddb-json", o.ddb_json, "print DynamoDB JSON ({\"S\": ...}) instead of plain JSON");
+  cli.add_option("--timeout", o.timeout_seconds, "seconds each call may take (a --min-position wait included)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  // The options every read subcommand takes.
+  auto read_options = [&o](CLI::App* read, bool pages) {
+    if (pages) read->add_option("--page-token", o.page_token, "resume at this page (the hex token of a truncated page)");
+    read->add_option("--min-position", o.min_position,
+                     "first wait until this applied position (hex, from --print-position) is applied");
+    read->add_option("--max-staleness", o.max_staleness,
+                     "refuse an answer from a view more than this many seconds behind (0: no bound)")
+        ->check(CLI::NonNegativeNumber);
+    read->add_flag("--print-position", o.print_position,
+                   "print the applied position of the answer on stderr (for --min-position)");
+  };
 
   CLI::App* query = cli.add_subcommand("query", "items of one partition of a view, in sort-key order");
   query->add_option("--view", o.view, "view name")->required();
@@ -403,15 +498,18 @@ int main(int argc, char** argv) {
   query->add_option("--limit", o.limit, "items per page (0: the server's page size)");
   query->add_flag("--reverse", o.reverse, "descending sort-key order");
   query->add_flag("--all-pages", o.all_pages, "follow page tokens to the end");
+  read_options(query, true);
 
   CLI::App* scan = cli.add_subcommand("scan", "every entry of a view, in key order");
   scan->add_option("--view", o.view, "view name")->required();
   scan->add_option("--limit", o.limit, "items per page");
   scan->add_flag("--all-pages", o.all_pages, "follow page tokens to the end");
+  read_options(scan, true);
 
   CLI::App* get = cli.add_subcommand("get", "one item of a table by primary key");
   get->add_option("--table", o.table, "table name")->required();
   get->add_option("--key", o.keys, "key attribute NAME=VALUE (S) or NAME:N=VALUE; repeat for the sort key")->required();
+  read_options(get, false);
 
   CLI::App* views = cli.add_subcommand("views", "the views, their state and sizes");
   CLI::App* status = cli.add_subcommand("status", "sources, positions and lag");
@@ -432,6 +530,7 @@ int main(int argc, char** argv) {
   aggregate->add_option("--prefix", o.prefix, "list only groups starting with this (S groups)");
   aggregate->add_option("--limit", o.limit, "groups per page (0: the server's page size)");
   aggregate->add_flag("--all-pages", o.all_pages, "follow page tokens to the end");
+  read_options(aggregate, true);
 
   CLI::App* watch = cli.add_subcommand("watch", "a view's entry changes as they are applied");
   watch->add_option("view", o.view, "view name")->required();

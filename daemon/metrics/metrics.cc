@@ -123,12 +123,19 @@ ApplyProbe::ApplyProbe(MetricsRegistry& metrics, const Config& config)
                        .Name("cdcview_view_build_progress_ratio")
                        .Help("Progress of a view rebuild from the items store, 0 to 1 (1 when ready).")
                        .Register(registry_);
+  auto& skipped = BuildCounter()
+                      .Name("cdcview_view_skipped_total")
+                      .Help("Applied events whose item has no entry in a view its rules select it "
+                            "for, by reason: key_type_mismatch (a key attribute of another type "
+                            "than the view declares).")
+                      .Register(registry_);
   for (const TableSpec& t : config.tables) {
     for (const ViewSpec& v : t.views) {
       views_.push_back(ViewMetrics{&writes.Add({{"view", v.name}, {"op", "put"}}),
                                    &writes.Add({{"view", v.name}, {"op", "delete"}}),
                                    &items.Add({{"view", v.name}}), &bytes.Add({{"view", v.name}}),
-                                   &progress.Add({{"view", v.name}})});
+                                   &progress.Add({{"view", v.name}}),
+                                   &skipped.Add({{"view", v.name}, {"reason", "key_type_mismatch"}})});
       views_.back().build_progress->Set(1);
     }
   }
@@ -264,6 +271,9 @@ void ApplyProbe::RecordBatch(const BatchStats& stats, int64_t now_ms) {
     const BatchStats::View& v = stats.views[i];
     if (v.puts) views_[i].puts->Increment(static_cast<double>(v.puts));
     if (v.deletes) views_[i].deletes->Increment(static_cast<double>(v.deletes));
+    if (v.skipped_key_type_mismatch) {
+      views_[i].skipped_key_type_mismatch->Increment(static_cast<double>(v.skipped_key_type_mismatch));
+    }
     if (stats.sizes) {
       views_[i].items->Set(static_cast<double>(v.items));
       views_[i].bytes->Set(static_cast<double>(v.bytes));

@@ -62,6 +62,9 @@ struct BatchStats {
     uint64_t deletes = 0;
     uint64_t items = 0;  // entries after the batch
     uint64_t bytes = 0;
+    // Applied events whose new image has no entry here because a key attribute has another
+    // type than the view declares (ViewSkip): cdcview_view_skipped_total{reason="key_type_mismatch"}.
+    uint64_t skipped_key_type_mismatch = 0;
   };
   struct Aggregate {
     uint64_t updates = 0;  // group states written (a contribution added or retracted)
@@ -138,6 +141,7 @@ class ApplyProbe {
     prometheus::Gauge* items;
     prometheus::Gauge* bytes;
     prometheus::Gauge* build_progress;
+    prometheus::Counter* skipped_key_type_mismatch;
   };
   prometheus::Registry& registry_;
   std::vector<std::string> source_names_;

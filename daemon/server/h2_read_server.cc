@@ -34,6 +34,7 @@
 #include "cdcview/v1/view_service.grpc.pb.h"
 #include "daemon/log/log.h"
 #include "index_builders/coding.h"
+#include "daemon/server/read_consistency.h"
 
 namespace cdcview {
 namespace {
@@ -767,12 +768,13 @@ class H2ReadServer::Loop {
     s->body.clear();
     s->body.shrink_to_fit();
     if (!call.ok()) return Finish(s, method->second.name, start, call.status());
-    Deadline deadline = s->timeout ? start + *s->timeout : Deadline::max();
+    Deadline deadline = s->timeout ? WaitDeadline(start + *s->timeout, start) : Deadline::max();
     if (call->runs_inline) {
       return Finish(s, method->second.name, start, call->run(deadline));
     }
     // A wait without a deadline is capped as the reader caps one (the slices below pass it
-    // finite deadlines, so the reader would not); the client's own deadline is kept as it is.
+    // finite deadlines, so the reader would not); a client's own deadline is kept, less the
+    // margin that lets the wait's answer reach it (WaitDeadline).
     const bool capped = call->waits && !s->timeout;
     if (capped) deadline = start + ViewQueries::kMaxWaitWithoutDeadline;
     std::unique_lock<std::mutex> lock(mu_);

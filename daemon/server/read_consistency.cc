@@ -213,4 +213,12 @@ absl::StatusOr<std::vector<PositionRequirement>> RequirementsFor(
   return out;
 }
 
+std::chrono::steady_clock::time_point WaitDeadline(std::chrono::steady_clock::time_point call_deadline,
+                                                   std::chrono::steady_clock::time_point now) {
+  if (call_deadline <= now) return call_deadline;
+  const auto margin = std::min<std::chrono::steady_clock::duration>(kWaitAnswerMargin,
+                                                                    (call_deadline - now) / 10);
+  return call_deadline - margin;
+}
+
 }  // namespace cdcview

@@ -9,6 +9,7 @@
 //   position · FNV-1a 32 of everything before, little-endian.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -65,5 +66,13 @@ bool IsMarkerPartition(SourceConfig::Kind kind, std::string_view partition);
 // source reads, a negative partition or offset.
 absl::StatusOr<std::vector<PositionRequirement>> RequirementsFor(
     const v1::ReadConsistency& consistency, const Config& config, size_t table);
+
+// When a read's wait for positions gives up, for a call that must be answered by
+// `call_deadline`: a tenth of the time left before it, at most kWaitAnswerMargin, so that the
+// DEADLINE_EXCEEDED saying what is still awaited reaches the client before the client's own
+// deadline cancels the call and leaves it a bare "Deadline Exceeded".
+inline constexpr std::chrono::milliseconds kWaitAnswerMargin{200};
+std::chrono::steady_clock::time_point WaitDeadline(std::chrono::steady_clock::time_point call_deadline,
+                                                   std::chrono::steady_clock::time_point now);
 
 }  // namespace cdcview

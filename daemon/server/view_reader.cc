@@ -619,6 +619,7 @@ v1::ViewDescription ViewReader::Describe(const ViewRef& view, const Txn& txn,
   d.set_item_count(txn.Entries(dbi));
   d.set_bytes(txn.Bytes(dbi));
   d.set_index_writes_per_event(published_.IndexWritesPerEvent(view.global));
+  d.set_skipped_key_type_mismatch(published_.KeyTypeMismatches(view.global));
   d.set_fingerprint(view.fingerprint);
   KeySchemaOf(spec.rules.front().partition_key, d.mutable_partition_key());
   if (spec.has_sort_key()) KeySchemaOf(*spec.rules.front().sort_key, d.mutable_sort_key());
@@ -685,7 +686,9 @@ v1::StatusResponse ViewReader::GetStatus() const {
     s->set_events_applied(c.applied);
     s->set_events_skipped(c.skipped);
     s->set_events_rejected(c.rejected);
-    s->set_lag_seconds(c.lag_seconds);
+    // The lag readiness and max_staleness_seconds count: 0 for an idle source, not its last
+    // batch's lag, which is history once nothing more is to be read.
+    s->set_lag_seconds(EffectiveLagSeconds(ProgressOf(published_, i)));
     for (const auto& e : response.applied().entries()) {
       if (e.source() == sources[i].name) *s->add_positions() = e;
     }
@@ -834,11 +837,12 @@ absl::StatusOr<v1::HotKeysResponse> ViewReader::GetHotKeys(const v1::GetHotKeysR
     if (view == nullptr) return ReadyView(request.view()).status();  // the NOT_FOUND message
     spec = view->spec;
     // Every counter of both windows, so that the logical keys sum all shards the sketch holds.
-    report = published_.hot_keys().ViewReport(view->global, 2 * HotKeyTracker::kCapacity, now);
+    report = published_.hot_keys().ViewReport(view->global, 2 * HotKeyTracker::kCapacity, now,
+                                            request.whole_run());
   } else {
     auto table = FindTable(request.table());
     if (!table.ok()) return table.status();
-    report = published_.hot_keys().TableReport(*table, limit, now);
+    report = published_.hot_keys().TableReport(*table, limit, now, request.whole_run());
   }
   response.set_window_seconds(report.span_seconds);
   response.set_total_writes_per_second(report.PerSecond(report.total));

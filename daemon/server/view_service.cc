@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "cdcview/v1/view_service.grpc.pb.h"
 #include "daemon/server/watch.h"
+#include "daemon/server/read_consistency.h"
 
 namespace cdcview {
 namespace {
@@ -27,9 +28,10 @@ constexpr int kMaxIdleHandlerThreads = 64;
 ViewQueries::Deadline DeadlineOf(const grpc::ServerContext* context) {
   const auto deadline = context->deadline();
   if (deadline == std::chrono::system_clock::time_point::max()) return ViewQueries::Deadline::max();
-  return std::chrono::steady_clock::now() +
-         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-             deadline - std::chrono::system_clock::now());
+  const auto now = std::chrono::steady_clock::now();
+  return WaitDeadline(now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                deadline - std::chrono::system_clock::now()),
+                      now);
 }
 
 }  // namespace

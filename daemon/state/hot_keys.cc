@@ -24,8 +24,14 @@ size_t FirstKeyComponentSize(std::string_view key) {
 }
 
 HotKeyTracker::HotKeyTracker(const Catalog& catalog) {
-  for (size_t i = 0; i < catalog.views().size(); ++i) views_.emplace_back(kCapacity, kWindowMs);
-  for (size_t i = 0; i < catalog.config().tables.size(); ++i) tables_.emplace_back(kCapacity, kWindowMs);
+  for (size_t i = 0; i < catalog.views().size(); ++i) {
+    views_.emplace_back(kCapacity, kWindowMs);
+    views_run_.emplace_back(kCapacity, kRunWindowMs);
+  }
+  for (size_t i = 0; i < catalog.config().tables.size(); ++i) {
+    tables_.emplace_back(kCapacity, kWindowMs);
+    tables_run_.emplace_back(kCapacity, kRunWindowMs);
+  }
 }
 
 void HotKeyTracker::RecordBatch(const std::vector<IndexMutation>& mutations,
@@ -34,19 +40,26 @@ void HotKeyTracker::RecordBatch(const std::vector<IndexMutation>& mutations,
   std::lock_guard lock(mu_);
   for (const IndexMutation& m : mutations) {
     const size_t n = FirstKeyComponentSize(m.key);
-    if (n > 0) views_[m.view].Add(std::string_view(m.key).substr(0, n), 1, now_ms);
+    if (n == 0) continue;
+    views_[m.view].Add(std::string_view(m.key).substr(0, n), 1, now_ms);
+    views_run_[m.view].Add(std::string_view(m.key).substr(0, n), 1, now_ms);
   }
-  for (const auto& [table, key] : table_keys) tables_[table].Add(key, 1, now_ms);
+  for (const auto& [table, key] : table_keys) {
+    tables_[table].Add(key, 1, now_ms);
+    tables_run_[table].Add(key, 1, now_ms);
+  }
 }
 
-HeavyHittersReport HotKeyTracker::ViewReport(size_t global_view, size_t limit, int64_t now_ms) const {
+HeavyHittersReport HotKeyTracker::ViewReport(size_t global_view, size_t limit, int64_t now_ms,
+                                             bool whole_run) const {
   std::lock_guard lock(mu_);
-  return views_[global_view].Report(limit, now_ms);
+  return (whole_run ? views_run_ : views_)[global_view].Report(limit, now_ms);
 }
 
-HeavyHittersReport HotKeyTracker::TableReport(size_t table, size_t limit, int64_t now_ms) const {
+HeavyHittersReport HotKeyTracker::TableReport(size_t table, size_t limit, int64_t now_ms,
+                                              bool whole_run) const {
   std::lock_guard lock(mu_);
-  return tables_[table].Report(limit, now_ms);
+  return (whole_run ? tables_run_ : tables_)[table].Report(limit, now_ms);
 }
 
 }  // namespace cdcview

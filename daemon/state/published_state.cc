@@ -55,6 +55,7 @@ PublishedState::PublishedState(const Catalog& catalog, std::function<int64_t()> 
   for (SourceCounters& c : first->counters) c.last_commit_ms = now;
   first->table_events.resize(catalog.config().tables.size());
   first->view_writes.resize(catalog.views().size());
+  first->view_key_type_mismatches.resize(catalog.views().size());
   absl::MutexLock lock(&snapshot_mu_);
   snapshot_ = std::move(first);
 }
@@ -176,6 +177,10 @@ double PublishedState::IndexWritesPerEvent(size_t global_view) const {
   auto snapshot = Snapshot();
   const uint64_t events = snapshot->table_events[catalog_.views()[global_view].table];
   return events ? double(snapshot->view_writes[global_view]) / double(events) : 0.0;
+}
+
+uint64_t PublishedState::KeyTypeMismatches(size_t global_view) const {
+  return Snapshot()->view_key_type_mismatches[global_view];
 }
 
 std::string PublishedState::WriterError() const {

@@ -84,6 +84,9 @@ struct CommitSnapshot {
   PositionMap positions;                 // every stored next position, configured or not
   std::vector<uint64_t> table_events;    // events applied per table since start
   std::vector<uint64_t> view_writes;     // index writes (puts + deletes) per view since start
+  // Applied events per view whose item was left out for a key attribute of the wrong type
+  // (ViewSkip), since start.
+  std::vector<uint64_t> view_key_type_mismatches;
 };
 
 class PublishedState {
@@ -139,6 +142,8 @@ class PublishedState {
   std::map<std::string, std::string> PositionsOf(size_t source) const;
   // Index writes per event applied to the view's table since start: write amplification.
   double IndexWritesPerEvent(size_t global_view) const;
+  // CommitSnapshot::view_key_type_mismatches of the view (DescribeView reports it).
+  uint64_t KeyTypeMismatches(size_t global_view) const;
 
   // Why the writer is not applying ("" while it is): a batch or a rebuild that keeps failing,
   // or a flush. WriterError(source) is the error that concerns that source (a batch failing on

@@ -396,6 +396,37 @@ TEST(SparseViewTest, WrongTypeIsNotIndexed) {
   EXPECT_EQ(EntryOf(b, 0, null), "none (type mismatch)");
 }
 
+TEST(SparseViewTest, DiffReportsTheViewsANewImageIsLeftOutOfForAKeyOfTheWrongType) {
+  ViewBuilder b(App({Gsi1(), ByLocation(), Leaderboard()}), kLmdbMaxKeyBytes);
+  Item item = User();
+  item["GSI1PK"] = N("12");          // GSI1 wants S
+  item["game"] = S("chess");
+  item["score"] = S("high");         // Leaderboard wants N
+  std::vector<IndexMutation> mutations;
+  std::vector<ViewSkip> skipped;
+  ASSERT_TRUE(b.Diff(nullptr, &item, &mutations, &skipped).ok());
+  EXPECT_EQ(skipped, (std::vector<ViewSkip>{{0, MissReason::kTypeMismatch},
+                                           {2, MissReason::kTypeMismatch}}));
+  ASSERT_EQ(mutations.size(), 1u);  // ByLocation takes it
+  EXPECT_EQ(mutations[0].view, 1u);
+
+  // A missing attribute is a sparse view's way to leave an item out, not a skip; nor is a
+  // change that leaves the old entry in place, or an image that is removed.
+  skipped.clear();
+  Item sparse = User();
+  sparse.erase("GSI1PK");
+  ASSERT_TRUE(b.Diff(nullptr, &sparse, &mutations, &skipped).ok());
+  ASSERT_TRUE(b.Diff(&item, nullptr, &mutations, &skipped).ok());
+  EXPECT_THAT(skipped, IsEmpty());
+
+  // An event rejected for a key too large reports nothing either.
+  ViewBuilder small(App({Gsi1(), ByLocation()}), 40);
+  Item long_key = item;
+  long_key["country"] = S(std::string(64, 'x'));
+  EXPECT_FALSE(small.Diff(nullptr, &long_key, &mutations, &skipped).ok());
+  EXPECT_THAT(skipped, IsEmpty());
+}
+
 TEST(SparseViewTest, BinaryAndNumberKeysOfTheDeclaredType) {
   ViewBuilder b = Builder(
       View("ByHash", {Rule({}, A("hash", AttrType::kB), A("version", AttrType::kN))}, KeysOnly()));

@@ -86,13 +86,23 @@ def encoded_key_size(value):
     return 3 + (digits + 1 + 1) // 2  # tag, class, exponent, digit nibbles + end nibble
 
 
+def plain_number(text):
+    """N as the CLI prints it in plain JSON: its exact digits as a number when a double holds
+    them (at most 15 significant digits, decimal exponent -307..307), else as a string."""
+    d = decimal.Decimal(text)
+    if d == 0:
+        return text
+    fits = len(d.normalize(_CTX).as_tuple().digits) <= 15 and -307 <= d.adjusted() <= 307
+    return text if fits else json.dumps(text)
+
+
 def plain_json(value):
-    """Typed JSON -> the plain JSON text the CLI prints (N as its exact digits)."""
+    """Typed JSON -> the plain JSON text the CLI prints (N as plain_number)."""
     (kind, body), = value.items()
     if kind == "S":
         return json.dumps(body, ensure_ascii=False)
     if kind == "N":
-        return body
+        return plain_number(body)
     if kind == "B":
         return json.dumps(body)
     if kind == "BOOL":
@@ -106,7 +116,7 @@ def plain_json(value):
     if kind in ("SS", "BS"):
         return "[" + ",".join(json.dumps(v) for v in body) + "]"
     if kind == "NS":
-        return "[" + ",".join(body) + "]"
+        return "[" + ",".join(plain_number(n) for n in body) + "]"
     raise ValueError(kind)
 
 

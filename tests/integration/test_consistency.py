@@ -96,11 +96,43 @@ def test_read_your_writes_across_replicas(daemon_factory, pb, tmp_path):
     ahead = wait_for("a to apply the later write", lambda: (
         r := query(a, pb, "D2")) and len(r.entries) == 1 and r)
     b_at = b.positions("app")[""]
+    waiting_for = ahead.applied.entries[0].position
     start = time.monotonic()
     with pytest.raises(grpc.RpcError) as err:
         query(b, pb, "D2", timeout=1.0, min_position=ahead.applied.token)
-    assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED  # the client's deadline
-    assert time.monotonic() - start >= 1.0
+    # The server gives up a tenth before the client's deadline, so its explanation arrives
+    # (after the client's deadline the call would end with a bare "Deadline Exceeded").
+    assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert err.value.details() == (
+        f"view ByDay: min_position not applied before the deadline: source app: applied up to "
+        f"{b_at}, waiting for {waiting_for}")
+    assert time.monotonic() - start >= 0.9
+
+    # The same through the CLI: --min-position takes the token in hex (what --print-position
+    # prints), and the wait's explanation survives the CLI's --timeout.
+    token_hex = ahead.applied.token.hex()
+    start = time.monotonic()
+    code, out, err_text = run_cli("query", "--view", "ByDay", "--pk", "D2", "--min-position",
+                                  token_hex, "--timeout", "1", addr=b.addr)
+    assert (code, out, err_text) == (
+        1, "", f"cdcview: DEADLINE_EXCEEDED: view ByDay: min_position not applied before the "
+               f"deadline: source app: applied up to {b_at}, waiting for {waiting_for}\n")
+    assert time.monotonic() - start >= 0.9
+    # a has applied it: every read subcommand waits for it (at once here) and answers.
+    later = '{"PK":"later","day":"D2"}\n'
+    position = f"cdcview: applied position {token_hex}\n"
+    for args, want in ((["query", "--view", "ByDay", "--pk", "D2"], later),
+                       (["scan", "--view", "ByDay"], None),
+                       (["get", "--table", "App", "--key", "PK=later"], later)):
+        code, out, err_text = run_cli(*args, "--min-position", token_hex, "--max-staleness", "60",
+                                      "--print-position", addr=a.addr)
+        assert (code, err_text) == (0, position), args
+        assert want is None or out == want, args
+    code, out, err_text = run_cli("get", "--table", "App", "--key", "PK=later", "--min-position",
+                                  "not-hex", addr=a.addr)
+    assert (code, out, err_text) == (
+        2, "", "cdcview: --min-position not-hex: expected the hex applied position printed by "
+               "cdcview\n")
     # Without a deadline the server waits its cap (10 s), then says what it waited for.
     with pytest.raises(grpc.RpcError) as err:
         query(b, pb, "D2", timeout=None, min_position=ahead.applied.token)
@@ -117,6 +149,39 @@ def test_read_your_writes_across_replicas(daemon_factory, pb, tmp_path):
         "earlier response (not a page token), unchanged")
     b.stop()
     a.stop()
+
+
+def test_cli_max_staleness_refuses_a_view_fed_by_a_failed_source(daemon_factory, tmp_path):
+    d = daemon_factory(config(str(tmp_path / "missing.ndjson"))).start()
+    wait_for("the source to fail", lambda: d.source("app").state == "error")
+    error = d.source("app").error
+    code, out, err = run_cli("query", "--view", "ByDay", "--pk", "D0", addr=d.addr)
+    assert (code, out, err) == (0, "", "")
+    for read in (["query", "--view", "ByDay", "--pk", "D0"], ["scan", "--view", "ByDay"],
+                 ["get", "--table", "App", "--key", "PK=x"]):
+        what = "table App" if read[0] == "get" else "view ByDay"
+        code, out, err = run_cli(*read, "--max-staleness", "5", addr=d.addr)
+        assert (code, out, err) == (
+            1, "", f"cdcview: FAILED_PRECONDITION: {what} cannot be shown fresh: source app is "
+                   f"in error ({error}); max_staleness_seconds is 5\n"), read
+    d.stop()
+
+
+def test_a_view_key_of_the_wrong_type_is_counted_and_described(daemon_factory, pb, tmp_path):
+    stream = tmp_path / "s.ndjson"
+    numeric = json.loads(record(1, "numeric", "D1"))
+    numeric["dynamodb"]["NewImage"]["day"] = {"N": "7"}  # ByDay's key is S
+    stream.write_text(record(0, "ok", "D1") + json.dumps(numeric) + "\n")
+    d = daemon_factory(config(str(stream))).start()
+    wait_for("both records", lambda: d.source("app").events_applied == 2)
+    desc = d.stub.DescribeView(pb.vs.DescribeViewRequest(view="ByDay"), timeout=10)
+    assert (desc.item_count, desc.skipped_key_type_mismatch) == (1, 1)
+    assert metric(d.metrics(), "cdcview_view_skipped_total", view="ByDay",
+                  reason="key_type_mismatch") == 1
+    code, out, err = run_cli("views", addr=d.addr)
+    assert (code, err) == (0, "")
+    assert json.loads(out)["skipped"] == {"key_type_mismatch": 1}
+    d.stop()
 
 
 def test_max_staleness_and_hot_keys(daemon_factory, pb, tmp_path):
@@ -144,6 +209,13 @@ def test_max_staleness_and_hot_keys(daemon_factory, pb, tmp_path):
     assert top.writes_per_second == pytest.approx(30 / hot.window_seconds)
     assert hot.total_writes_per_second == pytest.approx(41 / hot.window_seconds)
     assert hot.shard_count == 0 and len(hot.logical_keys) == 0
+    # Over the whole run: the same writes here (all of them are recent), over the time since
+    # the first one (what `cdcview advise` shows once the recent windows are empty).
+    run = d.stub.GetHotKeys(pb.vs.GetHotKeysRequest(view="ByDay", limit=2, whole_run=True),
+                            timeout=10)
+    assert [(k.key.s, k.share, k.error_bound) for k in run.keys] == [
+        (k.key.s, k.share, k.error_bound) for k in hot.keys]
+    assert run.total_writes_per_second == pytest.approx(41 / run.window_seconds)
     table = d.stub.GetHotKeys(pb.vs.GetHotKeysRequest(table="App"), timeout=10)
     assert len(table.keys) == 10 and all(k.share == pytest.approx(1 / 41) for k in table.keys)
     with pytest.raises(grpc.RpcError) as err:

@@ -7,6 +7,7 @@ the tests only read from it.
 
 import json
 import math
+import re
 from decimal import Decimal
 
 import grpc
@@ -412,9 +413,31 @@ def test_cli_query_numbers_limit_and_all_pages(sample, model):
     code, out, err = run_cli(*args, "--limit", "2", "--all-pages", addr=sample.addr)
     assert (code, out, err) == (0, "".join(want), "")
     assert '"score":-12.5' in want[0] and '"score":1000' in want[-1]
-    code, out, err = run_cli(*args, "--limit", "2", addr=sample.addr)
-    assert (code, out) == (0, "".join(want[:2]))
-    assert err == "cdcview: more items follow; pass --all-pages to read them all\n"
+    # A truncated page names the token of the next one; --page-token resumes there, page by
+    # page to the end (the tokens are the server's, in hex).
+    pages, token = [], None
+    grpc_req = sample.stubs.vs.QueryRequest(
+        view="ByScore", partition_key=av(sample.stubs, S("arcade")), limit=2)
+    grpc_req.sort.op = sample.stubs.vs.SortCondition.Op.Value("BETWEEN")
+    grpc_req.sort.value.CopyFrom(av(sample.stubs, N("-12.5")))
+    grpc_req.sort.value2.CopyFrom(av(sample.stubs, N("1E3")))
+    while True:
+        code, out, err = run_cli(*args, "--limit", "2", *(["--page-token", token] if token else []),
+                                 addr=sample.addr)
+        assert code == 0
+        pages.append(out)
+        page = sample.stub.Query(grpc_req, timeout=10)
+        if not page.next_page_token:
+            assert err == ""
+            break
+        token = page.next_page_token.hex()
+        assert err == ("cdcview: more items follow; pass --all-pages to read them all, or "
+                       f"--page-token {token} for the next page\n")
+        grpc_req.page_token = page.next_page_token
+    assert pages == ["".join(want[i:i + 2]) for i in range(0, len(want), 2)]
+    code, out, err = run_cli(*args, "--page-token", "xyz", addr=sample.addr)
+    assert (code, out, err) == (
+        2, "", "cdcview: --page-token xyz: expected the hex page token printed by cdcview\n")
     code, out, _ = run_cli(*args, "--limit", "2", "--all-pages", "--reverse", addr=sample.addr)
     assert (code, out) == (0, "".join(reversed(want)))
     code, out, _ = run_cli("--ddb-json", "query", "--view", "ByLocation", "--pk", "US",
@@ -446,9 +469,11 @@ def test_cli_scan_get_views_status(sample, model):
         assert by_name[v]["table"] == "App"
         writes = model.writes[v]["put"] + model.writes[v]["delete"]
         assert math.isclose(by_name[v]["index_writes_per_event"], writes / 3134, rel_tol=1e-5)
-    assert by_name["GSI1"]["partition_key"] == {"GSI1PK": "S"}
-    assert by_name["ByLocation"]["sort_key"] == {"{state}#{city}": "S"}
-    assert by_name["ByScore"]["sort_key"] == {"score": "N"}
+    assert by_name["GSI1"]["partition_key"] == {"attribute": "GSI1PK", "type": "S"}
+    assert by_name["ByLocation"]["sort_key"] == {"template": "{state}#{city}", "type": "S"}
+    assert by_name["ByScore"]["sort_key"] == {"attribute": "score", "type": "N"}
+    # A template of a constant is not an attribute called OPEN.
+    assert by_name["OpenOrders"]["partition_key"] == {"template": "OPEN", "type": "S"}
     shards = by_name["VotesByDay"]["shards"]
     assert math.isclose(shards.pop("skew"), 81 / (309 / 4), rel_tol=1e-5)
     assert shards == {"count": 4, "suffix": "#{shard}", "items": [80, 74, 81, 74]}
@@ -460,10 +485,10 @@ def test_cli_scan_get_views_status(sample, model):
     status = json.loads(out)
     size = len(open(SAMPLE, "rb").read())
     assert code == 0
-    assert {k: status[k] for k in ("source", "kind", "table", "state", "applied", "skipped",
-                                   "rejected", "positions")} == {
+    assert status == {
         "source": "sample", "kind": "file", "table": "App", "state": "finished",
-        "applied": 3134, "skipped": 0, "rejected": 0, "positions": {"": f"{size}:3135"}}
+        "applied": 3134, "skipped": 0, "rejected": 0, "lag_seconds": 0,
+        "positions": {"": f"{size}:3135"}}
 
 
 def test_cli_errors(sample):
@@ -485,6 +510,22 @@ def test_cli_errors(sample):
     assert (code, out) == (1, "")
     assert err.startswith("cdcview: UNAVAILABLE: ") and err.endswith(
         " (is cdcviewd running on 127.0.0.1:1?)\n")
+
+
+def test_cli_advise_of_the_tour_shows_that_the_days_need_no_shards(sample):
+    # The README tour's step: within two minutes of the replay over the recent writes, after
+    # that over the whole run; either way each day's votes get their advice.
+    code, out, err = run_cli("advise", "--view", "VotesByDay", addr=sample.addr)
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert re.fullmatch(r"view VotesByDay: (no writes in the last one to two minutes; over the "
+                        r"whole run instead: )?\d+\.\d entry writes/s over (the last )?\d+\.\d s, "
+                        r"sharded 4 ways \(#\{shard\}\)", lines[0]), lines[0]
+    days = [re.fullmatch(r'  not hot "(DAY#[0-9-]+)": \d+\.\d writes/s, .* over all shards; fits '
+                         r'one partition \(1000 writes/s\), so sharding only multiplies its reads '
+                         r'by 4 \(each Query reads 4 keys\)', line) for line in lines[1:]]
+    assert all(days), lines
+    assert sorted(d[1] for d in days) == [f"DAY#2025-03-0{n}" for n in range(1, 6)]
 
 
 @pytest.mark.parametrize("args", [["query", "--view", "GSI1"],
@@ -521,7 +562,10 @@ def test_get_status(sample):
     assert (s.events_applied, s.events_skipped, s.events_rejected) == (3134, 0, 0)
     assert [(p.source, p.partition, p.position) for p in s.positions] == [
         ("sample", "", f"{size}:3135")]
-    assert s.lag_seconds > 0
+    # Finished: nothing more to read, so not behind (as readiness counts it), although its
+    # last batch's events were created long before they were applied (the metric says so).
+    assert s.lag_seconds == 0
+    assert metric(sample.metrics(), "cdcview_source_lag_seconds", source="sample") > 1e7
 
 
 # ---------------------------------------------------------------- aggregates
@@ -630,10 +674,22 @@ def test_cli_aggregate_one_group_and_the_list(sample, model):
     assert [line["group"] for line in lines] == [group["S"] for group, _ in want]
     for line, (_, g) in zip(lines, want):
         assert line["members"] == g.members
-        assert line["measures"] == {k: (None if v is None else Decimal(v)) for k, v in g.measures.items()}
+        # Exact: an average of 38 digits is a string (a double would round it), the rest numbers.
+        assert line["measures"] == {
+            k: (None if v is None else json.loads(ref.plain_number(v), parse_float=Decimal,
+                                                  parse_int=Decimal))
+            for k, v in g.measures.items()}
+    all_groups = out.splitlines(keepends=True)
     code, out, err = run_cli("aggregate", "OrderTotals", "--limit", "1", addr=sample.addr)
-    assert (code, len(out.splitlines())) == (0, 1)
-    assert err == "cdcview: more groups follow; pass --all-pages to read them all\n"
+    assert (code, out) == (0, all_groups[0])
+    first = sample.stub.ListAggregates(
+        sample.stubs.vs.ListAggregatesRequest(aggregate="OrderTotals", limit=1), timeout=10)
+    token = first.next_page_token.hex()
+    assert err == ("cdcview: more groups follow; pass --all-pages to read them all, or "
+                   f"--page-token {token} for the next page\n")
+    code, out, err = run_cli("aggregate", "OrderTotals", "--limit", "1", "--page-token", token,
+                             addr=sample.addr)
+    assert (code, out) == (0, all_groups[1])
     code, out, err = run_cli("aggregate", "Nope", addr=sample.addr)
     assert code == 1
     assert err == ('cdcview: NOT_FOUND: aggregate "Nope" does not exist '

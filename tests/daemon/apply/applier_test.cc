@@ -229,8 +229,9 @@ class ApplierTest : public ::testing::Test {
     return out;
   }
 
-  // "<sequence> put|del <view> [key] {value}" per change log entry, oldest first.
-  std::vector<std::string> ChangeLog() const {
+  // "<sequence> put|del <view> [key] {value}" per change log entry, oldest first; with
+  // `causes`, "cause <source>/<partition>@<position>" in place of the value.
+  std::vector<std::string> ChangeLog(bool causes = false) const {
     std::vector<std::string> out;
     auto txn = store_->BeginRead();
     EXPECT_TRUE(txn.ok()) << txn.status();
@@ -239,9 +240,12 @@ class ApplierTest : public ::testing::Test {
     absl::StatusOr<bool> ok = reader.Seek(0);
     for (; ok.ok() && *ok; ok = reader.Next()) {
       const ChangeView& c = reader.change();
-      out.push_back(absl::StrCat(c.sequence, c.op == ChangeOp::kPut ? " put " : " del ",
-                                 std::string(c.view), " [", DescribeKey(c.key), "] ",
-                                 test::DescribeValue(c.value)));
+      out.push_back(absl::StrCat(
+          c.sequence, c.op == ChangeOp::kPut ? " put " : " del ", std::string(c.view), " [",
+          DescribeKey(c.key), "] ",
+          causes ? absl::StrCat("cause ", std::string(c.source), "/", std::string(c.partition),
+                                "@", std::string(c.position))
+                 : test::DescribeValue(c.value)));
     }
     EXPECT_TRUE(ok.ok()) << ok.status();
     return out;
@@ -1323,6 +1327,71 @@ TEST(CommitsDirectlyTest, OnlyABatchLargerThanBatchSizeWhereAnLmdbCommitCostsAtM
   EXPECT_FALSE(CommitsDirectly(cfg, 1025, microseconds(2051)));
   EXPECT_TRUE(CommitsDirectly(cfg, 8192, microseconds(900)));      // tmpfs
   EXPECT_FALSE(CommitsDirectly(cfg, 8192, microseconds(750000)));  // a slow disk's sync
+}
+
+// ---- The change log's order
+
+namespace {
+
+Item Vote(const std::string& user, const std::string& day) {
+  return {{"PK", S("VOTE#" + user)}, {"SK", S(day)}, {"GSI1PK", S("DAY#" + day)},
+          {"GSI1SK", S(user)}};
+}
+
+}  // namespace
+
+TEST_F(ApplierTest, TheChangeLogHoldsABatchsChangesInEventOrderNotKeyOrder) {
+  ASSERT_TRUE(Open().ok());
+  // Event order differs from GSI1's key order (cy, ann, bob), and the first vote is closed
+  // (removed) after the others: the views are written in key order, the log keeps the events'.
+  ASSERT_TRUE(Apply({test::Insert(key(), Vote("cy", "2025-03-01"), At("1")),
+                     test::Insert(key(), Vote("ann", "2025-03-01"), At("2")),
+                     test::Insert(key(), Vote("bob", "2025-03-01"), At("3")),
+                     test::Remove(key(), Vote("cy", "2025-03-01"), At("4"))})
+                  .ok());
+  EXPECT_EQ(ChangeLog(/*causes=*/true), (std::vector<std::string>{
+                     "1 put GSI1 [S:DAY#2025-03-01 | S:cy | S:VOTE#cy | S:2025-03-01] cause sample/@1",
+                     "2 put ByMember [S:2025-03-01 | S:VOTE#cy | S:VOTE#cy | S:2025-03-01] cause sample/@1",
+                     "3 put GSI1 [S:DAY#2025-03-01 | S:ann | S:VOTE#ann | S:2025-03-01] cause sample/@2",
+                     "4 put ByMember [S:2025-03-01 | S:VOTE#ann | S:VOTE#ann | S:2025-03-01] cause sample/@2",
+                     "5 put GSI1 [S:DAY#2025-03-01 | S:bob | S:VOTE#bob | S:2025-03-01] cause sample/@3",
+                     "6 put ByMember [S:2025-03-01 | S:VOTE#bob | S:VOTE#bob | S:2025-03-01] cause sample/@3",
+                     "7 del GSI1 [S:DAY#2025-03-01 | S:cy | S:VOTE#cy | S:2025-03-01] cause sample/@4",
+                     "8 del ByMember [S:2025-03-01 | S:VOTE#cy | S:VOTE#cy | S:2025-03-01] cause sample/@4",
+                 }));
+}
+
+// ---- Items left out of a view for a key of the wrong type
+
+TEST_F(ApplierTest, AKeyAttributeOfTheWrongTypeIsCountedPerViewInTheMetricAndForDescribeView) {
+  ASSERT_TRUE(Open().ok());
+  Item user = User1();
+  user["score"] = S("high");  // ByScore sorts by N
+  Item order = Order1();
+  order["GSI1PK"] = N("1");   // GSI1 wants S
+  Item rejected = Order1();
+  rejected["SK"] = S("ORDER#2");
+  rejected["GSI1PK"] = N("2");
+  rejected["status"] = S(std::string(600, 'x'));  // ByEntity's key too large: rejected whole
+  ASSERT_TRUE(Apply({test::Insert(key(), user, At("1")), test::Insert(key(), order, At("2")),
+                     test::Insert(key(), rejected, At("3"))})
+                  .ok());
+  user["city"] = S("Berlin");  // a second event of the same item, still without a number
+  ASSERT_TRUE(Apply({test::Modify(key(), user, At("4"))}).ok());
+  EXPECT_EQ(MetricLines("cdcview_view_skipped_total"),
+            (std::vector<std::string>{
+                "cdcview_view_skipped_total{reason=\"key_type_mismatch\",view=\"ByEntity\"} 0",
+                "cdcview_view_skipped_total{reason=\"key_type_mismatch\",view=\"ByLocation\"} 0",
+                "cdcview_view_skipped_total{reason=\"key_type_mismatch\",view=\"ByMember\"} 0",
+                "cdcview_view_skipped_total{reason=\"key_type_mismatch\",view=\"ByScore\"} 2",
+                "cdcview_view_skipped_total{reason=\"key_type_mismatch\",view=\"GSI1\"} 1",
+                "cdcview_view_skipped_total{reason=\"key_type_mismatch\",view=\"OpenOrders\"} 0",
+            }));
+  EXPECT_EQ(published_->KeyTypeMismatches(kGsi1), 1u);
+  EXPECT_EQ(published_->KeyTypeMismatches(kByScore), 2u);
+  EXPECT_EQ(published_->KeyTypeMismatches(kOpenOrders), 0u);
+  EXPECT_EQ(Entries("GSI1"), std::vector<std::string>{});
+  EXPECT_EQ(published_->Counters(0).rejected, 1u);
 }
 
 }  // namespace

@@ -154,13 +154,14 @@ TEST_F(ChangeLogTest, EveryEntryChangeIsLoggedWithTheRecordThatCausedIt) {
   Apply({test::Modify(key(), Order(1, false), At("80:3").Partition("p0"))});
   // A no-op MODIFY changes no entry and logs nothing.
   Apply({test::Modify(key(), Order(2), At("8").Source(1).Partition("p1"))});
+  // In event order: each event's changes, view by view, then the next event's.
   EXPECT_EQ(Log(), (std::vector<std::string>{
       "1 GSI1 PUT [S:CUST#1 | S:2024-05-01 | S:CUST#1 | S:ORDER#1] {GSI1PK=S:CUST#1, "
       "GSI1SK=S:2024-05-01, PK=S:CUST#1, SK=S:ORDER#1} <- sample/p0@40:2",
-      "2 GSI1 PUT [S:CUST#2 | S:2024-05-01 | S:CUST#2 | S:ORDER#1] {GSI1PK=S:CUST#2, "
-      "GSI1SK=S:2024-05-01, PK=S:CUST#2, SK=S:ORDER#1} <- second/p1@7",
-      "3 OpenOrders PUT [S:OPEN | S:2024-05-01 | S:CUST#1 | S:ORDER#1] {PK=S:CUST#1, "
+      "2 OpenOrders PUT [S:OPEN | S:2024-05-01 | S:CUST#1 | S:ORDER#1] {PK=S:CUST#1, "
       "SK=S:ORDER#1, open_since=S:2024-05-01, status=S:OPEN, total=N:1} <- sample/p0@40:2",
+      "3 GSI1 PUT [S:CUST#2 | S:2024-05-01 | S:CUST#2 | S:ORDER#1] {GSI1PK=S:CUST#2, "
+      "GSI1SK=S:2024-05-01, PK=S:CUST#2, SK=S:ORDER#1} <- second/p1@7",
       "4 OpenOrders PUT [S:OPEN | S:2024-05-02 | S:CUST#2 | S:ORDER#1] {PK=S:CUST#2, "
       "SK=S:ORDER#1, open_since=S:2024-05-02, status=S:OPEN, total=N:2} <- second/p1@7",
       "5 OpenOrders DELETE [S:OPEN | S:2024-05-01 | S:CUST#1 | S:ORDER#1] {PK=S:CUST#1, "
@@ -185,7 +186,8 @@ TEST_F(ChangeLogTest, TrimmedToTheNewestRetainChangesInTheSameTransaction) {
   Apply({test::Insert(key(), Order(5), At("5")), test::Insert(key(), Order(6), At("6"))});
   log = Log();
   ASSERT_EQ(log.size(), 3u);
-  EXPECT_EQ(log[0].substr(0, 7), "10 GSI1");
+  EXPECT_EQ(log[0].substr(0, 13), "10 OpenOrders");  // order 5's
+  EXPECT_EQ(log[1].substr(0, 7), "11 GSI1");         // order 6's
   EXPECT_EQ(log[2].substr(0, 13), "12 OpenOrders");
 }
 

@@ -96,5 +96,24 @@ TEST(AdvisorTest, NoWrites) {
             "  no writes in the window\n");
 }
 
+TEST(AdvisorTest, OverTheWholeRunTheHeaderSaysSo) {
+  v1::HotKeysResponse hot;
+  hot.set_window_seconds(400);
+  hot.set_total_writes_per_second(7.8);
+  hot.set_shard_count(4);
+  *hot.add_keys() = Key("DAY#2#0", 0.2, 0.03, 0);
+  *hot.add_logical_keys() = Key("DAY#2", 0.8, 0.1, 0);
+  EXPECT_EQ(AdviseView(View("Days", 4), hot, {}, HotKeysSpan::kWholeRun),
+            "view Days: no writes in the last one to two minutes; over the whole run instead: "
+            "7.8 entry writes/s over 400.0 s, sharded 4 ways (#{shard})\n"
+            "  not hot \"DAY#2\": 0.8 writes/s, 10.0% of the view's writes, sketch error <= 0 "
+            "writes in 400.0 s over all shards; fits one partition (1000 writes/s), so sharding "
+            "only multiplies its reads by 4 (each Query reads 4 keys)\n");
+  EXPECT_EQ(AdviseView(View("Quiet"), v1::HotKeysResponse(), {}, HotKeysSpan::kWholeRun),
+            "view Quiet: no writes in the last one to two minutes; over the whole run instead: "
+            "0.0 entry writes/s over 0.0 s\n"
+            "  no writes since the start\n");
+}
+
 }  // namespace
 }  // namespace cdcview

@@ -311,7 +311,8 @@ TEST_F(H2ReadServerTest, AReadThatWaitsDoesNotHoldTheLoop) {
 
 TEST_F(H2ReadServerTest, AWaitEndsAtTheClientsDeadline) {
   // The lean client sends grpc-timeout and keeps no deadline of its own, so the answer is the
-  // server's: it must come at the 300 ms the header gives, with the reader's message.
+  // server's: it must come a tenth before the 300 ms the header gives (WaitDeadline, so that
+  // a client with that deadline still receives it), with the reader's message.
   bench::H2Options timeout;
   timeout.headers = {{"grpc-timeout", "300m"}};
   auto run = bench::RunH2OpenLoop(server_->port(), "/cdcview.v1.ViewService/Query",
@@ -325,7 +326,7 @@ TEST_F(H2ReadServerTest, AWaitEndsAtTheClientsDeadline) {
       call.grpc_message,
       "view ByDay: min_position not applied before the deadline: source orders partition"))
       << call.grpc_message;
-  EXPECT_GE(call.latency_us, 300'000);
+  EXPECT_GE(call.latency_us, 270'000);
   EXPECT_LT(call.latency_us, 5'000'000);
   grpc::ClientContext ctx2;
   ctx2.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));

@@ -573,5 +573,16 @@ TEST_F(ReadConsistencyTest, LogicalHotKeysCountAbsentShardsAtTheirMost) {
   EXPECT_EQ(Describe(r->logical_keys()), "DAY#1 1.3/s 0.175676 +-3; ");
 }
 
+TEST(WaitDeadlineTest, AWaitGivesUpATenthBeforeTheCallsDeadlineAtMost200Ms) {
+  using std::chrono::milliseconds;
+  using std::chrono::seconds;
+  const auto now = std::chrono::steady_clock::time_point(seconds(1000));
+  EXPECT_EQ(WaitDeadline(now + seconds(30), now), now + seconds(30) - milliseconds(200));
+  EXPECT_EQ(WaitDeadline(now + seconds(1), now), now + milliseconds(900));
+  EXPECT_EQ(WaitDeadline(now + milliseconds(50), now), now + milliseconds(45));
+  EXPECT_EQ(WaitDeadline(now, now), now);
+  EXPECT_EQ(WaitDeadline(now - seconds(1), now), now - seconds(1));
+}
+
 }  // namespace
 }  // namespace cdcview

@@ -44,11 +44,20 @@ tables:
       - { name: V2, partition_key: { attribute: b, type: N } }
 )";
 
-TEST(HotKeyTrackerTest, CountsEachViewsPartitionKeysAndTheTablesKeys) {
+Config ParsedConfig() {
   auto config = ParseConfig(kConfigYaml, "t.yaml");
-  ASSERT_TRUE(config.ok()) << config.status();
-  Catalog catalog(*config, 511);
-  HotKeyTracker tracker(catalog);
+  EXPECT_TRUE(config.ok()) << config.status();
+  return config.ok() ? *std::move(config) : Config();
+}
+
+class HotKeyTrackerTest : public ::testing::Test {
+ protected:
+  Config config_ = ParsedConfig();
+  Catalog catalog_{config_, 511};
+  HotKeyTracker tracker_{catalog_};
+};
+
+TEST_F(HotKeyTrackerTest, CountsEachViewsPartitionKeysAndTheTablesKeys) {
   using Op = IndexMutation::Op;
   std::vector<IndexMutation> mutations = {
       {Op::kPut, 0, Enc(S("x")) + Enc(S("pk1")), "v"},
@@ -58,23 +67,48 @@ TEST(HotKeyTrackerTest, CountsEachViewsPartitionKeysAndTheTablesKeys) {
   };
   std::vector<std::pair<size_t, std::string>> table_keys = {
       {0, Enc(S("pk1"))}, {0, Enc(S("pk2"))}, {0, Enc(S("pk1"))}};
-  tracker.RecordBatch(mutations, table_keys, 1000);
+  tracker_.RecordBatch(mutations, table_keys, 1000);
 
-  HeavyHittersReport v1 = tracker.ViewReport(0, 10, 3000);
+  HeavyHittersReport v1 = tracker_.ViewReport(0, 10, 3000);
   ASSERT_EQ(v1.keys.size(), 2u);
   EXPECT_EQ(v1.keys[0].key, Enc(S("x")));  // a put and a delete
   EXPECT_EQ(v1.keys[0].count, 2u);
   EXPECT_EQ(v1.keys[1].key, Enc(S("y")));
   EXPECT_EQ(v1.total, 3u);
   EXPECT_DOUBLE_EQ(v1.span_seconds, 2.0);
-  HeavyHittersReport v2 = tracker.ViewReport(1, 10, 3000);
+  HeavyHittersReport v2 = tracker_.ViewReport(1, 10, 3000);
   ASSERT_EQ(v2.keys.size(), 1u);
   EXPECT_EQ(v2.keys[0].key, Enc(N("5")));
-  HeavyHittersReport t = tracker.TableReport(0, 1, 3000);
+  HeavyHittersReport t = tracker_.TableReport(0, 1, 3000);
   ASSERT_EQ(t.keys.size(), 1u);
   EXPECT_EQ(t.keys[0].key, Enc(S("pk1")));
   EXPECT_EQ(t.keys[0].count, 2u);
   EXPECT_EQ(t.total, 3u);
+}
+
+TEST_F(HotKeyTrackerTest, TheWholeRunKeepsWhatTheRecentWindowsForgot) {
+  using Op = IndexMutation::Op;
+  const std::vector<std::pair<size_t, std::string>> table_keys = {{0, Enc(S("pk1"))}};
+  tracker_.RecordBatch({{Op::kPut, 0, Enc(S("x")) + Enc(S("pk1")), "v"}}, table_keys, 1000);
+  tracker_.RecordBatch({{Op::kPut, 0, Enc(S("x")) + Enc(S("pk1")), "v"},
+                       {Op::kPut, 0, Enc(S("y")) + Enc(S("pk2")), "v"}},
+                      table_keys, 61000);
+  // Three windows (60 s each) later, the recent report is empty; the whole run is not.
+  const int64_t later = 241000;
+  EXPECT_TRUE(tracker_.ViewReport(0, 10, later).keys.empty());
+  EXPECT_TRUE(tracker_.TableReport(0, 10, later).keys.empty());
+  HeavyHittersReport run = tracker_.ViewReport(0, 10, later, /*whole_run=*/true);
+  ASSERT_EQ(run.keys.size(), 2u);
+  EXPECT_EQ(run.keys[0].key, Enc(S("x")));
+  EXPECT_EQ(run.keys[0].count, 2u);
+  EXPECT_EQ(run.keys[0].error, 0u);
+  EXPECT_EQ(run.keys[1].key, Enc(S("y")));
+  EXPECT_EQ(run.total, 3u);
+  EXPECT_DOUBLE_EQ(run.span_seconds, 240.0);  // since the first write
+  HeavyHittersReport table = tracker_.TableReport(0, 10, later, /*whole_run=*/true);
+  ASSERT_EQ(table.keys.size(), 1u);
+  EXPECT_EQ(table.keys[0].count, 2u);
+  EXPECT_DOUBLE_EQ(table.span_seconds, 240.0);
 }
 
 }  // namespace
