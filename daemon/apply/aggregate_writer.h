@@ -5,7 +5,7 @@
 #pragma once
 
 #include "absl/status/status.h"
-#include "daemon/store/store.h"
+#include "daemon/store/txn.h"
 #include "index_builders/aggregate.h"
 #include "index_builders/view_spec.h"
 

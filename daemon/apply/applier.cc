@@ -11,6 +11,8 @@
 #include "absl/strings/str_format.h"
 #include "daemon/log/log.h"
 #include "daemon/sources/record_queue.h"
+#include "daemon/store/meta_keys.h"
+#include "daemon/store/stored_item.h"
 #include "index_builders/item_codec.h"
 
 namespace cdcview {

@@ -14,6 +14,8 @@
 #include "daemon/server/read_consistency.h"
 #include "daemon/server/readiness.h"
 #include "daemon/server/token_seal.h"
+#include "daemon/store/meta_keys.h"
+#include "daemon/store/stored_item.h"
 #include "index_builders/coding.h"
 #include "index_builders/item_codec.h"
 #include "index_builders/key_codec.h"

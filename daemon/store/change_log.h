@@ -35,7 +35,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
-#include "daemon/store/store.h"
+#include "daemon/store/txn.h"
 
 namespace cdcview {
 

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "daemon/store/stored_item.h"
 #include "index_builders/item_codec.h"
 
 namespace cdcview::bench {

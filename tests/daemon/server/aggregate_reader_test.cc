@@ -25,6 +25,7 @@
 #include "daemon/server/view_reader.h"
 #include "daemon/state/catalog.h"
 #include "daemon/store/store.h"
+#include "daemon/store/stored_item.h"
 #include "gtest/gtest.h"
 #include "index_builders/item_codec.h"
 #include "index_builders/key_codec.h"

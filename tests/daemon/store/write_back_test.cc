@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -194,6 +195,40 @@ TEST(WriteBackTest, ADirectWriteBeginsWithThePendingLayersAndItsCommitFlushesThe
   auto txn = store->BeginRead();
   ASSERT_TRUE(txn.ok());
   EXPECT_EQ(Forwards(**txn, v), (Model{{"b", "20"}, {"c", "3"}}));
+  auto sequence = (*txn)->Get(store->meta(), "flushed_layer");
+  ASSERT_TRUE(sequence.ok() && sequence->has_value());
+  EXPECT_EQ(**sequence, "2");
+}
+
+TEST(WriteBackTest, AFlushWaitsForTheDirectWriteThatHoldsTheFlushLock) {
+  test::TempDir dir;
+  auto store = OpenOrDie(Storage(dir.Sub("s"), 60000));
+  ASSERT_NE(store, nullptr);
+  const MDB_dbi v = store->view("V");
+  ASSERT_TRUE(Write(*store, v, {{"a", "1"}}, {}, true).ok());
+  auto direct = store->BeginWrite();
+  ASSERT_TRUE(direct.ok());
+  ASSERT_TRUE(Write(*store, v, {{"b", "2"}}, {}, true).ok());  // published after it began
+
+  std::atomic<bool> flushed{false};
+  absl::Status status;
+  std::thread flusher([&] {
+    status = store->Flush();
+    flushed = true;
+  });
+  // One LMDB writer of the layers at a time (a slow thread start can only hide a wrong early
+  // return, never fail this).
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(flushed);
+  EXPECT_EQ(store->pending_layers(), 2u);
+  ASSERT_TRUE((*direct)->Commit().ok());  // drops the layer it absorbed, "a"
+  flusher.join();
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ(store->pending_layers(), 0u);
+  EXPECT_EQ(store->pending_bytes(), 0u);
+  auto txn = store->BeginRead();
+  ASSERT_TRUE(txn.ok());
+  EXPECT_EQ(Forwards(**txn, v), (Model{{"a", "1"}, {"b", "2"}}));
   auto sequence = (*txn)->Get(store->meta(), "flushed_layer");
   ASSERT_TRUE(sequence.ok() && sequence->has_value());
   EXPECT_EQ(**sequence, "2");

@@ -1,0 +1,34 @@
+// Keys of the meta database: source positions, and the fingerprint, state and build cursor of
+// each view and aggregate.
+//
+//   pos/<source>/<partition>   the source's position past the last applied event
+//   view/<view>/<field>        fingerprint, state, build_cursor
+//   agg/<aggregate>/<field>    the same for an aggregate
+//
+// Thread-safety: pure functions, and ForEachPosition reads through the caller's transaction.
+// Ownership: the string_views ForEachPosition passes point into LMDB's map.
+#pragma once
+
+#include <lmdb.h>
+
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "daemon/store/txn.h"
+
+namespace cdcview {
+
+std::string PositionKey(std::string_view source, std::string_view partition);
+inline constexpr std::string_view kPositionPrefix = "pos/";
+std::string ViewMetaKey(std::string_view view, std::string_view field);
+// agg/<name>/<field>: an aggregate's fingerprint, state and build cursor, as for views.
+std::string AggregateMetaKey(std::string_view aggregate, std::string_view field);
+
+// Calls fn(source, partition, position) for every stored source position, in key order.
+// The views point into LMDB's map: valid only during the call.
+void ForEachPosition(
+    const Txn& txn, MDB_dbi meta,
+    const std::function<void(std::string_view, std::string_view, std::string_view)>& fn);
+
+}  // namespace cdcview
