@@ -12,13 +12,13 @@
 #pragma once
 
 #include <cstdint>
-#include <mutex>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "daemon/apply/catalog.h"
 #include "index_builders/heavy_hitters.h"
 #include "index_builders/view_builder.h"
@@ -41,7 +41,7 @@ class HotKeyTracker {
   HeavyHittersReport TableReport(size_t table, size_t limit, int64_t now_ms) const;
 
  private:
-  mutable std::mutex mu_;
+  mutable absl::Mutex mu_;
   std::vector<WindowedHeavyHitters> views_ ABSL_GUARDED_BY(mu_);
   std::vector<WindowedHeavyHitters> tables_ ABSL_GUARDED_BY(mu_);
 };
