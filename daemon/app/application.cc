@@ -227,7 +227,7 @@ void Application::Shutdown() {
   const int grace_ms = static_cast<int>(
       std::chrono::duration_cast<std::chrono::milliseconds>(kServerDrainTimeout).count());
   std::thread fast_reads_drain;
-  if (fast_reads_) fast_reads_drain = std::thread([this, grace_ms] { fast_reads_->Shutdown(grace_ms); });
+  if (fast_reads_) fast_reads_drain = std::thread([this] { fast_reads_->Shutdown(grace_ms); });
   if (server_) {
     server_->SetServing(false);
     server_->Shutdown(grace_ms);
