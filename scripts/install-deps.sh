@@ -11,6 +11,7 @@ pkgs=(
   libsimdjson-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
   libcurl4-openssl-dev libssl-dev libgoogle-perftools-dev libnghttp2-dev
   python3 python3-venv python3-pip prometheus
+  clang-14                     # scripts/thread-safety.sh: checks the lock annotations
   default-jdk-headless maven   # scripts/kafka.sh: a real Kafka broker for the Kafka tests
 )
 missing=()

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# The second command of the README: installs what is needed, builds, and runs every test:
-# GoogleTest units through ctest, then the integration tests (real cdcviewd processes, real gRPC
-# clients, the real CLI) through pytest. Extra arguments go to pytest (e.g. -k sample).
+# The second command of the README: installs what is needed, builds, checks the lock annotations
+# with clang (scripts/thread-safety.sh), and runs every test: GoogleTest units through ctest,
+# then the integration tests (real cdcviewd processes, real gRPC clients, the real CLI) through
+# pytest. Extra arguments go to pytest (e.g. -k sample).
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$here"
 "$here/scripts/install-deps.sh"
 "$here/scripts/build.sh"
+echo "[test] lock annotations (clang -Wthread-safety, scripts/thread-safety.sh)"
+"$here/scripts/thread-safety.sh"
 build="${CDCVIEW_BUILD_DIR:-$here/build}"
 export CDCVIEW_BUILD_DIR="$build"
 

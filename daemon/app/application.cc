@@ -143,9 +143,9 @@ void Application::ReadinessMain() {
   auto last_counts = std::chrono::steady_clock::now();
   logged_counts_.assign(sources_.size(), EventCounts{});
   logged_states_.assign(sources_.size(), std::nullopt);
-  std::unique_lock<std::mutex> lock(readiness_mu_);
+  absl::MutexLock lock(&readiness_mu_);
   while (!stop_readiness_) {
-    lock.unlock();
+    readiness_mu_.Unlock();
     UpdateViewHealth();
     applier_->LogThrottledSummaries();
     const auto now = std::chrono::steady_clock::now();
@@ -153,8 +153,11 @@ void Application::ReadinessMain() {
       LogEventCounts(std::chrono::duration<double>(now - last_counts).count());
       last_counts = now;
     }
-    lock.lock();
-    readiness_wake_.wait_for(lock, std::chrono::seconds(1), [this] { return stop_readiness_; });
+    readiness_mu_.Lock();
+    const absl::Time deadline = absl::Now() + absl::Seconds(1);
+    while (!stop_readiness_) {
+      if (readiness_wake_.WaitWithDeadline(&readiness_mu_, deadline)) break;  // timed out
+    }
   }
 }
 
@@ -199,10 +202,10 @@ void Application::Shutdown() {
   shut_down_ = true;
   auto drain_start = std::chrono::steady_clock::now();
   {
-    std::lock_guard<std::mutex> lock(readiness_mu_);
+    absl::MutexLock lock(&readiness_mu_);
     stop_readiness_ = true;
   }
-  readiness_wake_.notify_all();
+  readiness_wake_.SignalAll();
   if (readiness_.joinable()) readiness_.join();
   // In parallel, so the drain time does not grow with the number of sources.
   std::vector<std::thread> stopping;
@@ -224,7 +227,7 @@ void Application::Shutdown() {
   const int grace_ms = static_cast<int>(
       std::chrono::duration_cast<std::chrono::milliseconds>(kServerDrainTimeout).count());
   std::thread fast_reads_drain;
-  if (fast_reads_) fast_reads_drain = std::thread([this, grace_ms] { fast_reads_->Shutdown(grace_ms); });
+  if (fast_reads_) fast_reads_drain = std::thread([this] { fast_reads_->Shutdown(grace_ms); });
   if (server_) {
     server_->SetServing(false);
     server_->Shutdown(grace_ms);

@@ -16,14 +16,14 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "daemon/app/ingestion_log.h"
 #include "daemon/apply/applier.h"
 #include "daemon/config/config.h"
@@ -97,9 +97,9 @@ class Application {
   std::atomic<bool> stop_writer_{false};
   std::atomic<bool> writer_done_{false};
   std::thread readiness_;
-  std::mutex readiness_mu_;
-  std::condition_variable readiness_wake_;
-  bool stop_readiness_ = false;  // guarded by readiness_mu_
+  absl::Mutex readiness_mu_;
+  absl::CondVar readiness_wake_;
+  bool stop_readiness_ ABSL_GUARDED_BY(readiness_mu_) = false;
   // What the last count lines said, by source (readiness thread only).
   std::vector<EventCounts> logged_counts_;
   std::vector<std::optional<SourceState>> logged_states_;

@@ -113,7 +113,7 @@ std::optional<std::string> CredentialsProvider::Env(const std::string& name) con
 }
 
 absl::StatusOr<SigningKey> CredentialsProvider::Get() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   const absl::Time now = now_();
   if (current_ && (!current_->expiration || now < *current_->expiration - kRefreshBefore)) {
     return current_->key;
@@ -129,7 +129,7 @@ absl::StatusOr<SigningKey> CredentialsProvider::Get() {
 }
 
 std::string CredentialsProvider::source() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return current_ ? current_->source : "";
 }
 

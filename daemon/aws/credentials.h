@@ -16,11 +16,12 @@
 #pragma once
 
 #include <functional>
-#include <mutex>
 #include <optional>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "daemon/aws/http_client.h"
 #include "daemon/aws/sigv4.h"
@@ -60,8 +61,8 @@ class CredentialsProvider {
   const std::string region_;
   Getenv getenv_;
   Clock now_;
-  mutable std::mutex mu_;
-  std::optional<Fetched> current_;  // guarded by mu_
+  mutable absl::Mutex mu_;
+  std::optional<Fetched> current_ ABSL_GUARDED_BY(mu_);
 };
 
 // Parses the container credentials JSON ({"AccessKeyId", "SecretAccessKey", "Token",

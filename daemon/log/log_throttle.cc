@@ -17,7 +17,7 @@ LogThrottle::LogThrottle(uint32_t burst, int64_t interval_ms, std::function<int6
 
 bool LogThrottle::Admit(const std::string& key) {
   const int64_t now = now_ms_();
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto [it, added] = windows_.try_emplace(key);
   Window& w = it->second;
   if (added) w.start_ms = now;
@@ -38,7 +38,7 @@ bool LogThrottle::Admit(const std::string& key) {
 std::vector<LogThrottle::Summary> LogThrottle::TakeSummaries() {
   const int64_t now = now_ms_();
   std::vector<Summary> due;
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (auto& [key, w] : windows_) {
     if (now - w.start_ms < interval_ms_ || w.suppressed == 0) continue;
     due.push_back({key, w.suppressed, now - w.start_ms});

@@ -10,9 +10,11 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <string>
 #include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 namespace cdcview {
 
@@ -42,8 +44,8 @@ class LogThrottle {
   const uint32_t burst_;
   const int64_t interval_ms_;
   std::function<int64_t()> now_ms_;
-  std::mutex mu_;
-  std::map<std::string, Window> windows_;  // guarded by mu_
+  absl::Mutex mu_;
+  std::map<std::string, Window> windows_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace cdcview

@@ -41,7 +41,7 @@ void DynamoDbProbe::SetShards(uint64_t open, uint64_t closed, uint64_t waiting_p
 }
 
 void DynamoDbProbe::SetIteratorAge(const std::string& shard, double seconds) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   prometheus::Gauge*& gauge = ages_[shard];
   if (gauge == nullptr) {
     gauge = &age_family_->Add({{"source", source_}, {"shard", shard}});
@@ -50,7 +50,7 @@ void DynamoDbProbe::SetIteratorAge(const std::string& shard, double seconds) {
 }
 
 void DynamoDbProbe::ForgetShard(const std::string& shard) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = ages_.find(shard);
   if (it == ages_.end()) return;
   age_family_->Remove(it->second);
@@ -58,7 +58,7 @@ void DynamoDbProbe::ForgetShard(const std::string& shard) {
 }
 
 void DynamoDbProbe::CountRequest(std::string_view call, std::string_view result) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   prometheus::Counter*& counter = requests_[{std::string(call), std::string(result)}];
   if (counter == nullptr) {
     counter = &request_family_->Add({{"source", source_}, {"call", std::string(call)},

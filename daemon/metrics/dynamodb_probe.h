@@ -14,10 +14,11 @@
 #pragma once
 
 #include <map>
-#include <mutex>
 #include <string>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "daemon/metrics/metrics.h"
 
 namespace prometheus {
@@ -46,9 +47,9 @@ class DynamoDbProbe {
   prometheus::Counter* trimmed_;
   prometheus::Family<prometheus::Gauge>* age_family_;
   prometheus::Family<prometheus::Counter>* request_family_;
-  std::mutex mu_;
-  std::map<std::string, prometheus::Gauge*> ages_;                                  // guarded by mu_
-  std::map<std::pair<std::string, std::string>, prometheus::Counter*> requests_;   // guarded by mu_
+  absl::Mutex mu_;
+  std::map<std::string, prometheus::Gauge*> ages_ ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<std::string, std::string>, prometheus::Counter*> requests_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace cdcview

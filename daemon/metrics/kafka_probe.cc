@@ -26,7 +26,7 @@ KafkaProbe::KafkaProbe(MetricsRegistry& metrics, const std::string& source) : so
 }
 
 void KafkaProbe::SetConsumerLag(const std::string& topic, int32_t partition, int64_t messages) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   prometheus::Gauge*& gauge = lag_[{topic, partition}];
   if (gauge == nullptr) {
     gauge = &lag_family_->Add(
@@ -36,7 +36,7 @@ void KafkaProbe::SetConsumerLag(const std::string& topic, int32_t partition, int
 }
 
 void KafkaProbe::RemoveConsumerLag(const std::string& topic, int32_t partition) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = lag_.find({topic, partition});
   if (it == lag_.end()) return;
   lag_family_->Remove(it->second);
@@ -46,7 +46,7 @@ void KafkaProbe::RemoveConsumerLag(const std::string& topic, int32_t partition) 
 void KafkaProbe::RecordRebalance() { rebalances_->Increment(); }
 
 void KafkaProbe::RecordError(const std::string& kind) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   prometheus::Counter*& counter = errors_[kind];
   if (counter == nullptr) counter = &errors_family_->Add({{"source", source_}, {"kind", kind}});
   counter->Increment();

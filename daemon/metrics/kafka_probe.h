@@ -16,10 +16,11 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <string>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "daemon/metrics/metrics.h"
 
 namespace prometheus {
@@ -44,9 +45,9 @@ class KafkaProbe {
   prometheus::Family<prometheus::Gauge>* lag_family_;
   prometheus::Family<prometheus::Counter>* errors_family_;
   prometheus::Counter* rebalances_;
-  std::mutex mu_;
-  std::map<std::pair<std::string, int32_t>, prometheus::Gauge*> lag_;  // guarded by mu_
-  std::map<std::string, prometheus::Counter*> errors_;                  // guarded by mu_
+  absl::Mutex mu_;
+  std::map<std::pair<std::string, int32_t>, prometheus::Gauge*> lag_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, prometheus::Counter*> errors_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace cdcview

@@ -16,13 +16,11 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <thread>
 #include <type_traits>
 #include <utility>
@@ -31,6 +29,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "cdcview/v1/view_service.grpc.pb.h"
 #include "daemon/log/log.h"
 #include "index_builders/coding.h"
@@ -358,26 +357,26 @@ class H2ReadServer::Loop {
     Watch(listen_fd_, EPOLLIN, kListenTag);
     Watch(wake_fd_, EPOLLIN, kWakeTag);
     thread_ = std::thread([this] { Run(); });
-    for (int i = 0; i < kWaitThreads; ++i) workers_.emplace_back([this] { Offload(&waits_); });
-    for (int i = 0; i < kHeavyThreads; ++i) workers_.emplace_back([this] { Offload(&heavy_); });
+    for (int i = 0; i < kWaitThreads; ++i) workers_.emplace_back([this] { Offload(kWaits); });
+    for (int i = 0; i < kHeavyThreads; ++i) workers_.emplace_back([this] { Offload(kHeavy); });
     return absl::OkStatus();
   }
 
   int port() const { return port_; }
 
   void Shutdown(int grace_ms) {
-    std::lock_guard<std::mutex> once(shutdown_mu_);
+    absl::MutexLock once(&shutdown_mu_);
     if (!thread_.joinable()) return;
     grace_until_ = Clock::now() + std::chrono::milliseconds(grace_ms);
     stopping_.store(true);
     Wake();
     thread_.join();
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       offload_stop_ = true;
     }
-    waits_.ready.notify_all();
-    heavy_.ready.notify_all();
+    ready_[kWaits].SignalAll();
+    ready_[kHeavy].SignalAll();
     for (std::thread& t : workers_) t.join();  // a running wait ends within kWaitSlice
     workers_.clear();
   }
@@ -431,10 +430,8 @@ class H2ReadServer::Loop {
     Clock::time_point start;
     absl::StatusOr<std::string> answer;
   };
-  struct Pool {
-    std::condition_variable ready;
-    std::deque<std::unique_ptr<Job>> queue;  // guarded by mu_
-  };
+  // The offload pools (see kWaitThreads): reads that wait for a position, and the others.
+  enum Pool { kWaits, kHeavy, kPools };
 
   void Watch(int fd, uint32_t events, uint64_t tag, int op = EPOLL_CTL_ADD) {
     epoll_event ev{};
@@ -777,9 +774,9 @@ class H2ReadServer::Loop {
     // margin that lets the wait's answer reach it (WaitDeadline).
     const bool capped = call->waits && !s->timeout;
     if (capped) deadline = start + ViewQueries::kMaxWaitWithoutDeadline;
-    std::unique_lock<std::mutex> lock(mu_);
+    absl::ReleasableMutexLock lock(&mu_);
     if (offloaded_ >= kMaxOffloaded) {
-      lock.unlock();
+      lock.Release();
       return Finish(s, method->second.name, start,
                     absl::ResourceExhaustedError(absl::StrCat(
                         kMaxOffloaded, " reads are already waiting or running off the event "
@@ -795,11 +792,11 @@ class H2ReadServer::Loop {
     job->deadline = deadline;
     job->capped = capped;
     job->start = start;
-    Pool& pool = call->waits ? waits_ : heavy_;
+    const Pool pool = call->waits ? kWaits : kHeavy;
     job->call = *std::move(call);
-    pool.queue.push_back(std::move(job));
-    lock.unlock();
-    pool.ready.notify_one();
+    queues_[pool].push_back(std::move(job));
+    lock.Release();
+    ready_[pool].Signal();
   }
 
   void Finish(Stream* s, const std::string& method, Clock::time_point start,
@@ -854,16 +851,16 @@ class H2ReadServer::Loop {
 
   // ---- offload threads
 
-  void Offload(Pool* pool) {
-    pthread_setname_np(pthread_self(), pool == &waits_ ? "h2-waits" : "h2-offload");
+  void Offload(Pool pool) {
+    pthread_setname_np(pthread_self(), pool == kWaits ? "h2-waits" : "h2-offload");
     while (true) {
       std::unique_ptr<Job> job;
       {
-        std::unique_lock<std::mutex> lock(mu_);
-        pool->ready.wait(lock, [&] { return offload_stop_ || !pool->queue.empty(); });
+        absl::MutexLock lock(&mu_);
+        while (!offload_stop_ && queues_[pool].empty()) ready_[pool].Wait(&mu_);
         if (offload_stop_) return;  // the loop is gone: nobody would get the answers
-        job = std::move(pool->queue.front());
-        pool->queue.pop_front();
+        job = std::move(queues_[pool].front());
+        queues_[pool].pop_front();
       }
       if (job->gone->load()) {
         job->answer = absl::CancelledError("the client went away");  // delivered to nobody
@@ -876,7 +873,7 @@ class H2ReadServer::Loop {
                         job->answer.ok());
       }
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        absl::MutexLock lock(&mu_);
         finished_.push_back(std::move(job));
       }
       Wake();
@@ -913,7 +910,7 @@ class H2ReadServer::Loop {
   void DeliverFinished() {
     std::vector<std::unique_ptr<Job>> done;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       done.swap(finished_);
       offloaded_ -= done.size();
     }
@@ -938,7 +935,7 @@ class H2ReadServer::Loop {
   int listen_fd_ = -1, epoll_fd_ = -1, wake_fd_ = -1;
   int port_ = 0;
   std::thread thread_;
-  std::mutex shutdown_mu_;  // one Shutdown at a time
+  absl::Mutex shutdown_mu_;  // one Shutdown at a time
   std::atomic<bool> stopping_{false};
   Clock::time_point grace_until_;  // written before stopping_ is set
   bool accept_paused_ = false;     // the listener is out of epoll until accept_resume_
@@ -947,8 +944,9 @@ class H2ReadServer::Loop {
   uint64_t last_serial_ = kWakeTag;  // connections' tags follow the listen and wake tags
   std::map<uint64_t, std::unique_ptr<Connection>> connections_;
 
-  std::mutex mu_;
-  Pool waits_, heavy_;  // their queues are guarded by mu_
+  absl::Mutex mu_;
+  absl::CondVar ready_[kPools];  // queues_[pool] has a job, or offload_stop_
+  std::deque<std::unique_ptr<Job>> queues_[kPools] ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<Job>> finished_ ABSL_GUARDED_BY(mu_);
   size_t offloaded_ ABSL_GUARDED_BY(mu_) = 0;
   bool offload_stop_ ABSL_GUARDED_BY(mu_) = false;

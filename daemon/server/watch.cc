@@ -172,13 +172,13 @@ absl::StatusOr<uint64_t> DecodeWatchPosition(std::string_view token, std::string
 }
 
 std::shared_ptr<const v1::WatchEvent> WatchHub::EventCache::Find(uint64_t sequence) {
-  std::lock_guard lock(mu);
+  absl::MutexLock lock(&mu);
   auto it = events.find(sequence);
   return it == events.end() ? nullptr : it->second;
 }
 
 void WatchHub::EventCache::Insert(uint64_t sequence, std::shared_ptr<const v1::WatchEvent> e) {
-  std::lock_guard lock(mu);
+  absl::MutexLock lock(&mu);
   events.emplace(sequence, std::move(e));
   while (events.size() > kCachedEvents) events.erase(events.begin());
 }
@@ -203,25 +203,25 @@ WatchHub::~WatchHub() {
 }
 
 void WatchHub::Shutdown() {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   stopping_ = true;
   stopped_ = true;
   for (auto& [watcher, unused] : watchers_) watcher->stream->cancel();
-  wake_.notify_all();
+  wake_.SignalAll();
 }
 
 void WatchHub::WatchdogMain() {
-  std::unique_lock lock(mu_);
+  absl::MutexLock lock(&mu_);
   while (!stopping_) {
-    wake_.wait_for(lock, std::chrono::milliseconds(250));
+    wake_.WaitWithTimeout(&mu_, absl::Milliseconds(250));
     if (stopping_ || watchers_.empty()) continue;
-    lock.unlock();
+    mu_.Unlock();
     std::optional<ChangeLogBounds> bounds;
     if (auto txn = store_.BeginRead(); txn.ok()) {
       // A damaged log ends each stream with the error when it reads; nothing to cut off here.
       if (auto read = ReadChangeLogBounds(**txn, store_.changes()); read.ok()) bounds = *read;
     }
-    lock.lock();
+    mu_.Lock();
     if (!bounds) continue;
     const int64_t now = NowMs();
     for (auto& [w, unused] : watchers_) {
@@ -307,7 +307,7 @@ absl::Status WatchHub::Run(const v1::WatchRequest& request, const WatchStream& s
   watcher.cursor = cursor;
   watcher.allowed_lag = config_.max_lag_changes;
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (stopping_) return absl::UnavailableError("the server is shutting down; watch again later");
     watchers_[&watcher] = true;
   }
@@ -317,7 +317,7 @@ absl::Status WatchHub::Run(const v1::WatchRequest& request, const WatchStream& s
   // dangling watcher) and publish what was sent.
   auto finish = [&](absl::Status s) {
     {
-      std::lock_guard lock(mu_);
+      absl::MutexLock lock(&mu_);
       watchers_.erase(&watcher);
     }
     if (probe_ != nullptr) {

@@ -21,17 +21,17 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "cdcview/v1/view_service.pb.h"
 #include "daemon/config/config.h"
 #include "daemon/metrics/watch_probe.h"
@@ -82,8 +82,8 @@ class WatchHub {
   struct EventCache {
     std::shared_ptr<const v1::WatchEvent> Find(uint64_t sequence);
     void Insert(uint64_t sequence, std::shared_ptr<const v1::WatchEvent> event);
-    std::mutex mu;
-    std::map<uint64_t, std::shared_ptr<const v1::WatchEvent>> events;  // guarded by mu
+    absl::Mutex mu;
+    std::map<uint64_t, std::shared_ptr<const v1::WatchEvent>> events ABSL_GUARDED_BY(mu);
   };
   void WatchdogMain();
 
@@ -94,10 +94,10 @@ class WatchHub {
   const WatchConfig config_;
   WatchProbe* probe_;
 
-  std::mutex mu_;
-  std::condition_variable wake_;
-  bool stopping_ = false;                 // guarded by mu_
-  std::map<Watcher*, bool> watchers_;     // guarded by mu_
+  absl::Mutex mu_;
+  absl::CondVar wake_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::map<Watcher*, bool> watchers_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<EventCache>> caches_;  // by global view index
   std::atomic<bool> stopped_{false};
   std::thread watchdog_;

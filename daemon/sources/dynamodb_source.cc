@@ -5,6 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "daemon/log/log.h"
 #include "daemon/sources/record_queue.h"
 #include "simdjson.h"
@@ -96,7 +98,7 @@ DynamoDbSource::~DynamoDbSource() { Stop(); }
 
 absl::Status DynamoDbSource::Start(const std::map<std::string, std::string>& positions,
                                    RecordQueue* queue) {
-  std::lock_guard<std::mutex> start_stop(start_stop_mu_);
+  absl::MutexLock start_stop(&start_stop_mu_);
   if (discovery_.joinable()) {
     return absl::FailedPreconditionError(
         absl::StrCat("source \"", config_.name, "\" is already started"));
@@ -126,7 +128,7 @@ absl::Status DynamoDbSource::Start(const std::map<std::string, std::string>& pos
   }
   start_positions_ = positions;
   if (auto it = positions.find(std::string(kTrimmedPartition)); it != positions.end()) {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     sticky_error_ = it->second;
   }
   queue_ = queue;
@@ -139,19 +141,19 @@ absl::Status DynamoDbSource::Start(const std::map<std::string, std::string>& pos
 }
 
 void DynamoDbSource::Stop() {
-  std::lock_guard<std::mutex> start_stop(start_stop_mu_);
+  absl::MutexLock start_stop(&start_stop_mu_);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stop_ = true;
   }
-  wake_.notify_all();
+  wake_.SignalAll();
   if (discovery_.joinable()) discovery_.join();
   for (std::thread& t : readers_) t.join();
   readers_.clear();
 }
 
 SourceHealth DynamoDbSource::Health() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (!sticky_error_.empty()) return {SourceState::kError, sticky_error_};
   if (!transient_error_.empty()) return {SourceState::kError, transient_error_};
   if (backfilling_) return {SourceState::kBackfilling, "", backfill_progress_};
@@ -163,20 +165,24 @@ SourceHealth DynamoDbSource::Health() const {
 }
 
 void DynamoDbSource::SetError(std::string message) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   transient_error_ = std::move(message);
 }
 
 void DynamoDbSource::SetTransientError(std::string message) {
   if (stopping()) return;  // a request Stop cancelled is no error
   LogWarning(absl::StrCat("source ", config_.name, ": ", message));
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   transient_error_ = std::move(message);
 }
 
 bool DynamoDbSource::Sleep(std::chrono::milliseconds duration) {
-  std::unique_lock<std::mutex> lock(mu_);
-  return !wake_.wait_for(lock, duration, [this] { return stop_.load(); });
+  const absl::Time deadline = absl::Now() + absl::FromChrono(duration);
+  absl::MutexLock lock(&mu_);
+  while (!stop_.load()) {
+    if (wake_.WaitWithDeadline(&mu_, deadline)) break;  // timed out
+  }
+  return !stop_.load();
 }
 
 std::map<std::string, std::string> DynamoDbSource::Committed() const {
@@ -203,7 +209,7 @@ void DynamoDbSource::DiscoveryMain() {
       absl::Status s = Discover(first);
       if (s.ok()) {
         first = false;
-        std::lock_guard<std::mutex> lock(mu_);
+        absl::MutexLock lock(&mu_);
         streaming_ = true;
         transient_error_.clear();
       } else if (!absl::IsCancelled(s)) {
@@ -243,14 +249,14 @@ absl::Status DynamoDbSource::Discover(bool first) {
   bool fresh_latest = first && start_positions_.empty() &&
                       config_.dynamodb.start == DynamoDbSourceConfig::Start::kLatest;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     for (const aws::StreamShard& shard : description->shards) AddShard(shard, fresh_latest);
   }
-  wake_.notify_all();
+  wake_.SignalAll();
   return absl::OkStatus();
 }
 
-// Called with mu_ held. A shard with a parent waits; AdvanceLineage releases it once the
+// A shard with a parent waits; AdvanceLineage releases it once the
 // parent is finished or gone (a parent older than the stream's 24 hours is no longer listed).
 void DynamoDbSource::AddShard(const aws::StreamShard& listed, bool fresh_latest) {
   if (shards_.contains(listed.shard_id) || finished_.contains(listed.shard_id)) return;
@@ -285,7 +291,7 @@ void DynamoDbSource::AdvanceLineage() {
   std::map<std::string, std::string> committed = Committed();
   std::vector<std::string> forgotten;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     for (auto it = shards_.begin(); it != shards_.end();) {
       auto c = committed.find(it->first);
       bool applied = !lookup_ || (c != committed.end() && c->second == kEnd);
@@ -308,14 +314,14 @@ void DynamoDbSource::AdvanceLineage() {
     LogInfo(absl::StrCat("source ", config_.name, ": shard ", id, " fully applied"));
     if (probe_) probe_->ForgetShard(id);
   }
-  wake_.notify_all();
+  wake_.SignalAll();
 }
 
 void DynamoDbSource::UpdateShardMetrics() {
   if (!probe_) return;
   uint64_t open = 0, closed = 0, waiting = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     for (const auto& [id, shard] : shards_) {
       if (shard.phase == Phase::kWaitingParent) {
         ++waiting;
@@ -332,7 +338,7 @@ void DynamoDbSource::UpdateShardMetrics() {
 // ---------------------------------------------------------------- reading shards
 
 void DynamoDbSource::ReaderMain() {
-  std::unique_lock<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   while (!stop_) {
     // The ready shard due soonest.
     Shard* next = nullptr;
@@ -344,18 +350,18 @@ void DynamoDbSource::ReaderMain() {
       }
     }
     if (next == nullptr) {
-      wake_.wait_for(lock, kLineageInterval);
+      wake_.WaitWithTimeout(&mu_, absl::FromChrono(kLineageInterval));
       continue;
     }
     if (next->due > Clock::now()) {
-      wake_.wait_until(lock, next->due);
+      wake_.WaitWithTimeout(&mu_, absl::FromChrono(next->due - Clock::now()));
       continue;
     }
     next->phase = Phase::kReading;
     Shard copy = *next;
-    lock.unlock();
+    mu_.Unlock();
     StepResult result = ReadStep(copy);
-    lock.lock();
+    mu_.Lock();
     auto it = shards_.find(copy.id);
     if (it == shards_.end()) continue;
     Shard& shard = it->second;
@@ -392,7 +398,7 @@ void DynamoDbSource::ReportTrimmed(const std::string& shard, const absl::Status&
   LogError(absl::StrCat("source ", config_.name, ": ", message));
   if (probe_) probe_->CountTrimmedData();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     sticky_error_ = message;
   }
   PushPositionOnly(std::string(kTrimmedPartition), message);  // false only when stopping
@@ -435,7 +441,7 @@ DynamoDbSource::StepResult DynamoDbSource::ReadStep(Shard shard) {
     return finish(std::max(kErrorRetry, std::chrono::milliseconds(config_.dynamodb.poll_interval_ms)));
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     transient_error_.clear();
   }
   DynamoDbJsonDecoder decoder;
@@ -551,7 +557,7 @@ absl::Status DynamoDbSource::RunSnapshot() {
     }
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     backfilling_ = true;
     backfill_progress_ = 0;
     transient_error_.clear();
@@ -588,7 +594,7 @@ absl::Status DynamoDbSource::RunSnapshot() {
 void DynamoDbSource::AdvanceReplay() {
   if (replay_ == Replay::kReplaying) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       if (!streaming_) return;
       for (const auto& [id, shard] : shards_) {
         bool read_to_end = shard.phase == Phase::kEnded ||
@@ -607,7 +613,7 @@ void DynamoDbSource::AdvanceReplay() {
     }
     replay_ = Replay::kNone;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       backfilling_ = false;
       backfill_progress_ = 1;
     }
@@ -630,7 +636,7 @@ bool DynamoDbSource::ScanCommitted() {
   if (item_count_estimate_ > 0) {
     progress = std::max(progress, double(scanned_items_.load()) / double(item_count_estimate_));
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   backfill_progress_ = std::min(progress, 0.99);
   return !lookup_ || done == total;
 }
@@ -673,7 +679,7 @@ bool DynamoDbSource::ThrottleScan(double consumed_units) {
   {
     // One budget for all segments: each page moves the shared "next allowed" time on by the
     // time its consumed capacity is worth at the configured rate.
-    std::lock_guard<std::mutex> lock(throttle_mu_);
+    absl::MutexLock lock(&throttle_mu_);
     auto now = Clock::now();
     if (throttle_next_ < now) throttle_next_ = now;
     throttle_next_ += std::chrono::microseconds(int64_t(consumed_units * 1e6 / rate));

@@ -49,17 +49,17 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "daemon/aws/credentials.h"
 #include "daemon/aws/dynamodb_streams_client.h"
 #include "daemon/aws/http_client.h"
@@ -109,7 +109,7 @@ class DynamoDbSource : public ChangeSource {
   void DiscoveryMain();
   absl::Status ResolveStream();
   absl::Status Discover(bool first);
-  void AddShard(const aws::StreamShard& shard, bool fresh_latest);
+  void AddShard(const aws::StreamShard& shard, bool fresh_latest) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AdvanceLineage();
   void ReaderMain();
   StepResult ReadStep(Shard shard);
@@ -150,29 +150,29 @@ class DynamoDbSource : public ChangeSource {
   std::string table_name_;   // for Scan
 
   std::atomic<bool> stop_{false};
-  mutable std::mutex mu_;
-  std::condition_variable wake_;                 // shards became due, or stopping
-  std::map<std::string, Shard> shards_;          // guarded by mu_: known, not yet forgotten
-  std::set<std::string> finished_;               // guarded by mu_: END applied (or skipped)
-  std::string sticky_error_;                     // guarded by mu_: data lost upstream
-  std::string transient_error_;                  // guarded by mu_: cleared by a success
-  bool backfilling_ = false;                     // guarded by mu_
-  double backfill_progress_ = 0;                 // guarded by mu_
+  mutable absl::Mutex mu_;
+  absl::CondVar wake_;                           // shards became due, or stopping
+  std::map<std::string, Shard> shards_ ABSL_GUARDED_BY(mu_);  // known, not yet forgotten
+  std::set<std::string> finished_ ABSL_GUARDED_BY(mu_);       // END applied (or skipped)
+  std::string sticky_error_ ABSL_GUARDED_BY(mu_);             // data lost upstream
+  std::string transient_error_ ABSL_GUARDED_BY(mu_);          // cleared by a success
+  bool backfilling_ ABSL_GUARDED_BY(mu_) = false;
+  double backfill_progress_ ABSL_GUARDED_BY(mu_) = 0;
   // After the scan: kReplaying until every shard was read to its end, kMarked once the
   // "done" marker is pushed, kNone when it is applied (or no snapshot).
   enum class Replay { kNone, kReplaying, kMarked };
   Replay replay_ = Replay::kNone;                // discovery thread only
-  bool streaming_ = false;                       // guarded by mu_: readers may take shards
+  bool streaming_ ABSL_GUARDED_BY(mu_) = false;  // readers may take shards
   std::atomic<uint64_t> scanned_items_{0};
   uint64_t item_count_estimate_ = 0;             // set before the scan threads start
   uint32_t scan_rate_ = 0;                       // read units per second, 0: unthrottled; idem
 
-  std::mutex throttle_mu_;
-  std::chrono::steady_clock::time_point throttle_next_;  // guarded by throttle_mu_
+  absl::Mutex throttle_mu_;
+  std::chrono::steady_clock::time_point throttle_next_ ABSL_GUARDED_BY(throttle_mu_);
 
-  std::mutex start_stop_mu_;
-  std::thread discovery_;
-  std::vector<std::thread> readers_;
+  absl::Mutex start_stop_mu_;
+  std::thread discovery_ ABSL_GUARDED_BY(start_stop_mu_);
+  std::vector<std::thread> readers_ ABSL_GUARDED_BY(start_stop_mu_);
 };
 
 }  // namespace cdcview

@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "daemon/decode/base64.h"
 #include "daemon/decode/json_escape.h"
 #include "daemon/sources/record_queue.h"
@@ -108,7 +110,7 @@ absl::Status FileDeadLetterSink::Write(const SourceRecord& record, const absl::S
   }
   line += "}\n";
 
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (file_ == nullptr) {
     if (absl::Status s = OpenLocked(); !s.ok()) return s;
   }
@@ -177,7 +179,7 @@ absl::Status FileSource::Open(const Cursor& cursor, int* fd_out) {
 
 absl::Status FileSource::Start(const std::map<std::string, std::string>& positions,
                                RecordQueue* queue) {
-  std::lock_guard<std::mutex> start_stop(start_stop_mu_);
+  absl::MutexLock start_stop(&start_stop_mu_);
   if (thread_.joinable()) {
     return absl::FailedPreconditionError(
         absl::StrCat("source \"", config_.name, "\" is already started"));
@@ -198,7 +200,7 @@ absl::Status FileSource::Start(const std::map<std::string, std::string>& positio
     return status;
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stop_ = false;
     health_ = SourceHealth{SourceState::kRunning, ""};
   }
@@ -207,42 +209,46 @@ absl::Status FileSource::Start(const std::map<std::string, std::string>& positio
 }
 
 void FileSource::Stop() {
-  std::lock_guard<std::mutex> start_stop(start_stop_mu_);
+  absl::MutexLock start_stop(&start_stop_mu_);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stop_ = true;
   }
-  stop_cv_.notify_all();
+  stop_cv_.SignalAll();
   if (thread_.joinable()) thread_.join();
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (health_.state == SourceState::kRunning || health_.state == SourceState::kCaughtUp) {
     health_ = SourceHealth{SourceState::kStopped, ""};
   }
 }
 
 SourceHealth FileSource::Health() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return health_;
 }
 
 bool FileSource::stopping() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return stop_;
 }
 
 void FileSource::SetState(SourceState state) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (health_.state != SourceState::kError) health_ = SourceHealth{state, ""};
 }
 
 void FileSource::SetError(std::string message) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   health_ = SourceHealth{SourceState::kError, std::move(message)};
 }
 
 bool FileSource::WaitForGrowth() {
-  std::unique_lock<std::mutex> lock(mu_);
-  return !stop_cv_.wait_for(lock, kPollInterval, [&] { return stop_; });
+  const absl::Time deadline = absl::Now() + absl::FromChrono(kPollInterval);
+  absl::MutexLock lock(&mu_);
+  while (!stop_) {
+    if (stop_cv_.WaitWithDeadline(&mu_, deadline)) break;  // timed out
+  }
+  return !stop_;
 }
 
 void FileSource::Run(int fd, Cursor cursor, RecordQueue* queue) {

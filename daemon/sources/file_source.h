@@ -14,16 +14,16 @@
 // queue is full and nobody drains it (the unpushed record is read again after a restart).
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <map>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "daemon/config/config.h"
 #include "daemon/decode/dynamodb_json.h"
 #include "daemon/sources/change_source.h"
@@ -50,12 +50,12 @@ class FileDeadLetterSink : public DeadLetterSink {
   const std::string& path() const { return path_; }
 
  private:
-  absl::Status OpenLocked();
+  absl::Status OpenLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string source_name_;
   const std::string path_;
-  std::mutex mu_;
-  std::FILE* file_ = nullptr;  // guarded by mu_; opened by the first Write
+  absl::Mutex mu_;
+  std::FILE* file_ ABSL_GUARDED_BY(mu_) = nullptr;  // opened by the first Write
 };
 
 class FileSource : public ChangeSource {
@@ -108,12 +108,12 @@ class FileSource : public ChangeSource {
   const SourceConfig config_;
   FileDeadLetterSink dead_letters_;
 
-  mutable std::mutex mu_;
-  std::condition_variable stop_cv_;
-  bool stop_ = false;     // guarded by mu_
-  SourceHealth health_;   // guarded by mu_
-  std::thread thread_;    // started and joined under start_stop_mu_
-  std::mutex start_stop_mu_;
+  mutable absl::Mutex mu_;
+  absl::CondVar stop_cv_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  SourceHealth health_ ABSL_GUARDED_BY(mu_);
+  absl::Mutex start_stop_mu_;
+  std::thread thread_ ABSL_GUARDED_BY(start_stop_mu_);
 };
 
 }  // namespace cdcview

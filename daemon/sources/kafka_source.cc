@@ -118,18 +118,19 @@ namespace {
 // One message's delivery outcome. Shared between Write and the delivery callback, which may
 // run after Write gave up waiting (it then only drops its reference).
 struct Delivery {
-  std::mutex mu;
-  bool done = false;
-  rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
+  absl::Mutex mu;
+  bool done ABSL_GUARDED_BY(mu) = false;
+  rd_kafka_resp_err_t err ABSL_GUARDED_BY(mu) = RD_KAFKA_RESP_ERR_NO_ERROR;
 };
 
 void OnDelivery(rd_kafka_t*, const rd_kafka_message_t* message, void*) {
   auto* holder = static_cast<std::shared_ptr<Delivery>*>(message->_private);
   if (holder == nullptr) return;
   {
-    std::lock_guard<std::mutex> lock((*holder)->mu);
-    (*holder)->done = true;
-    (*holder)->err = message->err;
+    Delivery& delivery = **holder;
+    absl::MutexLock lock(&delivery.mu);
+    delivery.done = true;
+    delivery.err = message->err;
   }
   delete holder;
 }
@@ -180,7 +181,7 @@ absl::Status KafkaDeadLetterSink::CreateProducerLocked() {
 }
 
 absl::Status KafkaDeadLetterSink::Write(const SourceRecord& record, const absl::Status& why) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (producer_ == nullptr) {
     if (absl::Status s = CreateProducerLocked(); !s.ok()) return s;
   }
@@ -211,7 +212,7 @@ absl::Status KafkaDeadLetterSink::Write(const SourceRecord& record, const absl::
   } else {
     // Waits for this message's acknowledgement (or its failure after message.timeout.ms).
     rd_kafka_flush(producer_->rk, kDeadLetterTimeoutMs + 5000);
-    std::lock_guard<std::mutex> done_lock(delivery->mu);
+    absl::MutexLock done_lock(&delivery->mu);
     err = delivery->done ? delivery->err : RD_KAFKA_RESP_ERR__TIMED_OUT;
   }
   if (err == RD_KAFKA_RESP_ERR_NO_ERROR) return absl::OkStatus();
@@ -455,7 +456,7 @@ struct KafkaSource::Consumer {
   void PublishAssignment() {
     std::vector<std::string> keys;
     for (const auto& [key, state] : assigned) keys.push_back(key);
-    std::lock_guard<std::mutex> lock(source->mu_);
+    absl::MutexLock lock(&source->mu_);
     source->assignment_ = std::move(keys);
   }
 
@@ -685,7 +686,7 @@ void KafkaSource::SetPositionLookup(PositionLookup lookup) { lookup_ = std::move
 
 absl::Status KafkaSource::Start(const std::map<std::string, std::string>& positions,
                                 RecordQueue* queue) {
-  std::lock_guard<std::mutex> start_stop(start_stop_mu_);
+  absl::MutexLock start_stop(&start_stop_mu_);
   if (thread_.joinable()) {
     return absl::FailedPreconditionError(
         absl::StrCat("source \"", config_.name, "\" is already started"));
@@ -737,27 +738,27 @@ void KafkaSource::Run() {
 }
 
 void KafkaSource::Stop() {
-  std::lock_guard<std::mutex> start_stop(start_stop_mu_);
+  absl::MutexLock start_stop(&start_stop_mu_);
   stop_ = true;
   if (thread_.joinable()) thread_.join();
   consumer_.reset();
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   assignment_.clear();
   if (health_.state != SourceState::kError) health_ = SourceHealth{SourceState::kStopped, ""};
 }
 
 SourceHealth KafkaSource::Health() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return health_;
 }
 
 std::vector<std::string> KafkaSource::Assignment() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return assignment_;
 }
 
 void KafkaSource::SetHealth(SourceState state, std::string error) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   health_ = SourceHealth{state, std::move(error)};
 }
 

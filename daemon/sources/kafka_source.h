@@ -38,12 +38,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "daemon/config/config.h"
 #include "daemon/metrics/kafka_probe.h"
 #include "daemon/sources/change_source.h"
@@ -70,13 +71,13 @@ class KafkaDeadLetterSink : public DeadLetterSink {
 
  private:
   struct Producer;
-  absl::Status CreateProducerLocked();
+  absl::Status CreateProducerLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string source_name_;
   const KafkaSourceConfig config_;
   KafkaProbe* probe_;  // may be null
-  std::mutex mu_;
-  std::unique_ptr<Producer> producer_;  // guarded by mu_
+  absl::Mutex mu_;
+  std::unique_ptr<Producer> producer_ ABSL_GUARDED_BY(mu_);
 };
 
 class KafkaSource : public ChangeSource {
@@ -116,14 +117,14 @@ class KafkaSource : public ChangeSource {
   std::unique_ptr<FileDeadLetterSink> file_dead_letters_;    // without
   PositionLookup lookup_;                                    // set before Start
 
-  mutable std::mutex mu_;
-  SourceHealth health_;                        // guarded by mu_
-  std::vector<std::string> assignment_;        // guarded by mu_
+  mutable absl::Mutex mu_;
+  SourceHealth health_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> assignment_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> stop_{false};
   std::atomic<bool> paused_{false};
   std::unique_ptr<Consumer> consumer_;         // used by the consumer thread only
-  std::thread thread_;                         // started and joined under start_stop_mu_
-  std::mutex start_stop_mu_;
+  absl::Mutex start_stop_mu_;
+  std::thread thread_ ABSL_GUARDED_BY(start_stop_mu_);
 };
 
 }  // namespace cdcview

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
 namespace cdcview {
 namespace {
 
@@ -32,77 +35,81 @@ void RecordQueue::StampReceived(SourceRecord* record) {
 }
 
 size_t RecordQueue::Queued(uint32_t source) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return source < queued_.size() ? queued_[source] : 0;
 }
 
 bool RecordQueue::Push(SourceRecord record) {
   StampReceived(&record);
-  std::unique_lock<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   // A capacity of 0 would block forever; it behaves as 1.
   const size_t capacity = std::max<size_t>(capacity_, 1);
-  not_full_.wait(lock, [&] { return closed_ || records_.size() < capacity; });
+  while (!closed_ && records_.size() >= capacity) not_full_.Wait(&mu_);
   if (closed_) return false;
   CountIn(record);
   records_.push_back(std::move(record));
-  if (records_.size() >= wake_at_) not_empty_.notify_one();
+  if (records_.size() >= wake_at_) not_empty_.Signal();
   return true;
 }
 
 RecordQueue::PushResult RecordQueue::PushFor(SourceRecord* record,
                                              std::chrono::milliseconds wait) {
   StampReceived(record);  // kept across PushWithin's retries: the first try's time
-  std::unique_lock<std::mutex> lock(mu_);
+  const absl::Time deadline = absl::Now() + absl::FromChrono(wait);
+  absl::MutexLock lock(&mu_);
   const size_t capacity = std::max<size_t>(capacity_, 1);
-  if (!not_full_.wait_for(lock, wait, [&] { return closed_ || records_.size() < capacity; })) {
-    return PushResult::kFull;
+  while (!closed_ && records_.size() >= capacity) {
+    if (not_full_.WaitWithDeadline(&mu_, deadline)) break;  // timed out
   }
   if (closed_) return PushResult::kClosed;
+  if (records_.size() >= capacity) return PushResult::kFull;
   CountIn(*record);
   records_.push_back(std::move(*record));
-  if (records_.size() >= wake_at_) not_empty_.notify_one();
+  if (records_.size() >= wake_at_) not_empty_.Signal();
   return PushResult::kPushed;
 }
 
 bool RecordQueue::TryPush(SourceRecord&& record) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (closed_ || records_.size() >= std::max<size_t>(capacity_, 1)) return false;
   StampReceived(&record);
   CountIn(record);
   records_.push_back(std::move(record));
-  if (records_.size() >= wake_at_) not_empty_.notify_one();
+  if (records_.size() >= wake_at_) not_empty_.Signal();
   return true;
 }
 
 bool RecordQueue::PopBatch(size_t max, std::chrono::microseconds linger,
                            std::vector<SourceRecord>* out, size_t backlog_max) {
   if (max == 0) return true;
-  std::unique_lock<std::mutex> lock(mu_);
-  not_empty_.wait(lock, [&] { return closed_ || !records_.empty(); });
+  absl::MutexLock lock(&mu_);
+  while (!closed_ && records_.empty()) not_empty_.Wait(&mu_);
   if (records_.empty()) return false;  // closed and drained
   // A writer behind its sources takes the backlog in larger transactions, so it pays the
   // per-commit sync less often per event; without a backlog, batches stay small for latency.
   if (records_.size() > max && backlog_max > max) max = backlog_max;
   size_t taken = MoveFront(&records_, max, out, &queued_);
-  not_full_.notify_all();
+  not_full_.SignalAll();
   if (taken < max && linger.count() > 0) {
     // Waiting a little for a fuller batch makes each write transaction carry more events.
     // Producers wake this thread once the rest of the batch is there (or the queue is as full
     // as it gets), not once per record: on a busy machine those wake-ups cost a context
     // switch each.
     const size_t capacity = std::max<size_t>(capacity_, 1);
-    const auto deadline = std::chrono::steady_clock::now() + linger;
+    const absl::Time deadline = absl::Now() + absl::FromChrono(linger);
     while (taken < max && !closed_) {
       wake_at_ = std::min(max - taken, capacity);
-      const bool filled = not_empty_.wait_until(
-          lock, deadline, [&] { return closed_ || records_.size() >= wake_at_; });
+      while (!closed_ && records_.size() < wake_at_) {
+        if (not_empty_.WaitWithDeadline(&mu_, deadline)) break;  // timed out
+      }
+      const bool filled = closed_ || records_.size() >= wake_at_;
       wake_at_ = 1;
       if (!filled) break;  // linger is over
       taken += MoveFront(&records_, max - taken, out, &queued_);
-      not_full_.notify_all();
+      not_full_.SignalAll();
     }
     taken += MoveFront(&records_, max - taken, out, &queued_);  // what arrived meanwhile, or with Close
-    not_full_.notify_all();
+    not_full_.SignalAll();
   }
   return true;
 }
@@ -110,20 +117,23 @@ bool RecordQueue::PopBatch(size_t max, std::chrono::microseconds linger,
 void RecordQueue::PopBatchFor(size_t max, std::chrono::milliseconds wait,
                               std::vector<SourceRecord>* out) {
   if (max == 0) return;
-  std::unique_lock<std::mutex> lock(mu_);
-  not_empty_.wait_for(lock, wait, [&] { return closed_ || !records_.empty(); });
-  if (MoveFront(&records_, max, out, &queued_) > 0) not_full_.notify_all();
+  const absl::Time deadline = absl::Now() + absl::FromChrono(wait);
+  absl::MutexLock lock(&mu_);
+  while (!closed_ && records_.empty()) {
+    if (not_empty_.WaitWithDeadline(&mu_, deadline)) break;  // timed out
+  }
+  if (MoveFront(&records_, max, out, &queued_) > 0) not_full_.SignalAll();
 }
 
 void RecordQueue::Close() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   closed_ = true;
-  not_empty_.notify_all();
-  not_full_.notify_all();
+  not_empty_.SignalAll();
+  not_full_.SignalAll();
 }
 
 size_t RecordQueue::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return records_.size();
 }
 

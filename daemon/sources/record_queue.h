@@ -6,13 +6,13 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "daemon/sources/change_source.h"
 
 namespace cdcview {
@@ -64,18 +64,18 @@ class RecordQueue {
 
  private:
   const size_t capacity_;
-  mutable std::mutex mu_;
-  std::condition_variable not_empty_;
-  std::condition_variable not_full_;
-  std::deque<SourceRecord> records_;  // guarded by mu_
-  std::vector<size_t> queued_;        // per source, guarded by mu_
-  void CountIn(const SourceRecord& record);  // mu_ held
+  mutable absl::Mutex mu_;
+  absl::CondVar not_empty_;
+  absl::CondVar not_full_;
+  std::deque<SourceRecord> records_ ABSL_GUARDED_BY(mu_);
+  std::vector<size_t> queued_ ABSL_GUARDED_BY(mu_);  // per source
+  void CountIn(const SourceRecord& record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets received_ms to now unless the source set it.
   static void StampReceived(SourceRecord* record);
-  bool closed_ = false;               // guarded by mu_
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
   // Producers wake the consumer once this many records wait: 1, or the rest of a lingering
-  // batch. Guarded by mu_.
-  size_t wake_at_ = 1;
+  // batch.
+  size_t wake_at_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
 }  // namespace cdcview

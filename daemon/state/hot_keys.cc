@@ -37,7 +37,7 @@ HotKeyTracker::HotKeyTracker(const Catalog& catalog) {
 void HotKeyTracker::RecordBatch(const std::vector<IndexMutation>& mutations,
                                 std::span<const std::pair<size_t, std::string>> table_keys,
                                 int64_t now_ms) {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (const IndexMutation& m : mutations) {
     const size_t n = FirstKeyComponentSize(m.key);
     if (n == 0) continue;
@@ -52,13 +52,13 @@ void HotKeyTracker::RecordBatch(const std::vector<IndexMutation>& mutations,
 
 HeavyHittersReport HotKeyTracker::ViewReport(size_t global_view, size_t limit, int64_t now_ms,
                                              bool whole_run) const {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   return (whole_run ? views_run_ : views_)[global_view].Report(limit, now_ms);
 }
 
 HeavyHittersReport HotKeyTracker::TableReport(size_t table, size_t limit, int64_t now_ms,
                                               bool whole_run) const {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   return (whole_run ? tables_run_ : tables_)[table].Report(limit, now_ms);
 }
 

@@ -15,13 +15,13 @@
 #pragma once
 
 #include <cstdint>
-#include <mutex>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "daemon/state/catalog.h"
 #include "index_builders/heavy_hitters.h"
 #include "index_builders/view_builder.h"
@@ -49,7 +49,7 @@ class HotKeyTracker {
                                  bool whole_run = false) const;
 
  private:
-  mutable std::mutex mu_;
+  mutable absl::Mutex mu_;
   std::vector<WindowedHeavyHitters> views_ ABSL_GUARDED_BY(mu_);
   std::vector<WindowedHeavyHitters> tables_ ABSL_GUARDED_BY(mu_);
   std::vector<WindowedHeavyHitters> views_run_ ABSL_GUARDED_BY(mu_);

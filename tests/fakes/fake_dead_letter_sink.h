@@ -6,12 +6,13 @@
 
 #include <atomic>
 #include <chrono>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "daemon/sources/change_source.h"
 
 namespace cdcview {
@@ -27,7 +28,7 @@ class FakeDeadLetterSink : public DeadLetterSink {
 
   absl::Status Write(const SourceRecord& record, const absl::Status& why) override {
     if (auto delay = delay_.load(); delay.count() > 0) std::this_thread::sleep_for(delay);
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     ++attempts_;
     if (!failure_.ok() && succeed_first_ == 0) return failure_;
     if (succeed_first_ > 0) --succeed_first_;
@@ -37,13 +38,13 @@ class FakeDeadLetterSink : public DeadLetterSink {
 
   // Every later Write returns `failure` (OK: succeed again) and records nothing.
   void FailWith(absl::Status failure) {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     failure_ = std::move(failure);
   }
 
   // The next `n` writes succeed, every later one returns `failure`.
   void FailAfter(int n, absl::Status failure) {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     succeed_first_ = n;
     failure_ = std::move(failure);
   }
@@ -53,21 +54,21 @@ class FakeDeadLetterSink : public DeadLetterSink {
   void DelayWrites(std::chrono::milliseconds delay) { delay_.store(delay); }
 
   std::vector<Letter> letters() const {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     return letters_;
   }
   // Write calls, including failed ones.
   int attempts() const {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     return attempts_;
   }
 
  private:
-  mutable std::mutex mu_;
-  absl::Status failure_;
-  std::vector<Letter> letters_;
-  int attempts_ = 0;
-  int succeed_first_ = 0;
+  mutable absl::Mutex mu_;
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);
+  std::vector<Letter> letters_ ABSL_GUARDED_BY(mu_);
+  int attempts_ ABSL_GUARDED_BY(mu_) = 0;
+  int succeed_first_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<std::chrono::milliseconds> delay_{std::chrono::milliseconds(0)};
 };
 

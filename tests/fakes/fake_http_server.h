@@ -10,10 +10,12 @@
 
 #include <atomic>
 #include <map>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 namespace cdcview::test {
 
@@ -52,7 +54,7 @@ class FakeHttpServer {
 
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/"; }
   std::vector<Request> requests() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     return requests_;
   }
 
@@ -103,7 +105,7 @@ class FakeHttpServer {
     buffer->erase(0, header_end + 4 + length);
     Response response;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       response = script_[std::min(requests_.size(), script_.size() - 1)];
       requests_.push_back(request);
     }
@@ -127,8 +129,8 @@ class FakeHttpServer {
   std::atomic<bool> stop_{false};
   std::atomic<int> client_{-1};
   std::thread thread_;
-  mutable std::mutex mu_;
-  std::vector<Request> requests_;
+  mutable absl::Mutex mu_;
+  std::vector<Request> requests_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace cdcview::test
