@@ -42,7 +42,7 @@ absl::StatusOr<std::unique_ptr<ChangeSource>> MakeSource(uint32_t index, const S
 
 absl::StatusOr<std::unique_ptr<Application>> Application::Start(Config config) {
   // Debian builds Abseil without NDEBUG, so every absl::Mutex (gRPC takes several per call)
-  // records its lock order in a process-wide graph behind one global lock: ~0.3 us per
+  // records its lock order in a process-wide graph behind one global lock: a cost on every
   // mutex use and contention between all threads. Tests keep the check; the daemon turns it off.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   std::unique_ptr<Application> app(new Application());

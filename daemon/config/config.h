@@ -22,8 +22,8 @@ struct StorageConfig {
   std::string path = "./data";
   uint64_t map_size = 4ull << 30;       // initial LMDB map size
   uint64_t max_map_size = 64ull << 30;  // MDB_MAP_FULL grows the map up to this
-  // MDB_WRITEMAP: commits write pages in the map instead of copying them with pwrite (about
-  // twice the write rate). Costs: a disk (or tmpfs) that fills up kills the process with
+  // MDB_WRITEMAP: commits write pages in the map instead of copying them with pwrite (a large
+  // share of a commit's cost). Costs: a disk (or tmpfs) that fills up kills the process with
   // SIGBUS instead of failing the commit, data.mdb is as long as the map (sparse), and a stray
   // pointer write could reach the map. See docs/ARCHITECTURE.md, "Write map".
   bool write_map = true;

@@ -1,13 +1,11 @@
 // H2ReadServer: cdcview.v1.ViewService's unary reads over gRPC's wire protocol (HTTP/2),
 // served by one event-loop thread of ours through nghttp2 instead of the gRPC library.
 //
-// Why a second server: on a small machine gRPC C++'s threading holds answers back. With its
-// client on the same two cores, Debian 12's gRPC 1.51 answers point queries at 5k QPS with a
-// p50 near 100 us but a p99 of 7-64 ms: after a pause the answers to about fifteen requests
-// leave in one write, though the handlers finish in well under 1 ms. Every server variant of
-// the library tried does the same (docs/ARCHITECTURE.md, "Queries"). This server reads,
-// answers and writes on the thread that received the request, so a point query costs one
-// wake-up and no hand-over between threads.
+// Why a second server: on a small machine gRPC C++'s threading holds answers back: they wait
+// in hand-overs between its threads and leave in bursts, so the point-query tail is far above
+// what the handlers take, and no server variant of the library changed that
+// (docs/PERFORMANCE.md, "Queries"). This server reads, answers and writes on the thread that
+// received the request, so a point query costs one wake-up and no hand-over between threads.
 //
 // What it serves: every unary method of cdcview.v1.ViewService, as the service descriptor
 // lists them (ViewServiceUnaryMethods), to any gRPC client, with the same answers and error
@@ -47,7 +45,8 @@ namespace cdcview {
 
 class H2ReadServer {
  public:
-  // Pages up to this size run on the event loop (a 100-row page takes 0.3-0.9 ms).
+  // Pages up to this size run on the event loop; larger ones would hold up the point queries
+  // behind them.
   static constexpr uint32_t kInlinePageLimit = 100;
   // gRPC's own default limit for a received message.
   static constexpr size_t kMaxMessageBytes = 4 << 20;

@@ -127,10 +127,9 @@ absl::StatusOr<std::unique_ptr<ViewServer>> ViewServer::Start(const std::string&
   // gRPC's sync server keeps between MIN_POLLERS (1) and MAX_POLLERS (2) idle handler threads by
   // default: when the last idle one takes a call it starts a new thread, and a thread that
   // finishes a call while two others are idle exits. Under a steady stream of concurrent calls
-  // that creates and destroys threads all the time (query_bench, 5k point QPS: about 6,700
-  // thread starts in a 27 s run), each start costing CPU and stalling a call on a busy machine. A
-  // higher MAX_POLLERS keeps the threads a burst needed for the next one (16: 260-3,500 per run;
-  // 64: 400-1,600, the rest from bursts of more concurrent calls). No cap on the threads
+  // that creates and destroys threads all the time, each start costing CPU and stalling a call
+  // on a busy machine. A higher MAX_POLLERS keeps the threads a burst needed for the next one
+  // (docs/PERFORMANCE.md, "Comparisons behind design choices"). No cap on the threads
   // themselves (ResourceQuota::SetMaxThreads): at the cap gRPC answers RESOURCE_EXHAUSTED,
   // which would refuse Watch streams (each holds a thread).
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::NUM_CQS, 1);

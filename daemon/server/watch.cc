@@ -185,8 +185,7 @@ void WatchHub::EventCache::Insert(uint64_t sequence, std::shared_ptr<const v1::W
 
 WatchHub::WatchHub(const Catalog& catalog, const Store& store, const PublishedState& published,
                    const ViewReader& reader, const WatchConfig& config, WatchProbe* probe)
-    : catalog_(catalog),
-      store_(store),
+    : store_(store),
       published_(published),
       reader_(reader),
       config_(config),

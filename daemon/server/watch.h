@@ -87,7 +87,6 @@ class WatchHub {
   };
   void WatchdogMain();
 
-  const Catalog& catalog_;
   const Store& store_;
   const PublishedState& published_;
   const ViewReader& reader_;

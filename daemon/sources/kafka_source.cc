@@ -28,11 +28,11 @@ namespace {
 constexpr int kPollMs = 100;
 constexpr int kPausedPollMs = 10;  // while holding records for a full queue
 // How long a message waits for room in a full queue before the partitions are paused: longer
-// than the writer's longest normal batch (8,192 events of a backlog take 0.2-0.5 s of CPU, more
-// on a busy machine), short against max.poll.interval.ms so the group does not notice. A pause
-// makes librdkafka drop what it prefetched (up to queued.max.messages.kbytes per partition)
-// and fetch it again: with 250 ms, a writer in the middle of a batch caused it several times
-// per 300k events, and the refetches cost the broker more CPU than the reads themselves.
+// than the writer takes for its largest normal batch (a backlog batch of up to 8 x
+// apply.batch_size), even on a busy machine, and short against max.poll.interval.ms so the
+// group does not notice. A pause makes librdkafka drop what it prefetched (up to
+// queued.max.messages.kbytes per partition) and fetch it again, which costs the broker more
+// than the reads themselves, so ordinary batches must never cause one.
 constexpr std::chrono::milliseconds kFullQueueWait(5000);
 constexpr auto kPeriodic = std::chrono::seconds(1);  // offset commits, lag gauges
 constexpr int kDeadLetterTimeoutMs = 10000;
@@ -321,9 +321,8 @@ struct KafkaSource::Consumer {
         {"enable.auto.offset.store", "false", field},
         {"enable.partition.eof", "true", field},
         // fetch.wait.max.ms stays librdkafka's 500 ms: the broker answers a waiting fetch as
-        // soon as data comes (kafka_bench, Kafka 4.1, 200 and 2k events/s: 4-5 ms median from
-        // the message timestamp to the consumer), while 10 ms made every idle source cost the
-        // broker about 0.25 CPU-seconds per second in empty fetches.
+        // soon as data comes, so a long wait adds no latency, while a short one makes every
+        // idle source cost the broker empty fetches (docs/PERFORMANCE.md).
         {"auto.offset.reset",
          kafka.start == KafkaSourceConfig::Start::kLatest ? "latest" : "earliest", field + ".start"}};
     for (const auto& [name, value] : kafka.properties) {

@@ -110,11 +110,13 @@ TEST_F(GetStatusTest, ReportsEachSourcesRegisteredHealth) {
   b_.Set(SourceState::kError, "cannot open b.ndjson: No such file or directory");
   const v1::StatusResponse status = reader_->GetStatus();
   ASSERT_EQ(status.sources_size(), 2);
+  // A backfilling source's lag is unknown and a failed one is never fresh (readiness's rule).
   EXPECT_EQ(status.sources(0).ShortDebugString(),
-            "name: \"a\" kind: \"file\" table: \"App\" state: \"backfilling\" progress: 0.25");
+            "name: \"a\" kind: \"file\" table: \"App\" state: \"backfilling\" lag_seconds: inf "
+            "progress: 0.25");
   EXPECT_EQ(status.sources(1).ShortDebugString(),
             "name: \"b\" kind: \"file\" table: \"App\" state: \"error\" error: \"cannot open "
-            "b.ndjson: No such file or directory\"");
+            "b.ndjson: No such file or directory\" lag_seconds: inf");
 }
 
 }  // namespace
