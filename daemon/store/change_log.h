@@ -1,5 +1,6 @@
-// The change log: every view entry change the writer commits, in commit order, in the
-// `changes` database, for Watch streams to read and resume from.
+// The change log: every view entry change the writer commits, in commit order (within a
+// commit, in the order its events were applied), in the `changes` database, for Watch streams
+// to read and resume from.
 //
 // Each change has a sequence number (1, 2, ...). Changes are stored in blocks, one LMDB entry
 // per run of consecutive changes of one write transaction:
@@ -13,9 +14,10 @@
 //
 // A block stays under the size LMDB keeps inline in a 4 KiB page (kChangeBlockBytes; a single
 // larger change is a block of its own, on overflow pages). One put per block instead of one
-// per change, appended (MDB_APPEND), makes the log about a tenth of what it cost the writer
-// as one entry per change. A one-change block is byte for byte the earlier one-entry-per-change
-// format, so stores written before blocks read unchanged.
+// per change, appended (MDB_APPEND), keeps the log a small part of the writer's work: fewer
+// B-tree entries, each written at the end of the tree. A block has no header: a block of one
+// change is that change's bytes alone, so a store whose log holds one change per entry reads
+// unchanged.
 //
 // The writer appends in the same write transaction as the view mutations, so the log and the
 // views never disagree, and trims it to the newest `watch.retain_changes` changes in that same

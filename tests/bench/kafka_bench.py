@@ -248,11 +248,10 @@ def live_fetch(args):
 
     librdkafka's defaults (fetch.min.bytes 1, fetch.wait.max.ms 500) have the broker answer a
     waiting fetch as soon as one partition has data, so the producer's batch for six
-    partitions comes back in several fetches. Waiting up to 5 ms for 256 KiB brings it in one:
-    at 21.6k events/s the broker used 6.3 CPU-s per 20 s instead of 10.1. These are not
-    cdcviewd's defaults because an idle source with them costs the broker about 0.22 of a core
-    in empty fetches (0.09 at 20 ms; nothing with the defaults): docs/ARCHITECTURE.md,
-    "Kafka source"."""
+    partitions comes back in several fetches. Waiting up to 5 ms for 256 KiB brings it in one,
+    at less broker CPU. These are not cdcviewd's defaults because an idle source with them
+    costs the broker CPU in empty fetches (nothing with the defaults). The figures:
+    docs/PERFORMANCE.md, "Comparisons behind design choices"."""
     if args.live_fetch_wait_ms <= 0:
         return {}
     return {"fetch.wait.max.ms": str(args.live_fetch_wait_ms), "fetch.min.bytes": "262144"}
