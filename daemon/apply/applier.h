@@ -16,6 +16,10 @@
 // thread (the writer), one at a time; Run and ApplyBatches start a second thread for their
 // first stage and join it before they return. The Publish* and Log* methods may be called
 // from any thread.
+//
+// The class's files: applier.cc (construction, Run, ApplyBatches and the slot hand-off between
+// the stages, retries), preparer.cc (the first stage), committer.cc (the second stage),
+// rebuild.cc (Recover and the rebuilds); prepared_batch.h is the batch between the stages.
 #pragma once
 
 #include <atomic>
@@ -137,7 +141,7 @@ class Applier {
 
  private:
   enum class Outcome { kApplied, kSkipped, kRejected };
-  // A batch between the two stages (defined in applier.cc).
+  // A batch between the two stages (defined in prepared_batch.h).
   struct Prepared;
   // The first stage: works out `batch`'s writes from a read snapshot overlaid with the items
   // `previous` writes (the batch before, which may not have committed yet; null if there is
