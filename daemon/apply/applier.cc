@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "daemon/apply/prepared_batch.h"
 #include "daemon/log/log.h"
 #include "daemon/sources/record_queue.h"
@@ -177,8 +178,8 @@ void Applier::PrepareLoop(const BatchSource& next, OnFailure on_failure,
   for (uint64_t n = 0; !(stop != nullptr && stop->load()); ++n) {
     const size_t slot = n % 2;
     {
-      std::unique_lock lock(slot_mu_);
-      slot_changed_.wait(lock, [&] { return slot_state_[slot] == SlotState::kFree || writer_done_; });
+      absl::MutexLock lock(&slot_mu_);
+      while (slot_state_[slot] != SlotState::kFree && !writer_done_) slot_changed_.Wait(&slot_mu_);
       if (writer_done_) break;
     }
     Prepared& batch = *slots_[slot];
@@ -192,17 +193,17 @@ void Applier::PrepareLoop(const BatchSource& next, OnFailure on_failure,
       break;
     }
     {
-      std::lock_guard lock(slot_mu_);
+      absl::MutexLock lock(&slot_mu_);
       slot_state_[slot] = SlotState::kPrepared;
     }
-    slot_changed_.notify_all();
+    slot_changed_.SignalAll();
     previous = &batch;  // its items are the next batch's old images until it commits
   }
   {
-    std::lock_guard lock(slot_mu_);
+    absl::MutexLock lock(&slot_mu_);
     preparer_done_ = true;
   }
-  slot_changed_.notify_all();
+  slot_changed_.SignalAll();
 }
 
 void Applier::Run(RecordQueue* queue, const std::atomic<bool>* stop) {
@@ -225,7 +226,7 @@ void Applier::Run(RecordQueue* queue, const std::atomic<bool>* stop) {
 absl::Status Applier::ApplyBatches(const BatchSource& next, OnFailure on_failure,
                                    const std::atomic<bool>* stop) {
   {
-    std::lock_guard lock(slot_mu_);
+    absl::MutexLock lock(&slot_mu_);
     slot_state_[0] = slot_state_[1] = SlotState::kFree;
     preparer_done_ = writer_done_ = false;
   }
@@ -247,9 +248,9 @@ absl::Status Applier::ApplyBatches(const BatchSource& next, OnFailure on_failure
       // The preparer publishes the slots in turn, so once it is done and this one is not
       // prepared, there are no more. `stop` is raised after the queue closed, when a batch
       // keeps failing: checked every 100 ms.
-      std::unique_lock lock(slot_mu_);
+      absl::MutexLock lock(&slot_mu_);
       while (slot_state_[slot] != SlotState::kPrepared && !preparer_done_ && !stopped()) {
-        slot_changed_.wait_for(lock, std::chrono::milliseconds(100));
+        slot_changed_.WaitWithTimeout(&slot_mu_, absl::Milliseconds(100));
       }
       if (slot_state_[slot] != SlotState::kPrepared) break;
     }
@@ -260,18 +261,18 @@ absl::Status Applier::ApplyBatches(const BatchSource& next, OnFailure on_failure
       break;
     }
     {
-      std::lock_guard lock(slot_mu_);
+      absl::MutexLock lock(&slot_mu_);
       slot_state_[slot] = SlotState::kFree;
     }
-    slot_changed_.notify_all();
+    slot_changed_.SignalAll();
     // An aggregate found inconsistent by this batch is rebuilt before the next one.
     if (!inconsistent_.empty() && !RebuildWithRetries(stop)) break;
   }
   {
-    std::lock_guard lock(slot_mu_);
+    absl::MutexLock lock(&slot_mu_);
     writer_done_ = true;
   }
-  slot_changed_.notify_all();
+  slot_changed_.SignalAll();
   preparer.join();
   if (!commit_error.ok()) return commit_error;
   if (!prepare_error.ok()) return prepare_error;

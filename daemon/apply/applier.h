@@ -24,19 +24,19 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "daemon/apply/aggregate_writer.h"
 #include "daemon/log/log_throttle.h"
 #include "daemon/metrics/metrics.h"
@@ -119,7 +119,7 @@ class Applier {
   using BatchSource = std::function<bool(std::vector<SourceRecord>*)>;
   enum class OnFailure { kRetry, kStop };
   absl::Status ApplyBatches(const BatchSource& next, OnFailure on_failure,
-                            const std::atomic<bool>* stop = nullptr);
+                            const std::atomic<bool>* stop = nullptr) ABSL_LOCKS_EXCLUDED(slot_mu_);
   // The queue whose records count as not applied yet (PublishedState::HasUnapplied); Run
   // watches its own. Not while Run runs.
   void WatchQueue(const RecordQueue* queue);
@@ -162,7 +162,7 @@ class Applier {
   void CountInFlight(Prepared* batch);
   // Run's first stage, on its own thread: pops and prepares batches into slots_ in turn.
   void PrepareLoop(const BatchSource& next, OnFailure on_failure, const std::atomic<bool>* stop,
-                   absl::Status* error);
+                   absl::Status* error) ABSL_LOCKS_EXCLUDED(slot_mu_);
   // Calls `attempt` (Prepare or Commit of one batch, `what` in the log) until it succeeds,
   // under `on_failure`; meanwhile WriterError() says why, from the `stage`'s own error (the
   // committer's names the source *error_source, null: all), so neither stage clears the
@@ -233,11 +233,11 @@ class Applier {
   std::unique_ptr<Prepared> sync_batch_;
   std::unique_ptr<Prepared> slots_[2];
   enum class SlotState { kFree, kPrepared };
-  SlotState slot_state_[2] = {SlotState::kFree, SlotState::kFree};  // guarded by slot_mu_
-  bool preparer_done_ = false;  // no more batches will be prepared; guarded by slot_mu_
-  bool writer_done_ = false;    // the writer stopped taking batches; guarded by slot_mu_
-  std::mutex slot_mu_;
-  std::condition_variable slot_changed_;
+  absl::Mutex slot_mu_;
+  absl::CondVar slot_changed_;  // signalled when a slot_state_ or either _done_ changes
+  SlotState slot_state_[2] ABSL_GUARDED_BY(slot_mu_) = {SlotState::kFree, SlotState::kFree};
+  bool preparer_done_ ABSL_GUARDED_BY(slot_mu_) = false;  // no more batches will be prepared
+  bool writer_done_ ABSL_GUARDED_BY(slot_mu_) = false;    // the writer stopped taking batches
 
   // Writer-thread scratch, reused across batches.
   BatchStats stats_;
