@@ -52,12 +52,11 @@ class RecordQueue;
 
 // How long the writer waits for a partial batch to fill (group commit): as long as the last
 // commit (mdb_txn_commit, with its sync) took, between kMinLinger and apply.max_delay_ms.
-// Lingering saves commits, so it is worth what a commit costs; the events that arrive while a
-// batch is applied pile up for the next one anyway. On tmpfs or a fast SSD a commit takes well
-// under a millisecond, so the linger is one; where a sync takes tens of milliseconds, batches
-// still gather max_delay_ms of events. (It used to be the whole last batch, apply included:
-// the linger then grew with the batch, and from half the writer's capacity on it sat at
-// max_delay_ms, which was most of the lag at half load.)
+// Lingering saves commits, so it is worth what a commit costs, not what applying a batch
+// costs: a linger that grew with the batch would sit at max_delay_ms from half the writer's
+// capacity on. The events that arrive while a batch is applied pile up for the next one
+// anyway. On tmpfs or a fast SSD a commit takes well under a millisecond, so the linger is
+// one; where a sync takes tens of milliseconds, batches still gather max_delay_ms of events.
 inline constexpr std::chrono::microseconds kMinLinger{1000};
 std::chrono::microseconds WriterLinger(const ApplyConfig& cfg, std::chrono::microseconds last_commit);
 
@@ -66,10 +65,10 @@ std::chrono::microseconds WriterLinger(const ApplyConfig& cfg, std::chrono::micr
 // cost its thread (Store::last_lmdb_commit). Only a batch larger than apply.batch_size, which
 // the writer takes when it is behind its sources (see BacklogBatchSize): it is as large as a
 // flush, so recording it in a layer first would copy each write once more for nothing
-// (docs/ARCHITECTURE.md, "Write-back", has the figures). And only
-// where that commit costs its writer at most kDirectCommitPerEvent per event, a sixth of
-// what the preparer spends on the next batch meanwhile: on tmpfs or a fast SSD. Where a sync
-// takes hundreds of milliseconds (a slow disk) the flusher waits for it instead of the writer.
+// (docs/PERFORMANCE.md has the comparison). And only where that commit costs its writer at
+// most kDirectCommitPerEvent per event, small against what the preparer spends on the next
+// batch meanwhile: on tmpfs or a fast SSD. Where a sync takes hundreds of milliseconds (a
+// slow disk) the flusher waits for it instead of the writer.
 inline constexpr std::chrono::nanoseconds kDirectCommitPerEvent{2000};
 // Without a last commit to go by (none since the start), buffered.
 bool CommitsDirectly(const ApplyConfig& cfg, size_t events,
@@ -107,7 +106,7 @@ class Applier {
   // aggregate deltas, encoded items) while the calling thread writes and commits batch N. The
   // old images come from a read snapshot, overlaid with the items of batch N (which may not
   // have committed yet) and of N+1's earlier events: the same images one thread applying the
-  // batches in turn would read. See docs/ARCHITECTURE.md, "Writer".
+  // batches in turn would read. See docs/ARCHITECTURE.md, "The writer".
   void Run(RecordQueue* queue, const std::atomic<bool>* stop);
   // Run's two stages over the batches `next` gives (it fills its argument, an empty vector,
   // and returns false when there are no more; called on the preparer's thread). Returns once
