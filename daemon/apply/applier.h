@@ -16,23 +16,27 @@
 // thread (the writer), one at a time; Run and ApplyBatches start a second thread for their
 // first stage and join it before they return. The Publish* and Log* methods may be called
 // from any thread.
+//
+// The class's files: applier.cc (construction, Run, ApplyBatches and the slot hand-off between
+// the stages, retries), preparer.cc (the first stage), committer.cc (the second stage),
+// rebuild.cc (Recover and the rebuilds); prepared_batch.h is the batch between the stages.
 #pragma once
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "daemon/apply/aggregate_writer.h"
 #include "daemon/log/log_throttle.h"
 #include "daemon/metrics/metrics.h"
@@ -48,12 +52,11 @@ class RecordQueue;
 
 // How long the writer waits for a partial batch to fill (group commit): as long as the last
 // commit (mdb_txn_commit, with its sync) took, between kMinLinger and apply.max_delay_ms.
-// Lingering saves commits, so it is worth what a commit costs; the events that arrive while a
-// batch is applied pile up for the next one anyway. On tmpfs or a fast SSD a commit takes well
-// under a millisecond, so the linger is one; where a sync takes tens of milliseconds, batches
-// still gather max_delay_ms of events. (It used to be the whole last batch, apply included:
-// the linger then grew with the batch, and from half the writer's capacity on it sat at
-// max_delay_ms, which was most of the lag at half load.)
+// Lingering saves commits, so it is worth what a commit costs, not what applying a batch
+// costs: a linger that grew with the batch would sit at max_delay_ms from half the writer's
+// capacity on. The events that arrive while a batch is applied pile up for the next one
+// anyway. On tmpfs or a fast SSD a commit takes well under a millisecond, so the linger is
+// one; where a sync takes tens of milliseconds, batches still gather max_delay_ms of events.
 inline constexpr std::chrono::microseconds kMinLinger{1000};
 std::chrono::microseconds WriterLinger(const ApplyConfig& cfg, std::chrono::microseconds last_commit);
 
@@ -62,10 +65,10 @@ std::chrono::microseconds WriterLinger(const ApplyConfig& cfg, std::chrono::micr
 // cost its thread (Store::last_lmdb_commit). Only a batch larger than apply.batch_size, which
 // the writer takes when it is behind its sources (see BacklogBatchSize): it is as large as a
 // flush, so recording it in a layer first would copy each write once more for nothing
-// (docs/ARCHITECTURE.md, "Write-back", has the figures). And only
-// where that commit costs its writer at most kDirectCommitPerEvent per event, a sixth of
-// what the preparer spends on the next batch meanwhile: on tmpfs or a fast SSD. Where a sync
-// takes hundreds of milliseconds (a slow disk) the flusher waits for it instead of the writer.
+// (docs/PERFORMANCE.md has the comparison). And only where that commit costs its writer at
+// most kDirectCommitPerEvent per event, small against what the preparer spends on the next
+// batch meanwhile: on tmpfs or a fast SSD. Where a sync takes hundreds of milliseconds (a
+// slow disk) the flusher waits for it instead of the writer.
 inline constexpr std::chrono::nanoseconds kDirectCommitPerEvent{2000};
 // Without a last commit to go by (none since the start), buffered.
 bool CommitsDirectly(const ApplyConfig& cfg, size_t events,
@@ -103,7 +106,7 @@ class Applier {
   // aggregate deltas, encoded items) while the calling thread writes and commits batch N. The
   // old images come from a read snapshot, overlaid with the items of batch N (which may not
   // have committed yet) and of N+1's earlier events: the same images one thread applying the
-  // batches in turn would read. See docs/ARCHITECTURE.md, "Writer".
+  // batches in turn would read. See docs/ARCHITECTURE.md, "The writer".
   void Run(RecordQueue* queue, const std::atomic<bool>* stop);
   // Run's two stages over the batches `next` gives (it fills its argument, an empty vector,
   // and returns false when there are no more; called on the preparer's thread). Returns once
@@ -115,7 +118,7 @@ class Applier {
   using BatchSource = std::function<bool(std::vector<SourceRecord>*)>;
   enum class OnFailure { kRetry, kStop };
   absl::Status ApplyBatches(const BatchSource& next, OnFailure on_failure,
-                            const std::atomic<bool>* stop = nullptr);
+                            const std::atomic<bool>* stop = nullptr) ABSL_LOCKS_EXCLUDED(slot_mu_);
   // The queue whose records count as not applied yet (PublishedState::HasUnapplied); Run
   // watches its own. Not while Run runs.
   void WatchQueue(const RecordQueue* queue);
@@ -137,7 +140,7 @@ class Applier {
 
  private:
   enum class Outcome { kApplied, kSkipped, kRejected };
-  // A batch between the two stages (defined in applier.cc).
+  // A batch between the two stages (defined in prepared_batch.h).
   struct Prepared;
   // The first stage: works out `batch`'s writes from a read snapshot overlaid with the items
   // `previous` writes (the batch before, which may not have committed yet; null if there is
@@ -158,7 +161,7 @@ class Applier {
   void CountInFlight(Prepared* batch);
   // Run's first stage, on its own thread: pops and prepares batches into slots_ in turn.
   void PrepareLoop(const BatchSource& next, OnFailure on_failure, const std::atomic<bool>* stop,
-                   absl::Status* error);
+                   absl::Status* error) ABSL_LOCKS_EXCLUDED(slot_mu_);
   // Calls `attempt` (Prepare or Commit of one batch, `what` in the log) until it succeeds,
   // under `on_failure`; meanwhile WriterError() says why, from the `stage`'s own error (the
   // committer's names the source *error_source, null: all), so neither stage clears the
@@ -229,11 +232,11 @@ class Applier {
   std::unique_ptr<Prepared> sync_batch_;
   std::unique_ptr<Prepared> slots_[2];
   enum class SlotState { kFree, kPrepared };
-  SlotState slot_state_[2] = {SlotState::kFree, SlotState::kFree};  // guarded by slot_mu_
-  bool preparer_done_ = false;  // no more batches will be prepared; guarded by slot_mu_
-  bool writer_done_ = false;    // the writer stopped taking batches; guarded by slot_mu_
-  std::mutex slot_mu_;
-  std::condition_variable slot_changed_;
+  absl::Mutex slot_mu_;
+  absl::CondVar slot_changed_;  // signalled when a slot_state_ or either _done_ changes
+  SlotState slot_state_[2] ABSL_GUARDED_BY(slot_mu_) = {SlotState::kFree, SlotState::kFree};
+  bool preparer_done_ ABSL_GUARDED_BY(slot_mu_) = false;  // no more batches will be prepared
+  bool writer_done_ ABSL_GUARDED_BY(slot_mu_) = false;    // the writer stopped taking batches
 
   // Writer-thread scratch, reused across batches.
   BatchStats stats_;

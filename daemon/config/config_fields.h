@@ -112,6 +112,10 @@ template <typename... Visitors>
 struct Overloaded : Visitors... {
   using Visitors::operator()...;
 };
+// clang 14 (the thread-safety build) does not deduce an aggregate's template arguments
+// without a guide.
+template <typename... Visitors>
+Overloaded(Visitors...) -> Overloaded<Visitors...>;
 
 // Calls f(key, table, block) for each section of `config` (a Config or a const Config), in
 // the file's order: f("storage", StorageFields(), config.storage), then server, apply, watch.
