@@ -294,7 +294,7 @@ class Generator {
     w->records.push_back(std::move(record));
   }
 
-  // The writes Applier::ApplyEvent makes for this event, in its order.
+  // The writes the preparer works out for this event (Applier::PrepareEvent), in its order.
   void LogWrites(const ChangeEvent& event, const Item* old_item, const Item* new_item) {
     mutations_.clear();
     absl::Status s = builder_->Diff(old_item, new_item, &mutations_);
