@@ -110,6 +110,7 @@ void WindowedHeavyHitters::Advance(int64_t now_ms) {
     return;
   }
   if (start <= current_start_) return;  // still the current window (or a clock step back)
+  frozen_previous_.reset();
   if (start == current_start_ + window_ms_) {
     std::swap(previous_, current_);
     has_previous_ = true;
@@ -127,53 +128,98 @@ void WindowedHeavyHitters::Add(std::string_view key, uint64_t count, int64_t now
 }
 
 HeavyHittersReport WindowedHeavyHitters::Report(size_t limit, int64_t now_ms) const {
+  return Frozen(has_previous_ ? HeavyHittersSnapshot::Freeze(previous_) : nullptr)
+      .Report(limit, now_ms);
+}
+
+std::shared_ptr<const HeavyHittersSnapshot> WindowedHeavyHitters::Snapshot() {
+  if (has_previous_ && frozen_previous_ == nullptr) {
+    frozen_previous_ = HeavyHittersSnapshot::Freeze(previous_);
+  }
+  return std::make_shared<const HeavyHittersSnapshot>(
+      Frozen(has_previous_ ? frozen_previous_ : nullptr));
+}
+
+HeavyHittersSnapshot WindowedHeavyHitters::Frozen(
+    std::shared_ptr<const HeavyHittersSnapshot::Window> previous) const {
+  HeavyHittersSnapshot snapshot;
+  snapshot.window_ms_ = window_ms_;
+  snapshot.current_start_ = current_start_;
+  snapshot.first_ms_ = first_ms_;
+  snapshot.current_ = HeavyHittersSnapshot::Freeze(current_);
+  snapshot.previous_ = std::move(previous);
+  return snapshot;
+}
+
+std::shared_ptr<const HeavyHittersSnapshot::Window> HeavyHittersSnapshot::Freeze(
+    const SpaceSaving& summary) {
+  auto window = std::make_shared<Window>();
+  window->counters = summary.counters();
+  window->min_count = summary.MinCount();
+  window->total = summary.total();
+  return window;
+}
+
+HeavyHittersReport HeavyHittersSnapshot::Report(size_t limit, int64_t now_ms) const {
   HeavyHittersReport report;
   if (current_start_ < 0) return report;
   const int64_t start = now_ms - now_ms % window_ms_;
-  // As of now_ms, which of the stored summaries are still the current and previous windows.
-  const SpaceSaving* cur = nullptr;
-  const SpaceSaving* prev = nullptr;
+  // As of now_ms, which of the stored windows are still the current and previous ones.
+  const Window* cur = nullptr;
+  const Window* prev = nullptr;
   int64_t covered_from = start;
   if (start <= current_start_) {
-    cur = &current_;
-    if (has_previous_) {
-      prev = &previous_;
+    cur = current_.get();
+    if (previous_ != nullptr) {
+      prev = previous_.get();
       covered_from = current_start_ - window_ms_;
     } else {
       covered_from = current_start_;
     }
   } else if (start == current_start_ + window_ms_) {
-    prev = &current_;  // the current window ended; nothing written in the new one yet
+    prev = current_.get();  // the current window ended; nothing written in the new one yet
     covered_from = current_start_;
   }
   covered_from = std::max(covered_from, first_ms_);
   report.span_seconds = std::max<int64_t>(now_ms - covered_from, 1000) / 1000.0;
 
-  std::map<std::string, HeavyHitter> merged;
-  auto merge = [&](const SpaceSaving* a, const SpaceSaving* b) {
-    if (a == nullptr) return;
-    for (const HeavyHitter& h : a->Top(a->capacity())) {
-      auto [it, inserted] = merged.try_emplace(h.key, h);
-      if (!inserted) {
-        it->second.count += h.count;
-        it->second.error += h.error;
-      } else if (b != nullptr && b->Find(h.key) == nullptr) {
-        // What `b` may have held for this key without a counter there.
-        it->second.count += b->MinCount();
-        it->second.error += b->MinCount();
-      }
+  struct Merged {
+    HeavyHitter sum;
+    bool in_cur = false;
+    bool in_prev = false;
+  };
+  std::map<std::string, Merged, std::less<>> merged;
+  auto add = [&merged](const Window* window, bool Merged::*seen) {
+    if (window == nullptr) return;
+    for (const HeavyHitter& h : window->counters) {
+      Merged& m = merged[h.key];
+      m.sum.count += h.count;
+      m.sum.error += h.error;
+      m.*seen = true;
     }
   };
-  merge(cur, prev);
-  merge(prev, cur);
-  for (auto& [key, h] : merged) report.keys.push_back(std::move(h));
+  add(cur, &Merged::in_cur);
+  add(prev, &Merged::in_prev);
+  // A key one window has no counter for counts what that window may have held for it
+  // without one: its MinCount().
+  auto absent = [](const Window* window, bool seen, HeavyHitter& sum) {
+    if (window == nullptr || seen) return;
+    sum.count += window->min_count;
+    sum.error += window->min_count;
+  };
+  for (auto& [key, m] : merged) {
+    absent(cur, m.in_cur, m.sum);
+    absent(prev, m.in_prev, m.sum);
+    m.sum.key = key;
+    report.keys.push_back(std::move(m.sum));
+  }
   std::sort(report.keys.begin(), report.keys.end(), HeavierFirst);
-  report.unlisted_max = (cur ? cur->MinCount() : 0) + (prev ? prev->MinCount() : 0);
+  report.unlisted_max = (cur ? cur->min_count : 0) + (prev ? prev->min_count : 0);
   if (report.keys.size() > limit) {
     report.unlisted_max = std::max(report.unlisted_max, report.keys[limit].count);
     report.keys.resize(limit);
   }
-  report.total = (cur ? cur->total() : 0) + (prev ? prev->total() : 0);
+  report.total = (cur ? cur->total : 0) + (prev ? prev->total : 0);
   return report;
 }
 

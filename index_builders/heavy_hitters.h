@@ -12,12 +12,17 @@
 // most recent writes (less right after start). Time is passed in (milliseconds, any epoch),
 // never read from a clock: this is part of the pure core.
 //
-// Not thread-safe: the owner serialises access (the writer updates, readers copy a report
-// under the owner's lock).
+// HeavyHittersSnapshot is an immutable copy of what a WindowedHeavyHitters report reads, so
+// that reports can be built on other threads while the owner goes on updating the summary.
+//
+// Not thread-safe: SpaceSaving and WindowedHeavyHitters belong to one thread at a time (the
+// owner serialises access). A HeavyHittersSnapshot is immutable once built: any thread may
+// read one it holds a shared_ptr to.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -47,6 +52,8 @@ class SpaceSaving {
   // The smallest count held once every counter is in use, 0 before.
   uint64_t MinCount() const;
   uint64_t total() const { return total_; }
+  // Every counter, in no particular order.
+  const std::vector<HeavyHitter>& counters() const { return counters_; }
   size_t capacity() const { return capacity_; }
   size_t size() const { return counters_.size(); }
   void Clear();
@@ -83,6 +90,30 @@ struct HeavyHittersReport {
   double PerSecond(uint64_t count) const { return span_seconds > 0 ? count / span_seconds : 0.0; }
 };
 
+// The state of a WindowedHeavyHitters when it was taken (WindowedHeavyHitters::Snapshot).
+class HeavyHittersSnapshot {
+ public:
+  // Exactly what WindowedHeavyHitters::Report(limit, now_ms) returned when the snapshot was
+  // taken: `now_ms` may be later (the windows move on as the summary's own would).
+  HeavyHittersReport Report(size_t limit, int64_t now_ms) const;
+
+ private:
+  friend class WindowedHeavyHitters;
+  // One window's SpaceSaving, frozen: its counters (in no order), MinCount() and total().
+  struct Window {
+    std::vector<HeavyHitter> counters;
+    uint64_t min_count = 0;
+    uint64_t total = 0;
+  };
+  static std::shared_ptr<const Window> Freeze(const SpaceSaving& summary);
+
+  int64_t window_ms_ = 1;
+  int64_t current_start_ = -1;  // -1: nothing written
+  int64_t first_ms_ = -1;
+  std::shared_ptr<const Window> current_;
+  std::shared_ptr<const Window> previous_;  // null when there is no previous window
+};
+
 class WindowedHeavyHitters {
  public:
   WindowedHeavyHitters(size_t capacity, int64_t window_ms);
@@ -93,11 +124,16 @@ class WindowedHeavyHitters {
   // to both its count and its error, so count stays an overestimate and count - error an
   // underestimate.
   HeavyHittersReport Report(size_t limit, int64_t now_ms) const;
+  // The state Report reads, as an immutable copy. The previous window's copy is shared by all
+  // snapshots taken until the windows next move, so a snapshot copies the current window's
+  // counters only (at most `capacity`).
+  std::shared_ptr<const HeavyHittersSnapshot> Snapshot();
   int64_t window_ms() const { return window_ms_; }
 
  private:
   // Moves the windows forward so that `now_ms` falls in the current one.
   void Advance(int64_t now_ms);
+  HeavyHittersSnapshot Frozen(std::shared_ptr<const HeavyHittersSnapshot::Window> previous) const;
 
   int64_t window_ms_;
   int64_t current_start_ = -1;  // -1 until the first Add
@@ -105,6 +141,8 @@ class WindowedHeavyHitters {
   SpaceSaving current_;
   SpaceSaving previous_;
   bool has_previous_ = false;
+  // previous_ frozen by Snapshot(), until the windows move; null before.
+  std::shared_ptr<const HeavyHittersSnapshot::Window> frozen_previous_;
 };
 
 }  // namespace cdcview

@@ -23,43 +23,70 @@ size_t FirstKeyComponentSize(std::string_view key) {
   return key.size() - rest.size();
 }
 
-HotKeyTracker::HotKeyTracker(const Catalog& catalog) {
-  for (size_t i = 0; i < catalog.views().size(); ++i) {
-    views_.emplace_back(kCapacity, kWindowMs);
-    views_run_.emplace_back(kCapacity, kRunWindowMs);
+HotKeyTracker::HotKeyTracker(const Catalog& catalog) : view_count_(catalog.views().size()) {
+  const size_t summaries = 2 * (view_count_ + catalog.config().tables.size());
+  for (size_t slot = 0; slot < summaries; ++slot) {
+    summaries_.emplace_back(kCapacity, slot % 2 == 0 ? kWindowMs : kRunWindowMs);
   }
-  for (size_t i = 0; i < catalog.config().tables.size(); ++i) {
-    tables_.emplace_back(kCapacity, kWindowMs);
-    tables_run_.emplace_back(kCapacity, kRunWindowMs);
+  is_touched_.assign(summaries, false);
+  absl::MutexLock lock(&mu_);
+  for (WindowedHeavyHitters& summary : summaries_) published_.push_back(summary.Snapshot());
+}
+
+void HotKeyTracker::Add(size_t slot, std::string_view key, int64_t now_ms) {
+  summaries_[slot].Add(key, 1, now_ms);
+  if (!is_touched_[slot]) {
+    is_touched_[slot] = true;
+    touched_.push_back(slot);
   }
 }
 
 void HotKeyTracker::RecordBatch(const std::vector<IndexMutation>& mutations,
                                 std::span<const std::pair<size_t, std::string>> table_keys,
                                 int64_t now_ms) {
-  absl::MutexLock lock(&mu_);
   for (const IndexMutation& m : mutations) {
     const size_t n = FirstKeyComponentSize(m.key);
     if (n == 0) continue;
-    views_[m.view].Add(std::string_view(m.key).substr(0, n), 1, now_ms);
-    views_run_[m.view].Add(std::string_view(m.key).substr(0, n), 1, now_ms);
+    const std::string_view key = std::string_view(m.key).substr(0, n);
+    Add(ViewSlot(m.view, false), key, now_ms);
+    Add(ViewSlot(m.view, true), key, now_ms);
   }
   for (const auto& [table, key] : table_keys) {
-    tables_[table].Add(key, 1, now_ms);
-    tables_run_[table].Add(key, 1, now_ms);
+    Add(TableSlot(table, false), key, now_ms);
+    Add(TableSlot(table, true), key, now_ms);
   }
+  if (touched_.empty()) return;
+  std::vector<std::shared_ptr<const HeavyHittersSnapshot>> snapshots;
+  snapshots.reserve(touched_.size());
+  for (size_t slot : touched_) snapshots.push_back(summaries_[slot].Snapshot());
+  {
+    absl::MutexLock lock(&mu_);
+    for (size_t i = 0; i < touched_.size(); ++i) published_[touched_[i]].swap(snapshots[i]);
+  }
+  // `snapshots` now holds the replaced ones: freed here, outside the lock, unless a report
+  // still reads one (the report then frees it).
+  for (size_t slot : touched_) is_touched_[slot] = false;
+  touched_.clear();
+}
+
+HeavyHittersReport HotKeyTracker::Report(size_t slot, size_t limit, int64_t now_ms) const {
+  std::shared_ptr<const HeavyHittersSnapshot> snapshot;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    snapshot = published_[slot];
+  }
+  if (report_hook_) report_hook_();
+  return snapshot->Report(limit, now_ms);
 }
 
 HeavyHittersReport HotKeyTracker::ViewReport(size_t global_view, size_t limit, int64_t now_ms,
                                              bool whole_run) const {
-  absl::MutexLock lock(&mu_);
-  return (whole_run ? views_run_ : views_)[global_view].Report(limit, now_ms);
+  return Report(ViewSlot(global_view, whole_run), limit, now_ms);
 }
 
 HeavyHittersReport HotKeyTracker::TableReport(size_t table, size_t limit, int64_t now_ms,
                                               bool whole_run) const {
-  absl::MutexLock lock(&mu_);
-  return (whole_run ? tables_run_ : tables_)[table].Report(limit, now_ms);
+  return Report(TableSlot(table, whole_run), limit, now_ms);
 }
 
 }  // namespace cdcview

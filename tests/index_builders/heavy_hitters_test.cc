@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <new>
 #include <random>
 #include <string>
@@ -128,6 +129,48 @@ TEST(WindowedHeavyHittersTest, TwoAlternatingWindowsOfAMinute) {
   w.Add("d", 1, 200000);
   EXPECT_EQ(Rows(w.Report(10, 200500).keys), (std::vector<Row>{{"d", 1, 0}}));
   EXPECT_DOUBLE_EQ(w.Report(10, 200500).span_seconds, 20.5);
+}
+
+// A snapshot reports what the summary reported when it was taken, at any later time, however
+// the summary changes after; across a window change too (the previous window's copy is shared
+// only until the windows move).
+TEST(WindowedHeavyHittersTest, ASnapshotReportsAsTheSummaryDidWhenTaken) {
+  auto same = [](const HeavyHittersReport& a, const HeavyHittersReport& b) {
+    EXPECT_EQ(Rows(a.keys), Rows(b.keys));
+    EXPECT_EQ(a.total, b.total);
+    EXPECT_EQ(a.unlisted_max, b.unlisted_max);
+    EXPECT_DOUBLE_EQ(a.span_seconds, b.span_seconds);
+  };
+  WindowedHeavyHitters w(2, 60000);
+  std::shared_ptr<const HeavyHittersSnapshot> empty = w.Snapshot();
+  w.Add("a", 5, 1000);
+  w.Add("b", 3, 1000);
+  w.Add("c", 1, 2000);  // takes over b's counter
+  std::shared_ptr<const HeavyHittersSnapshot> first = w.Snapshot();
+  const HeavyHittersReport first_report = w.Report(10, 30000);
+  w.Add("a", 2, 61000);  // the second window
+  std::shared_ptr<const HeavyHittersSnapshot> second = w.Snapshot();
+  const HeavyHittersReport second_report = w.Report(10, 90000);
+  w.Add("d", 7, 62000);
+  std::shared_ptr<const HeavyHittersSnapshot> third = w.Snapshot();
+  w.Add("e", 1, 121000);  // the third window: the second becomes the previous one
+  std::shared_ptr<const HeavyHittersSnapshot> fourth = w.Snapshot();
+
+  EXPECT_TRUE(empty->Report(10, 30000).keys.empty());
+  EXPECT_EQ(empty->Report(10, 30000).total, 0u);
+  same(first->Report(10, 30000), first_report);
+  EXPECT_EQ(Rows(first_report.keys), (std::vector<Row>{{"a", 5, 0}, {"c", 4, 3}}));
+  same(second->Report(10, 90000), second_report);
+  EXPECT_EQ(Rows(second_report.keys), (std::vector<Row>{{"a", 7, 0}, {"c", 4, 3}}));
+  same(third->Report(10, 90000),
+       HeavyHittersReport{{{"d", 11, 4}, {"a", 7, 0}, {"c", 6, 5}}, 18, 89.0, 6});
+  for (int64_t now : {121500, 130000, 185000, 250000}) {
+    SCOPED_TRACE(now);
+    same(fourth->Report(10, now), w.Report(10, now));
+    same(fourth->Report(1, now), w.Report(1, now));
+  }
+  EXPECT_EQ(Rows(fourth->Report(10, 121500).keys),
+            (std::vector<Row>{{"d", 7, 0}, {"e", 3, 2}, {"a", 2, 0}}));
 }
 
 TEST(WindowedHeavyHittersTest, AKeyMissingInOneWindowCountsThatWindowsMinimumAsError) {

@@ -1,10 +1,13 @@
 #include "daemon/state/hot_keys.h"
 
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "daemon/config/config.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "index_builders/key_codec.h"
 #include "tests/fakes/records.h"
@@ -109,6 +112,38 @@ TEST_F(HotKeyTrackerTest, TheWholeRunKeepsWhatTheRecentWindowsForgot) {
   ASSERT_EQ(table.keys.size(), 1u);
   EXPECT_EQ(table.keys[0].count, 2u);
   EXPECT_DOUBLE_EQ(table.span_seconds, 240.0);
+}
+
+// The writer must never wait for a reader: a report held open (by the test hook, in the middle
+// of building it) while the writer records a batch must not delay that batch.
+TEST_F(HotKeyTrackerTest, AReportInProgressDoesNotHoldUpRecordBatch) {
+  using Op = IndexMutation::Op;
+  tracker_.RecordBatch({{Op::kPut, 0, Enc(S("x")) + Enc(S("pk1")), "v"}}, {}, 1000);
+  absl::Notification report_started;
+  absl::Notification batch_recorded;
+  bool recorded_while_report_open = false;
+  tracker_.SetReportHookForTest([&] {
+    report_started.Notify();
+    // Holds the report open until the batch is recorded, or long enough to tell it never was.
+    recorded_while_report_open = batch_recorded.WaitForNotificationWithTimeout(absl::Seconds(2));
+  });
+  HeavyHittersReport open_report;
+  std::thread reader([&] { open_report = tracker_.ViewReport(0, 10, 3000); });
+  report_started.WaitForNotification();
+  tracker_.RecordBatch({{Op::kPut, 0, Enc(S("y")) + Enc(S("pk2")), "v"}}, {}, 2000);
+  batch_recorded.Notify();
+  reader.join();
+  tracker_.SetReportHookForTest(nullptr);
+
+  EXPECT_TRUE(recorded_while_report_open);
+  // The open report is of the batches recorded when it began; the next one sees both.
+  ASSERT_EQ(open_report.keys.size(), 1u);
+  EXPECT_EQ(open_report.keys[0].key, Enc(S("x")));
+  HeavyHittersReport next = tracker_.ViewReport(0, 10, 3000);
+  ASSERT_EQ(next.keys.size(), 2u);
+  EXPECT_EQ(next.keys[0].key, Enc(S("x")));
+  EXPECT_EQ(next.keys[1].key, Enc(S("y")));
+  EXPECT_EQ(next.total, 2u);
 }
 
 }  // namespace
