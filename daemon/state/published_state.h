@@ -21,8 +21,8 @@
 // SetFlushError before the state is shared with readers. Every const method may be called
 // from any thread and takes no lock the committer waits for, with two bounded exceptions:
 // WaitForCommitAfter holds commit_mu_ only to compare the count (the committer takes it to
-// store the count before it signals), and hot_keys() reports hold the tracker's lock while
-// they merge at most 2 * kCapacity counters.
+// store the count before it signals), and hot_keys() reports hold the tracker's lock only to
+// copy a snapshot pointer (HotKeyTracker).
 //
 // Ownership: the application owns it; it must outlive the writer and every reader. It keeps
 // a reference to the Catalog.
