@@ -20,6 +20,12 @@ bool ParseUnsigned(std::string_view text, uint64_t* out) {
   return error == std::errc() && end == text.data() + text.size();
 }
 
+size_t VarintSize(uint64_t v) {
+  size_t bytes = 1;
+  for (; v >= 0x80; v >>= 7) ++bytes;
+  return bytes;
+}
+
 bool AllDigits(std::string_view s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
@@ -76,12 +82,29 @@ std::string EncodePositionToken(const v1::AppliedPosition& applied) {
   return SealToken(std::move(t));
 }
 
-absl::StatusOr<std::vector<v1::AppliedPosition::Entry>> DecodePositionToken(std::string_view token) {
-  auto malformed = [] {
+size_t PositionTokenSize(const PositionMap& positions) {
+  size_t size = kMagic.size() + 1 + VarintSize(positions.size()) + 4;
+  for (const auto& [key, position] : positions) {
+    for (size_t bytes : {key.first.size(), key.second.size(), position.size()}) {
+      size += VarintSize(bytes) + bytes;
+    }
+  }
+  return size;
+}
+
+absl::StatusOr<std::vector<v1::AppliedPosition::Entry>> DecodePositionToken(std::string_view token,
+                                                                           size_t max_bytes) {
+  constexpr char kWhatToPass[] =
+      "; pass AppliedPosition.token from an earlier response unchanged";
+  auto malformed = [&] {
     return absl::InvalidArgumentError(
-        "consistency.min_position is malformed; pass AppliedPosition.token from an earlier "
-        "response unchanged");
+        absl::StrCat("consistency.min_position is malformed", kWhatToPass));
   };
+  if (token.size() > max_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "consistency.min_position: a token of ", token.size(),
+        " bytes is larger than any this daemon gives (at most ", max_bytes, ")", kWhatToPass));
+  }
   if (token.size() < kMagic.size() + 1 + 4 || token.substr(0, kMagic.size()) != kMagic) {
     return absl::InvalidArgumentError(
         "consistency.min_position is not a position token; pass AppliedPosition.token from an "
@@ -98,14 +121,22 @@ absl::StatusOr<std::vector<v1::AppliedPosition::Entry>> DecodePositionToken(std:
   }
   body.remove_prefix(kMagic.size() + 1);
   uint64_t n;
-  if (!GetVarint(&body, &n) || n > body.size()) return malformed();
-  std::vector<v1::AppliedPosition::Entry> entries(n);
-  for (auto& e : entries) {
+  if (!GetVarint(&body, &n)) return malformed();
+  // The count is checked against the bytes that hold the entries before it sizes anything;
+  // the entries are then added as they are read, so a count that lies costs nothing.
+  if (n > body.size() / kMinPositionTokenEntryBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "consistency.min_position: a token of ", token.size(), " bytes claims ", n,
+        " entries; it holds at most ", body.size() / kMinPositionTokenEntryBytes, kWhatToPass));
+  }
+  std::vector<v1::AppliedPosition::Entry> entries;
+  for (uint64_t i = 0; i < n; ++i) {
     std::string_view source, partition, position;
     if (!GetLengthPrefixed(&body, &source) || !GetLengthPrefixed(&body, &partition) ||
         !GetLengthPrefixed(&body, &position)) {
       return malformed();
     }
+    v1::AppliedPosition::Entry& e = entries.emplace_back();
     e.set_source(std::string(source));
     e.set_partition(std::string(partition));
     e.set_position(std::string(position));
@@ -152,11 +183,12 @@ absl::StatusOr<bool> PositionReached(SourceConfig::Kind kind, std::string_view p
 }
 
 absl::StatusOr<std::vector<PositionRequirement>> RequirementsFor(
-    const v1::ReadConsistency& consistency, const Config& config, size_t table) {
+    const v1::ReadConsistency& consistency, const Config& config, size_t table,
+    size_t max_token_bytes) {
   std::vector<PositionRequirement> out;
   const std::string& table_name = config.tables[table].name;
   if (!consistency.min_position().empty()) {
-    auto entries = DecodePositionToken(consistency.min_position());
+    auto entries = DecodePositionToken(consistency.min_position(), max_token_bytes);
     if (!entries.ok()) return entries.status();
     for (const auto& e : *entries) {
       auto it = std::find_if(config.sources.begin(), config.sources.end(),

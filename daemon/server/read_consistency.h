@@ -9,7 +9,9 @@
 //   position · FNV-1a 32 of everything before, little-endian.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -18,13 +20,35 @@
 #include "absl/status/statusor.h"
 #include "cdcview/v1/view_service.pb.h"
 #include "daemon/config/config.h"
+#include "daemon/state/published_state.h"
 
 namespace cdcview {
 
 std::string EncodePositionToken(const v1::AppliedPosition& applied);
+// The size of the token EncodePositionToken gives for `positions`, without building it.
+size_t PositionTokenSize(const PositionMap& positions);
+
+// The largest position token a read takes, for a daemon whose own token (of its stored
+// positions) is `own_token_bytes` long: a token carries one entry per stored (source,
+// partition), and stored positions are never deleted, so the daemon's own token is about as
+// large as any it gave before, and a replica reading the same sources gives one about as
+// large (ahead by a few shards or partitions: hence twice). The floor leaves room for a
+// replica that has stored many more partitions than a young store (64 KiB: about 600 DynamoDB
+// shards or 1,500 Kafka partitions). Anything larger is refused unread: decoding costs memory
+// in proportion to a token's size (a protobuf entry per three bytes), which a client must not
+// choose.
+inline constexpr size_t kPositionTokenFloor = 64 * 1024;
+inline size_t PositionTokenLimit(size_t own_token_bytes) {
+  return std::max(kPositionTokenFloor, 2 * own_token_bytes);
+}
+// Each entry is three length prefixes (source, partition, position) of at least a byte each.
+inline constexpr size_t kMinPositionTokenEntryBytes = 3;
+
 // INVALID_ARGUMENT naming the field for a damaged token, one of another version or a page
-// token passed by mistake.
-absl::StatusOr<std::vector<v1::AppliedPosition::Entry>> DecodePositionToken(std::string_view token);
+// token passed by mistake, a token longer than `max_bytes`, or one whose entry count does not
+// fit its bytes (checked before anything is sized by it).
+absl::StatusOr<std::vector<v1::AppliedPosition::Entry>> DecodePositionToken(
+    std::string_view token, size_t max_bytes = kPositionTokenFloor);
 
 // Whether a partition's stored next position `applied` is at or past `wanted`, for a source
 // of `kind`:
@@ -63,9 +87,11 @@ bool IsMarkerPartition(SourceConfig::Kind kind, std::string_view partition);
 // to the Kafka sources of the table that read the topic (partition "<topic>/<n>", applied
 // once the stored next offset is > offset). INVALID_ARGUMENT: a malformed token, a source
 // this server does not have, a position that is not one of its source's kind, a topic no
-// source reads, a negative partition or offset.
+// source reads, a negative partition or offset; a min_position longer than
+// `max_token_bytes` (PositionTokenLimit).
 absl::StatusOr<std::vector<PositionRequirement>> RequirementsFor(
-    const v1::ReadConsistency& consistency, const Config& config, size_t table);
+    const v1::ReadConsistency& consistency, const Config& config, size_t table,
+    size_t max_token_bytes = kPositionTokenFloor);
 
 // When a read's wait for positions gives up, for a call that must be answered by
 // `call_deadline`: a tenth of the time left before it, at most kWaitAnswerMargin, so that the

@@ -719,7 +719,12 @@ absl::Status ViewReader::AwaitConsistency(const v1::ReadConsistency& consistency
         "consistency.max_staleness_seconds is ", max_staleness,
         "; give a bound in seconds (>= 0; 0: no bound)"));
   }
-  auto requirements = RequirementsFor(consistency, catalog_.config(), table);
+  // The own token is measured only for a token over the floor: other reads pay nothing.
+  size_t max_token_bytes = kPositionTokenFloor;
+  if (consistency.min_position().size() > max_token_bytes) {
+    max_token_bytes = PositionTokenLimit(PositionTokenSize(published_.Snapshot()->positions));
+  }
+  auto requirements = RequirementsFor(consistency, catalog_.config(), table, max_token_bytes);
   if (!requirements.ok()) return requirements.status();
   const auto& sources = catalog_.config().sources;
   if (!requirements->empty()) {

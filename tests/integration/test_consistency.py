@@ -280,3 +280,85 @@ def test_min_kafka_offsets_with_a_real_broker(daemon_factory, pb, kafka):  # noq
     assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     del producer  # before the session's broker stops: no client left reconnecting
     d.stop()
+
+
+def fnv1a32(data):
+    h = 2166136261
+    for byte in data:
+        h = ((h ^ byte) * 16777619) & 0xFFFFFFFF
+    return h
+
+
+def varint(n):
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def rss_kib(pid, field):
+    with open(f"/proc/{pid}/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise AssertionError(f"no {field} in /proc/{pid}/status")
+
+
+def test_forged_position_token_is_refused_before_any_allocation(daemon_factory, pb, tmp_path):
+    stream = str(tmp_path / "a.ndjson")
+    with open(stream, "w") as f:
+        f.write("".join(record(n, f"I{n}", "D1") for n in range(3)))
+    d = daemon_factory(dict(config(stream), server={
+        "grpc": "127.0.0.1:0", "metrics": "127.0.0.1:0", "fast_reads": "127.0.0.1:0"})).start()
+    assert d.fast_addr is not None, d.log()[-2000:]
+    wait_for("the records to apply", lambda: d.positions("app").get("") == expected_position(stream))
+    real = query(d, pb, "D1").applied.token
+    assert len(real) < 100
+
+    # A correctly sealed 4,000,000-byte token whose entry count (3,999,000) fits the body's
+    # bytes but not its entries (three length prefixes each): the reader must not size
+    # anything by that count.
+    claimed = 3_999_000
+    head = b"cp\x01" + varint(claimed)
+    body = head + bytes(4_000_000 - 4 - len(head))
+    forged = body + fnv1a32(body).to_bytes(4, "little")
+    assert len(forged) == 4_000_000
+    expected = (
+        "consistency.min_position: a token of 4000000 bytes is larger than any this daemon "
+        "gives (at most 65536); pass AppliedPosition.token from an earlier response unchanged")
+
+    fast_channel = grpc.insecure_channel(d.fast_addr)
+    fast = pb.grpc.ViewServiceStub(fast_channel)
+    pid = d.proc.pid
+    for port, stub in (("gRPC", d.stub), ("fast read", fast)):
+        rss_before, peak_before = rss_kib(pid, "VmRSS"), rss_kib(pid, "VmHWM")
+        errors = []
+
+        def call():
+            req = pb.vs.QueryRequest(view="ByDay", partition_key=pb.av.AttributeValue(s="D1"),
+                                     consistency=pb.vs.ReadConsistency(min_position=forged))
+            try:
+                stub.Query(req, timeout=30)
+                errors.append("answered")
+            except grpc.RpcError as e:
+                errors.append((e.code(), e.details()))
+
+        # Concurrently, as a hostile client would: twelve such calls at once.
+        threads = [threading.Thread(target=call) for _ in range(12)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        rss_after, peak_after = rss_kib(pid, "VmRSS"), rss_kib(pid, "VmHWM")
+        print(f"{port} port: VmRSS {rss_before} -> {rss_after} KiB, "
+              f"VmHWM {peak_before} -> {peak_after} KiB")
+        # The requests themselves (12 x 4 MB received) are all the memory they may cost.
+        assert rss_after - rss_before < 50 * 1024, port
+        assert peak_after - peak_before < 100 * 1024, port
+        assert errors == [(grpc.StatusCode.INVALID_ARGUMENT, expected)] * 12, port
+    fast_channel.close()
+    # The real token still works.
+    assert pks(query(d, pb, "D1", min_position=real)) == ["I0", "I1", "I2"]
+    d.stop()

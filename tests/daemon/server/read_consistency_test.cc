@@ -11,11 +11,13 @@
 #include "daemon/apply/applier.h"
 #include "daemon/config/config.h"
 #include "daemon/log/log.h"
+#include "daemon/server/token_seal.h"
 #include "daemon/server/view_reader.h"
 #include "daemon/sources/record_queue.h"
 #include "daemon/state/catalog.h"
 #include "daemon/store/store.h"
 #include "gtest/gtest.h"
+#include "index_builders/coding.h"
 #include "tests/fakes/fake_dead_letter_sink.h"
 #include "tests/fakes/records.h"
 #include "tests/fakes/temp_dir.h"
@@ -209,6 +211,95 @@ TEST_F(ReadConsistencyTest, EveryResponseCarriesATokenOfItsAppliedPositions) {
   auto item = reader_->GetItem(get);
   ASSERT_TRUE(item.ok());
   EXPECT_EQ(item->applied().token(), response->applied().token());
+}
+
+// A sealed position token of version 1 whose body claims `count` entries and continues with
+// `rest`.
+std::string ForgedToken(uint64_t count, std::string rest) {
+  std::string body = "cp\x01";
+  PutVarint(count, &body);
+  return SealToken(body + rest);
+}
+
+TEST(DecodePositionTokenTest, ACountTheBytesCannotHoldIsRefusedBeforeAnythingIsSized) {
+  // 10^7 entries claimed in 30 bytes.
+  std::string token = ForgedToken(10'000'000, std::string(30, '\0'));
+  ASSERT_EQ(token.size(), 3u + 4 + 30 + 4);
+  EXPECT_EQ(Text(DecodePositionToken(token).status()),
+            "consistency.min_position: a token of 41 bytes claims 10000000 entries; it holds at "
+            "most 10; pass AppliedPosition.token from an earlier response unchanged");
+  // As many entries as bytes (what the old check let through): each entry needs three.
+  token = ForgedToken(3000, std::string(3000, '\0'));
+  EXPECT_EQ(Text(DecodePositionToken(token).status()),
+            "consistency.min_position: a token of 3009 bytes claims 3000 entries; it holds at "
+            "most 1000; pass AppliedPosition.token from an earlier response unchanged");
+  EXPECT_TRUE(absl::IsInvalidArgument(DecodePositionToken(token).status()));
+  // Exactly as many as fit: three empty strings each.
+  auto decoded = DecodePositionToken(ForgedToken(1000, std::string(3000, '\0')));
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->size(), 1000u);
+}
+
+TEST(DecodePositionTokenTest, ATokenLargerThanTheLimitIsRefusedUnread) {
+  v1::AppliedPosition applied;
+  auto* e = applied.add_entries();
+  e->set_source("orders");
+  e->set_partition("orders/0");
+  e->set_position(std::string(100, '7'));
+  const std::string token = EncodePositionToken(applied);
+  ASSERT_TRUE(DecodePositionToken(token, token.size()).ok());
+  EXPECT_EQ(Text(DecodePositionToken(token, token.size() - 1).status()),
+            absl::StrCat("consistency.min_position: a token of ", token.size(),
+                         " bytes is larger than any this daemon gives (at most ",
+                         token.size() - 1,
+                         "); pass AppliedPosition.token from an earlier response unchanged"));
+  // Checked first: garbage of that size is refused for its size, not parsed.
+  EXPECT_EQ(Text(DecodePositionToken(std::string(kPositionTokenFloor + 1, 'x')).status()),
+            "consistency.min_position: a token of 65537 bytes is larger than any this daemon "
+            "gives (at most 65536); pass AppliedPosition.token from an earlier response "
+            "unchanged");
+}
+
+TEST(PositionTokenSizeTest, IsTheSizeOfTheEncodedToken) {
+  PositionMap positions;
+  v1::AppliedPosition applied;
+  EXPECT_EQ(PositionTokenSize(positions), EncodePositionToken(applied).size());
+  for (int i = 0; i < 200; ++i) {  // a two-byte count, and two-byte lengths below
+    std::string partition = absl::StrCat("shardId-", i), position(i * 3, '9');
+    positions[{"app", partition}] = position;
+    auto* e = applied.add_entries();
+    e->set_source("app");
+    e->set_partition(partition);
+    e->set_position(position);
+  }
+  EXPECT_EQ(PositionTokenSize(positions), EncodePositionToken(applied).size());
+  EXPECT_EQ(PositionTokenLimit(100), kPositionTokenFloor);
+  EXPECT_EQ(PositionTokenLimit(50'000), 100'000u);
+}
+
+// A read takes tokens up to twice the size of the reader's own (at least the floor): one from
+// a replica that stored a few more partitions is still read.
+TEST_F(ReadConsistencyTest, TheTokenLimitFollowsTheStoredPositions) {
+  Apply(0, "orders/0", "57", "a");
+  // Offset 57, written with 40,000 leading zeros: two such entries make a token of over
+  // 80,000 bytes.
+  const std::string long_57 = std::string(40'000, '0') + "57";
+  v1::AppliedPosition ahead;
+  for (int i = 0; i < 2; ++i) {
+    auto* e = ahead.add_entries();
+    e->set_source("orders");
+    e->set_partition("orders/0");
+    e->set_position(long_57);
+  }
+  const std::string token = EncodePositionToken(ahead);
+  ASSERT_GT(token.size(), 80'000u);
+  EXPECT_EQ(Text(reader_->Query(Query(Token(token)), In(milliseconds(50))).status()),
+            absl::StrCat("consistency.min_position: a token of ", token.size(),
+                         " bytes is larger than any this daemon gives (at most 65536); pass "
+                         "AppliedPosition.token from an earlier response unchanged"));
+  // Once this reader stores a position over half that long, its own token could be as large.
+  Apply(0, "orders/0", std::string(40'100, '0') + "58", "b");
+  EXPECT_TRUE(reader_->Query(Query(Token(token)), In(milliseconds(50))).ok());
 }
 
 TEST_F(ReadConsistencyTest, MalformedTokensAreRejectedWithWhatToDo) {
