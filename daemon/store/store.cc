@@ -50,6 +50,9 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StorageConfig& config,
                      "; check storage.path and its permissions"));
   }
   std::unique_ptr<Store> store(new Store());
+  auto lock = StoreLock::Acquire(config.path);
+  if (!lock.ok()) return lock.status();
+  store->lock_ = std::move(*lock);
   store->config_ = config;
   if (store->write_back()) {
     store->flusher_ =

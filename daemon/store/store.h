@@ -14,6 +14,10 @@
 // needs no live transaction in this process, so read transactions hold resize_mu_ shared and
 // GrowMap takes it exclusively for the moment of the resize (see map_resize_lock.h).
 //
+// One process per store: Open takes the store's lock (store_lock.h) before it touches LMDB and
+// the Store holds it until it is destroyed, so a second Store on the same path, in this process
+// or another, is refused until then.
+//
 // Ownership: the caller owns the Store and ends every transaction before destroying it.
 // string_views returned by Get and Cursor point into LMDB's memory map and are valid only
 // until the transaction ends or the next write in it.
@@ -58,6 +62,7 @@
 #include "absl/status/statusor.h"
 #include "daemon/config/config.h"
 #include "daemon/store/map_resize_lock.h"
+#include "daemon/store/store_lock.h"
 #include "daemon/store/txn.h"
 
 namespace cdcview {
@@ -71,7 +76,8 @@ class Store {
  public:
   // Opens (creating if needed) the environment at config.path and every database the tables
   // and views need. Views (and aggregates) stored before but no longer configured are dropped.
-  // Errors name the path and say what to do (permissions, disk, a newer schema).
+  // Errors name the path and say what to do (permissions, disk, a newer schema, another
+  // process holding the store: see StoreLock::Acquire).
   static absl::StatusOr<std::unique_ptr<Store>> Open(const StorageConfig& config,
                                                      const std::vector<TableSpec>& tables);
   ~Store();
@@ -152,6 +158,7 @@ class Store {
   // Drops agg/ and aggm/ databases (and their meta keys) of aggregates no longer configured.
   absl::Status DropStaleAggregates(WriteTxn* txn, MDB_dbi main);
 
+  std::optional<StoreLock> lock_;  // declared first: released after everything else is closed
   MDB_env* env_ = nullptr;
   StorageConfig config_;
   size_t max_key_size_ = 0;

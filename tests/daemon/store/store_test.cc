@@ -1,6 +1,9 @@
 #include "daemon/store/store.h"
 
 #include <lmdb.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -150,6 +153,67 @@ TEST(StoreTest, OpenRefusesAPathThatIsAFile) {
   EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(Text(store.status()), "cannot create storage directory \"" + file +
                                       "\": Not a directory; check storage.path and its permissions");
+}
+
+std::string HeldBy(pid_t pid, const std::string& path) {
+  return "another cdcviewd (pid " + std::to_string(pid) + ") holds \"" + path +
+         "\"; stop it or give this one another storage.path";
+}
+
+// A refused Open touches nothing: had it reached LMDB, it would have dropped GSI1, which its
+// tables do not configure.
+TEST(StoreTest, ASecondStoreOnTheSamePathIsRefusedUntilTheFirstCloses) {
+  TempDir dir;
+  const StorageConfig config = Storage(dir.path());
+  std::unique_ptr<Store> first = OpenOrDie(config, Tables({"GSI1"}));
+  ASSERT_NE(first, nullptr);
+  ASSERT_TRUE(PutAndCommit(*first, first->view("GSI1"), {{"e1", "x"}}).ok());
+
+  absl::StatusOr<std::unique_ptr<Store>> second = Store::Open(config, Tables({}));
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Text(second.status()), HeldBy(getpid(), config.path));
+  EXPECT_EQ(ReadValue(*first, first->view("GSI1"), "e1"), "x");
+
+  first.reset();
+  std::unique_ptr<Store> reopened = OpenOrDie(config, Tables({"GSI1"}));
+  ASSERT_NE(reopened, nullptr);
+  EXPECT_TRUE(reopened->dropped_views().empty());
+  EXPECT_EQ(ReadValue(*reopened, reopened->view("GSI1"), "e1"), "x");
+}
+
+// The lock is the kernel's: a holder killed with SIGKILL leaves nothing that refuses the next.
+TEST(StoreTest, AStoreHeldByAnotherProcessIsRefusedNamingItUntilItIsKilled) {
+  TempDir dir;
+  const StorageConfig config = Storage(dir.path());
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // opens the store, commits, says so, and waits to be killed
+    close(ready[0]);
+    auto store = Store::Open(config, Tables({}));
+    if (!store.ok() || !PutAndCommit(**store, (*store)->items("App"), {{"k1", "v1"}}).ok()) _exit(2);
+    if (write(ready[1], "r", 1) != 1) _exit(3);
+    for (;;) pause();
+  }
+  close(ready[1]);
+  char byte = 0;
+  ASSERT_EQ(read(ready[0], &byte, 1), 1) << "the child could not open the store";
+  close(ready[0]);
+
+  absl::StatusOr<std::unique_ptr<Store>> refused = Store::Open(config, Tables({}));
+  EXPECT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Text(refused.status()), HeldBy(child, config.path));
+
+  ASSERT_EQ(kill(child, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  std::unique_ptr<Store> store = OpenOrDie(config, Tables({}));
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(ReadValue(*store, store->items("App"), "k1"), "v1");
 }
 
 TEST(StoreTest, PutGetDeleteAndAbort) {
