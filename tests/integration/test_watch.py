@@ -129,8 +129,13 @@ def stream_file(tmp_path):
 
 def test_open_orders_is_a_work_queue(daemon_factory, stream_file, pb):
     d = daemon_factory(config_for(stream_file)).start()
+    # A fresh store builds its views once the writer starts, after the daemon is SERVING; a
+    # Watch before that answers UNAVAILABLE.
+    wait_for("OpenOrders READY", lambda: d.stub.DescribeView(
+        pb.vs.DescribeViewRequest(view="OpenOrders")).state == pb.vs.ViewDescription.READY)
     w = Watch(d, view="OpenOrders", snapshot=True)
     done = w.next()
+    assert not isinstance(done, grpc.RpcError), done
     assert done.WhichOneof("event") == "snapshot_done" and done.position
     assert w.events == [done]  # nothing open yet
 
