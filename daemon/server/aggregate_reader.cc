@@ -8,7 +8,6 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "daemon/decode/attribute_value_proto.h"
 #include "daemon/server/proto_convert.h"
 #include "daemon/server/view_reader.h"
@@ -185,9 +184,7 @@ absl::StatusOr<const AggregateRef*> ViewReader::ReadyAggregate(const std::string
   if (aggregate == nullptr) {
     std::vector<std::string> names;
     for (const AggregateRef& a : catalog_.aggregates()) names.push_back(a.spec->name);
-    return absl::NotFoundError(absl::StrCat("aggregate \"", name, "\" does not exist (aggregates: ",
-                                            names.empty() ? "none configured" : absl::StrJoin(names, ", "),
-                                            ")"));
+    return UnknownName("aggregate", name, names);
   }
   double progress = 0;
   if (published_.GetAggregateState(aggregate->global, &progress) != ViewState::kReady) {

@@ -32,6 +32,7 @@
 #include "absl/synchronization/mutex.h"
 #include "cdcview/v1/view_service.grpc.pb.h"
 #include "daemon/log/log.h"
+#include "daemon/server/error_text.h"
 #include "index_builders/coding.h"
 #include "daemon/server/read_consistency.h"
 
@@ -811,10 +812,12 @@ class H2ReadServer::Loop {
     nghttp2_session* h2 = s->conn->h2;
     if (!answer.ok()) {
       // Trailers-only: the status in the one HEADERS frame that ends the stream. nghttp2
-      // copies the header values (no NO_COPY flags), so locals do.
+      // copies the header values (no NO_COPY flags), so locals do. The message is bounded:
+      // nghttp2 does not send a header block over 64 KiB at all (nor close the stream), and
+      // gRPC clients refuse one over 16 KiB.
       const std::string status = std::to_string(static_cast<int>(answer.status().code()));
-      const absl::string_view message = answer.status().message();
-      const std::string encoded = PercentEncode(std::string_view(message.data(), message.size()));
+      const std::string bounded = BoundStatusMessage(answer.status().message());
+      const std::string encoded = PercentEncode(bounded);
       nghttp2_nv headers[] = {Header(":status", "200"), Header("content-type", "application/grpc"),
                               Header("grpc-accept-encoding", "identity"),
                               Header("grpc-status", status), Header("grpc-message", encoded)};

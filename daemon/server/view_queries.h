@@ -29,6 +29,9 @@ class ViewQueries {
 
   virtual ~ViewQueries() = default;
 
+  // Every call below: a view, table or aggregate name longer than any can have is
+  // INVALID_ARGUMENT, not NOT_FOUND, and is not echoed; an unknown name is quoted in part.
+
   // NOT_FOUND: unknown view. INVALID_ARGUMENT: missing or wrongly typed key or condition
   // value, BETWEEN bounds out of order, begins_with on a number, a malformed or foreign page
   // token. UNAVAILABLE: the view is being rebuilt. And the consistency wait's errors (see

@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "daemon/decode/attribute_value_proto.h"
+#include "daemon/server/error_text.h"
 #include "daemon/server/proto_convert.h"
 #include "daemon/server/read_consistency.h"
 #include "daemon/server/readiness.h"
@@ -458,8 +459,7 @@ absl::StatusOr<const ViewRef*> ViewReader::ReadyView(const std::string& name) co
   if (view == nullptr) {
     std::vector<std::string> names;
     for (const ViewRef& v : catalog_.views()) names.push_back(v.spec->name);
-    return absl::NotFoundError(absl::StrCat("view \"", name, "\" does not exist (views: ",
-                                            absl::StrJoin(names, ", "), ")"));
+    return UnknownName("view", name, names);
   }
   double progress = 0;
   if (published_.GetViewState(view->global, &progress) != ViewState::kReady) {
@@ -479,8 +479,23 @@ absl::StatusOr<size_t> ViewReader::FindTable(const std::string& name) const {
   if (table >= 0) return static_cast<size_t>(table);
   std::vector<std::string> names;
   for (const TableSpec& t : catalog_.config().tables) names.push_back(t.name);
-  return absl::NotFoundError(absl::StrCat("table \"", name, "\" does not exist (tables: ",
-                                          absl::StrJoin(names, ", "), ")"));
+  return UnknownName("table", name, names);
+}
+
+absl::Status ViewReader::UnknownName(absl::string_view kind, absl::string_view name,
+                                     const std::vector<std::string>& names) {
+  size_t longest = kMaxNameBytes;
+  for (const std::string& n : names) longest = std::max(longest, n.size());
+  const std::string known =
+      absl::StrCat(kind, "s: ", names.empty() ? "none configured" : absl::StrJoin(names, ", "));
+  if (name.size() > longest) {
+    return absl::InvalidArgumentError(absl::StrCat(kind, " name of ", name.size(),
+                                                   " bytes is longer than any ", kind,
+                                                   " can have (at most ", longest, " bytes); ",
+                                                   known));
+  }
+  return absl::NotFoundError(
+      absl::StrCat(kind, " ", QuoteBounded(name), " does not exist (", known, ")"));
 }
 
 absl::StatusOr<v1::QueryResponse> ViewReader::Query(const v1::QueryRequest& request,

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "cdcview/v1/view_service.pb.h"
 #include "daemon/server/view_queries.h"
 #include "daemon/state/catalog.h"
@@ -72,8 +73,12 @@ class ViewReader : public ViewQueries {
   // Counters and positions come from one published snapshot (PublishedState::Snapshot), so
   // they describe the same commits; no lock the writer waits for is taken.
   v1::StatusResponse GetStatus() const override;
-  // The view, READY: NOT_FOUND naming the views for an unknown name, UNAVAILABLE with the
-  // progress while it is rebuilt. Every RPC on a view (Query, Scan, Watch) starts here.
+  // Names (of views, tables, aggregates) longer than this, and than any configured one,
+  // cannot exist: INVALID_ARGUMENT, where a shorter unknown name is NOT_FOUND.
+  static constexpr size_t kMaxNameBytes = 1024;
+  // The view, READY: NOT_FOUND naming the views for an unknown name (INVALID_ARGUMENT for
+  // one over kMaxNameBytes), UNAVAILABLE with the progress while it is rebuilt. Every RPC on
+  // a view (Query, Scan, Watch) starts here.
   absl::StatusOr<const ViewRef*> ReadyView(const std::string& name) const;
 
   // Aggregates (implemented in aggregate_reader.cc). NOT_FOUND: unknown aggregate (the message
@@ -108,6 +113,11 @@ class ViewReader : public ViewQueries {
   uint32_t PageLimit(uint32_t requested) const;
   // The index of table `name` in Config::tables; NOT_FOUND listing the tables.
   absl::StatusOr<size_t> FindTable(const std::string& name) const;
+  // Why `name` names no `kind` ("view", "table", "aggregate") of `names`: INVALID_ARGUMENT
+  // when it is longer than any can be (kMaxNameBytes, or the longest configured), without
+  // echoing it; else NOT_FOUND quoting it (QuoteBounded). Both list `names`.
+  static absl::Status UnknownName(absl::string_view kind, absl::string_view name,
+                                  const std::vector<std::string>& names);
 
   const Catalog& catalog_;
   const Store& store_;

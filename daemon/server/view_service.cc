@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cdcview/v1/view_service.grpc.pb.h"
+#include "daemon/server/error_text.h"
 #include "daemon/server/watch.h"
 #include "daemon/server/read_consistency.h"
 
@@ -16,8 +17,9 @@ namespace {
 
 grpc::Status ToGrpc(const absl::Status& s) {
   if (s.ok()) return grpc::Status::OK;
-  // absl and gRPC share the canonical code numbering.
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+  // absl and gRPC share the canonical code numbering. The message is bounded: one over
+  // gRPC's metadata limit would reach the client as RESOURCE_EXHAUSTED instead.
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), BoundStatusMessage(s.message()));
 }
 
 constexpr const char* kServiceName = "cdcview.v1.ViewService";

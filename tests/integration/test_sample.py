@@ -8,6 +8,7 @@ the tests only read from it.
 import json
 import math
 import re
+import time
 from decimal import Decimal
 
 import grpc
@@ -738,6 +739,80 @@ def test_fast_read_port_answers_as_the_main_port(sample, model):
         assert msg == ("this port serves the unary reads of cdcview.v1.ViewService; "
                        "/cdcview.v1.ViewService/Watch is not one of them (Watch, health and "
                        "reflection are on server.grpc)")
+
+
+# ---------------------------------------------------------------- over-long names
+# A name longer than any view, table or aggregate can have is INVALID_ARGUMENT at once on both
+# ports, without being echoed (echoed, a 70 KB name went unanswered on the fast read port, and
+# one over 16 KB reached main-port clients as RESOURCE_EXHAUSTED); an unknown name is quoted
+# only in part.
+
+VIEW_LIST = "views: GSI1, OpenOrders, ByMember, ByEntity, ByLocation, ByScore, VotesByDay"
+
+
+@pytest.fixture(scope="module")
+def ports(sample):
+    """The main port's stub and the fast read port's, by name."""
+    assert sample.fast_addr is not None, sample.log()[-2000:]
+    with grpc.insecure_channel(sample.fast_addr) as channel:
+        yield {"main": sample.stub, "fast": sample.stubs.grpc.ViewServiceStub(channel)}
+
+
+def _timed_error(call):
+    """(code, details, seconds taken) of a call that must fail."""
+    start = time.monotonic()
+    code, details = _error(call)
+    return code, details, time.monotonic() - start
+
+
+def _too_long(kind, size, known):
+    return (grpc.StatusCode.INVALID_ARGUMENT,
+            f"{kind} name of {size} bytes is longer than any {kind} can have (at most 1024 "
+            f"bytes); {known}")
+
+
+@pytest.mark.parametrize("port", ["main", "fast"])
+def test_a_70_kb_view_name_is_invalid_at_once(sample, ports, port):
+    vs = sample.stubs.vs
+    stub = ports[port]
+    name = "v" * 70000
+    for call in (lambda: stub.Query(vs.QueryRequest(view=name), timeout=10),
+                 lambda: stub.Scan(vs.ScanRequest(view=name), timeout=10),
+                 lambda: stub.DescribeView(vs.DescribeViewRequest(view=name), timeout=10)):
+        code, details, took = _timed_error(call)
+        assert (code, details) == _too_long("view", 70000, VIEW_LIST)
+        assert took < 2
+
+
+@pytest.mark.parametrize("port", ["main", "fast"])
+def test_70_kb_table_and_aggregate_names_are_invalid_at_once(sample, ports, port):
+    vs = sample.stubs.vs
+    stub = ports[port]
+    code, details, took = _timed_error(
+        lambda: stub.GetItem(vs.GetItemRequest(table="t" * 70000), timeout=10))
+    assert (code, details) == _too_long("table", 70000, "tables: App")
+    assert took < 2
+    code, details, took = _timed_error(lambda: stub.GetAggregate(
+        vs.GetAggregateRequest(aggregate="a" * 70000), timeout=10))
+    assert (code, details) == _too_long("aggregate", 70000,
+                                        "aggregates: VotesPerDay, OrderTotals")
+    assert took < 2
+
+
+def test_a_20_kb_name_on_the_main_port_is_invalid_not_resource_exhausted(sample):
+    vs = sample.stubs.vs
+    code, details = _error(
+        lambda: sample.stub.Query(vs.QueryRequest(view="v" * 20000), timeout=10))
+    assert (code, details) == _too_long("view", 20000, VIEW_LIST)
+
+
+@pytest.mark.parametrize("port", ["main", "fast"])
+def test_an_unknown_name_is_quoted_in_part(sample, ports, port):
+    vs = sample.stubs.vs
+    code, details = _error(
+        lambda: ports[port].Query(vs.QueryRequest(view="v" * 1024), timeout=10))
+    assert code == grpc.StatusCode.NOT_FOUND
+    assert details == f'view "{"v" * 64}..." (1024 bytes) does not exist ({VIEW_LIST})'
 
 
 def test_cli_queries_the_fast_read_port(sample, model):

@@ -507,6 +507,19 @@ TEST_F(AggregateReaderTest, ErrorsNameWhatIsWrong) {
   EXPECT_EQ(Get("nope", "x").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(Get("nope", "x").status().message(),
             "aggregate \"nope\" does not exist (aggregates: totals, likes, votes)");
+  EXPECT_EQ(Get(std::string(70000, 'a'), "x").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Get(std::string(70000, 'a'), "x").status().message(),
+            "aggregate name of 70000 bytes is longer than any aggregate can have (at most 1024 "
+            "bytes); aggregates: totals, likes, votes");
+  v1::ListAggregatesRequest list;
+  list.set_aggregate(std::string(70000, 'a'));
+  EXPECT_EQ(reader_->ListAggregates(list).status().message(),
+            "aggregate name of 70000 bytes is longer than any aggregate can have (at most 1024 "
+            "bytes); aggregates: totals, likes, votes");
+  EXPECT_EQ(Get(std::string(100, 'a'), "x").status().message(),
+            absl::StrCat("aggregate \"", std::string(64, 'a'),
+                         "...\" (100 bytes) does not exist (aggregates: totals, likes, votes)"));
   v1::GetAggregateRequest request;
   request.set_aggregate("totals");
   request.mutable_group()->set_n("1");

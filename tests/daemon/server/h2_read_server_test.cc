@@ -22,6 +22,7 @@
 #include "cdcview/v1/view_service.grpc.pb.h"
 #include "daemon/apply/applier.h"
 #include "daemon/metrics/metrics.h"
+#include "daemon/server/error_text.h"
 #include "daemon/server/view_reader.h"
 #include "gtest/gtest.h"
 #include "index_builders/coding.h"
@@ -357,6 +358,82 @@ TEST_F(H2ReadServerTest, OversizedAndCompressedRequestsAreRefusedByName) {
   // The connection is still good.
   grpc::ClientContext ctx2;
   EXPECT_TRUE(stub_->Query(&ctx2, Day("D1", 1), &got).ok());
+}
+
+TEST_F(H2ReadServerTest, AnOverLongViewNameIsAnsweredAtOnce) {
+  v1::QueryRequest q = Day("D1", 1);
+  q.set_view(std::string(70000, 'v'));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::QueryResponse got;
+  const auto start = std::chrono::steady_clock::now();
+  grpc::Status s = stub_->Query(&ctx, q, &got);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(),
+            "view name of 70000 bytes is longer than any view can have (at most 1024 bytes); "
+            "views: ByDay");
+}
+
+// Answers every call with NOT_FOUND and `message`.
+class FailingQueries : public ViewQueries {
+ public:
+  explicit FailingQueries(std::string message) : error_(absl::NotFoundError(message)) {}
+  absl::StatusOr<v1::QueryResponse> Query(const v1::QueryRequest&, Deadline) const override {
+    return error_;
+  }
+  absl::StatusOr<v1::ScanResponse> Scan(const v1::ScanRequest&, Deadline) const override {
+    return error_;
+  }
+  absl::StatusOr<v1::GetItemResponse> GetItem(const v1::GetItemRequest&,
+                                              Deadline) const override {
+    return error_;
+  }
+  absl::StatusOr<v1::AggregateGroup> GetAggregate(const v1::GetAggregateRequest&,
+                                                  Deadline) const override {
+    return error_;
+  }
+  absl::StatusOr<v1::ListAggregatesResponse> ListAggregates(const v1::ListAggregatesRequest&,
+                                                            Deadline) const override {
+    return error_;
+  }
+  absl::StatusOr<v1::ListViewsResponse> ListViews() const override { return error_; }
+  absl::StatusOr<v1::ViewDescription> DescribeView(const std::string&) const override {
+    return error_;
+  }
+  v1::StatusResponse GetStatus() const override { return {}; }
+  absl::StatusOr<v1::HotKeysResponse> GetHotKeys(const v1::GetHotKeysRequest&) const override {
+    return error_;
+  }
+
+ private:
+  const absl::Status error_;
+};
+
+// However long the reader's message, the call is answered (nghttp2 sends no header block over
+// 64 KiB, and gRPC's client takes none over 16 KiB): the message is cut to a bound.
+TEST(H2ReadServerErrorsTest, AnyErrorMessageIsAnsweredCutToABound) {
+  // Percent-encoded on the wire: '%' and 'æ' take three bytes each there.
+  // The first 991 bytes would end inside an 'æ'.
+  std::string message = "x";
+  while (message.size() < 100000) message += "100% æ ";
+  FailingQueries failing(message);
+  auto server = H2ReadServer::Start("127.0.0.1:0", failing, nullptr, "server.grpc");
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = v1::ViewService::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", (*server)->port()), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::ViewDescription got;
+  v1::DescribeViewRequest request;
+  request.set_view("ByDay");
+  const auto start = std::chrono::steady_clock::now();
+  grpc::Status s = stub->DescribeView(&ctx, request, &got);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(s.error_message(),
+            message.substr(0, 990) + "... (message of 100001 bytes cut)");  // 'æ' left out whole
+  EXPECT_EQ(s.error_message().size(), kMaxStatusMessageBytes - 1);
 }
 
 TEST(GrpcTimeoutTest, ParsesEveryUnitAndCapsLongOnes) {

@@ -621,6 +621,54 @@ TEST_F(ViewReaderTest, GetItemFoundNotFoundAndTombstone) {
   EXPECT_EQ(Text(not_found.status()), "table \"Nope\" does not exist (tables: App)");
 }
 
+// A name longer than any view or table can have is refused as malformed, not echoed; an
+// unknown name just short of that is quoted in part.
+TEST_F(ViewReaderTest, OverLongNamesAreInvalidAndLongUnknownNamesAreQuotedInPart) {
+  Ready();
+  auto error = [](const absl::Status& s) {
+    return absl::StrCat(absl::StatusCodeToString(s.code()), ": ", Text(s));
+  };
+  const std::string views =
+      "views: GSI1, OpenOrders, ByMember, ByEntity, ByLocation, ByScore, ByStatus";
+  const std::string huge(70000, 'v');
+  const std::string too_long =
+      "INVALID_ARGUMENT: view name of 70000 bytes is longer than any view can have (at most "
+      "1024 bytes); " + views;
+  EXPECT_EQ(error(reader_->Query(Q(huge, PS("x"))).status()), too_long);
+  v1::ScanRequest scan;
+  scan.set_view(huge);
+  EXPECT_EQ(error(reader_->Scan(scan).status()), too_long);
+  EXPECT_EQ(error(reader_->DescribeView(huge).status()), too_long);
+  v1::GetHotKeysRequest hot;
+  hot.set_view(huge);
+  EXPECT_EQ(error(reader_->GetHotKeys(hot).status()), too_long);
+  EXPECT_EQ(error(reader_->Query(Q(std::string(1025, 'v'), PS("x"))).status()),
+            "INVALID_ARGUMENT: view name of 1025 bytes is longer than any view can have (at most "
+            "1024 bytes); " + views);
+  EXPECT_EQ(error(reader_->Query(Q(std::string(1024, 'v'), PS("x"))).status()),
+            absl::StrCat("NOT_FOUND: view \"", std::string(64, 'v'),
+                         "...\" (1024 bytes) does not exist (", views, ")"));
+  // 65 bytes are cut; a multi-byte character at the cut is left out whole.
+  EXPECT_EQ(error(reader_->Query(Q(std::string(63, 'v') + "\xc3\xa6", PS("x"))).status()),
+            absl::StrCat("NOT_FOUND: view \"", std::string(63, 'v'),
+                         "...\" (65 bytes) does not exist (", views, ")"));
+
+  v1::GetItemRequest item;
+  item.set_table(huge);
+  EXPECT_EQ(error(reader_->GetItem(item).status()),
+            "INVALID_ARGUMENT: table name of 70000 bytes is longer than any table can have (at "
+            "most 1024 bytes); tables: App");
+  hot.set_table(huge);
+  hot.clear_view();
+  EXPECT_EQ(error(reader_->GetHotKeys(hot).status()),
+            "INVALID_ARGUMENT: table name of 70000 bytes is longer than any table can have (at "
+            "most 1024 bytes); tables: App");
+  item.set_table(std::string(100, 't'));
+  EXPECT_EQ(error(reader_->GetItem(item).status()),
+            absl::StrCat("NOT_FOUND: table \"", std::string(64, 't'),
+                         "...\" (100 bytes) does not exist (tables: App)"));
+}
+
 // ---- DescribeView and applied positions
 
 TEST_F(ViewReaderTest, DescribeViewReportsCountsStateAndSchema) {
