@@ -8,6 +8,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <tuple>
 #include <utility>
 #include <variant>
@@ -200,7 +201,8 @@ class Loader {
   absl::StatusOr<uint32_t> ReadUint32(const Fields::Entry& entry, std::string_view path,
                                       uint32_t min,
                                       uint32_t max = std::numeric_limits<uint32_t>::max()) const;
-  absl::StatusOr<uint64_t> ReadSize(const Fields::Entry& entry, std::string_view path) const;
+  absl::StatusOr<uint64_t> ReadSize(const Fields::Entry& entry, std::string_view path,
+                                    uint64_t max, std::string_view why_max) const;
   absl::StatusOr<AttrType> ReadKeyType(const Fields::Entry& entry, std::string_view path) const;
   template <typename S>
   absl::StatusOr<std::string> ReadHostPort(const Fields::Entry& entry, std::string_view path,
@@ -401,8 +403,8 @@ absl::StatusOr<uint32_t> Loader::ReadUint32(const Fields::Entry& entry, std::str
   return value;
 }
 
-absl::StatusOr<uint64_t> Loader::ReadSize(const Fields::Entry& entry,
-                                          std::string_view path) const {
+absl::StatusOr<uint64_t> Loader::ReadSize(const Fields::Entry& entry, std::string_view path,
+                                          uint64_t max, std::string_view why_max) const {
   if (!entry.value.IsScalar()) {
     return Error(ValueNode(entry), path,
                  Cat(kSizeExpectation, ", got ", Describe(entry.value)));
@@ -410,6 +412,11 @@ absl::StatusOr<uint64_t> Loader::ReadSize(const Fields::Entry& entry,
   absl::StatusOr<uint64_t> size = ParseByteSize(entry.value.Scalar());
   if (!size.ok()) return Error(entry.value, path, Std(size.status().message()));
   if (*size == 0) return Error(entry.value, path, "must be greater than 0");
+  if (*size > max) {
+    return Error(entry.value, path,
+                 Cat(entry.value.Scalar(), " is larger than this system allows (at most ",
+                     FormatByteSize(max), ": ", why_max, ")"));
+  }
   return size;
 }
 
@@ -534,7 +541,9 @@ absl::Status Loader::ReadField(const Fields::Entry& entry, std::string_view path
             }
             return store(n, block->*r.member);
           },
-          [&](const SizeRule<S>& r) { return store(ReadSize(entry, path), block->*r.member); },
+          [&](const SizeRule<S>& r) {
+            return store(ReadSize(entry, path, r.max, r.why_max), block->*r.member);
+          },
           [&](const ChoiceRule<S>& r) {
             absl::StatusOr<size_t> i = ReadChoice(entry, path, r.names);
             if (i.ok()) r.set(*block, *i);
@@ -1353,6 +1362,127 @@ absl::StatusOr<std::string> PutSetting(YAML::Node& root, const ConfigSetting& se
   return path;
 }
 
+// The lines of `text`, without their newlines.
+std::vector<std::string_view> Lines(std::string_view text) {
+  std::vector<std::string_view> lines;
+  for (absl::string_view line : absl::StrSplit(Absl(text), '\n')) {
+    lines.emplace_back(line.data(), line.size());
+  }
+  return lines;
+}
+
+size_t Indentation(std::string_view line) {
+  size_t n = 0;
+  while (n < line.size() && line[n] == ' ') ++n;
+  return n;
+}
+
+// Whether the quote or bracket at `text[i]` opens something rather than sitting inside a
+// plain scalar: at a line's start, after "- ", "? " or ": ", and in a flow collection
+// (`in_flow`) also right after "[", "{", "," or ":".
+bool AtTokenStart(std::string_view text, size_t i, bool in_flow) {
+  size_t j = i;
+  while (j > 0 && text[j - 1] == ' ') --j;
+  if (j == 0 || text[j - 1] == '\n') return true;
+  char before = text[j - 1];
+  if (in_flow && std::string_view("[{,:").find(before) != std::string_view::npos) return true;
+  if (j == i) return false;
+  if (before == ':') return true;
+  if (before != '-' && before != '?') return false;
+  size_t k = j - 1;  // the indicator must be the first thing on its line
+  while (k > 0 && text[k - 1] == ' ') --k;
+  return k == 0 || text[k - 1] == '\n';
+}
+
+// What is still open at `end` of `text`: the 0-based lines of the "[" and "{" (innermost
+// last), and of a quote that is never closed. Comments are skipped.
+struct OpenAt {
+  std::vector<int> brackets;
+  std::optional<int> quote;
+};
+
+OpenAt ScanOpen(std::string_view text, size_t end) {
+  OpenAt open;
+  int line = 0;
+  end = std::min(end, text.size());
+  for (size_t i = 0; i < end; ++i) {
+    char c = text[i];
+    if (c == '\n') {
+      ++line;
+    } else if (c == '#' && (i == 0 || text[i - 1] == ' ' || text[i - 1] == '\n')) {
+      while (i + 1 < end && text[i + 1] != '\n') ++i;
+    } else if ((c == '"' || c == '\'') && AtTokenStart(text, i, !open.brackets.empty())) {
+      // To the closing quote: "\x" escapes in double quotes, '' is a quote in single ones.
+      const int quote_line = line;
+      bool closed = false;
+      for (++i; i < end && !closed; ++i) {
+        if (text[i] == '\n') ++line;
+        if (c == '"' && text[i] == '\\') {
+          ++i;
+        } else if (text[i] == c) {
+          if (c == '\'' && i + 1 < end && text[i + 1] == '\'') {
+            ++i;
+          } else {
+            closed = true;
+          }
+        }
+      }
+      --i;
+      if (!closed) open.quote = quote_line;
+    } else if ((c == '[' || c == '{') && AtTokenStart(text, i, !open.brackets.empty())) {
+      open.brackets.push_back(line);
+    } else if ((c == ']' || c == '}') && !open.brackets.empty()) {
+      open.brackets.pop_back();
+    }
+  }
+  return open;
+}
+
+// Whether `line` reads as a key without its colon ("  path /srv/x"): plain text that is no
+// list item, comment, quoted or flow value, and holds no ": " (nor ends in ":").
+bool LooksLikeKeyWithoutColon(std::string_view line) {
+  std::string_view content = line.substr(Indentation(line));
+  if (content.empty() || std::string_view("-#\"'[{?|>&*!%@`").find(content.front()) !=
+                             std::string_view::npos) {
+    return false;
+  }
+  return content.find(": ") == std::string_view::npos && content.back() != ':';
+}
+
+// The message for yaml-cpp's `e` about `yaml`: "<file>:<line>: invalid YAML: ...". yaml-cpp
+// notices some mistakes only at a later token: an unclosed "[" or "{" where the document or
+// the enclosing block ends, a key without its colon at the ":" of the next line's key (the
+// two lines read as one plain scalar). Those point at the line of the mistake.
+std::string InvalidYaml(const std::string& yaml, const std::string& file,
+                        const YAML::Exception& e) {
+  if (e.mark.is_null()) return Cat(file, ":1: invalid YAML: ", e.msg);
+  const int noticed = e.mark.line;  // 0-based
+  if (e.msg == YAML::ErrorMsg::END_OF_SEQ_FLOW || e.msg == YAML::ErrorMsg::END_OF_MAP_FLOW) {
+    const char* bracket = e.msg == YAML::ErrorMsg::END_OF_SEQ_FLOW ? "[" : "{";
+    OpenAt open = ScanOpen(yaml, static_cast<size_t>(e.mark.pos));
+    if (!open.brackets.empty()) {
+      return Cat(file, ":", open.brackets.back() + 1, ": invalid YAML: ", e.msg, " (the \"", bracket,
+                 "\" on this line is never closed)");
+    }
+    return Cat(file, ":", noticed + 1, ": invalid YAML: ", e.msg, " (a \"", bracket,
+               "\" at or before this line is never closed)");
+  }
+  if (e.msg == YAML::ErrorMsg::MAP_VALUE) {
+    std::vector<std::string_view> lines = Lines(yaml);
+    int previous = noticed - 1;
+    while (previous >= 0 && (lines[previous].find_first_not_of(' ') == std::string_view::npos ||
+                             lines[previous].substr(Indentation(lines[previous])).front() == '#')) {
+      --previous;
+    }
+    if (previous >= 0 && LooksLikeKeyWithoutColon(lines[previous])) {
+      return Cat(file, ":", previous + 1, ": invalid YAML: ", e.msg,
+                 " (a key on this line has no \":\" after it)");
+    }
+  }
+  return Cat(file, ":", noticed + 1, ": invalid YAML: ", e.msg);
+}
+
+
 }  // namespace
 
 absl::StatusOr<Config> ParseConfig(const std::string& yaml, const std::string& file,
@@ -1361,8 +1491,13 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml, const std::string& f
   try {
     root = YAML::Load(yaml);
   } catch (const YAML::Exception& e) {
-    int line = e.mark.is_null() ? 1 : e.mark.line + 1;
-    return absl::InvalidArgumentError(Cat(file, ":", line, ": invalid YAML: ", e.msg));
+    return absl::InvalidArgumentError(InvalidYaml(yaml, file, e));
+  }
+  // yaml-cpp reads a quoted scalar that is never closed to the end of the document, so the
+  // fields after it vanish into a string; an error about them would point past the mistake.
+  if (std::optional<int> quote = ScanOpen(yaml, yaml.size()).quote) {
+    return absl::InvalidArgumentError(
+        Cat(file, ":", *quote + 1, ": invalid YAML: the quote on this line is never closed"));
   }
   // The loader only uses accessors that do not throw; this keeps a yaml-cpp surprise from
   // crossing the module boundary as an exception all the same.
@@ -1515,6 +1650,16 @@ absl::StatusOr<uint64_t> ParseByteSize(std::string_view text) {
     return number * u.bytes;
   }
   return malformed;
+}
+
+std::string FormatByteSize(uint64_t bytes) {
+  constexpr std::pair<const char*, int> kUnits[] = {{"TiB", 40}, {"GiB", 30}, {"MiB", 20},
+                                                    {"KiB", 10}};
+  for (const auto& [name, shift] : kUnits) {
+    uint64_t unit = uint64_t{1} << shift;
+    if (bytes != 0 && bytes % unit == 0) return std::to_string(bytes / unit) + name;
+  }
+  return std::to_string(bytes);
 }
 
 }  // namespace cdcview

@@ -22,6 +22,9 @@ struct StorageConfig {
   std::string path = "./data";
   uint64_t map_size = 4ull << 30;       // initial LMDB map size
   uint64_t max_map_size = 64ull << 30;  // MDB_MAP_FULL grows the map up to this
+  // Both sizes at most: LMDB reserves the whole map in the process's address space, and a
+  // 64-bit Linux process has 128 TiB of it (47-bit addresses on x86-64 and arm64).
+  static constexpr uint64_t kMaxMapSize = 64ull << 40;
   // MDB_WRITEMAP: commits write pages in the map instead of copying them with pwrite (a large
   // share of a commit's cost). Costs: a disk (or tmpfs) that fills up kills the process with
   // SIGBUS instead of failing the commit, data.mdb is as long as the map (sparse), and a stray
@@ -59,6 +62,9 @@ struct ApplyConfig {
   uint32_t batch_size = 1024;
   uint32_t max_delay_ms = 20;      // a partial batch waits at most this long (WriterLinger)
   uint32_t queue_capacity = 8192;  // events buffered between sources and the writer
+  // batch_size and queue_capacity at most: both count events held in memory at once, so
+  // their bound must be one memory can honour (a million events of a few KiB is GiBs).
+  static constexpr uint32_t kMaxEventsInMemory = 1u << 20;
   // Every this many seconds, one info line per source with its event counts (applied,
   // skipped, rejected: since the last line and in total) and lag; 0: none.
   uint32_t log_counts_seconds = 30;
@@ -207,5 +213,9 @@ absl::Status ApplyOverrides(const ConfigOverrides& overrides, Config* config);
 
 // "4GiB", "512MiB", "1048576" -> bytes. INVALID_ARGUMENT otherwise.
 absl::StatusOr<uint64_t> ParseByteSize(std::string_view text);
+
+// Bytes in the largest power-of-two unit that divides them exactly: 4GiB, 1536MiB, 1000.
+// What ParseByteSize reads back as the same number.
+std::string FormatByteSize(uint64_t bytes);
 
 }  // namespace cdcview

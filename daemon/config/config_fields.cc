@@ -29,8 +29,8 @@ Field<S> Whole(std::string_view key, uint32_t S::*member, uint32_t min, uint32_t
 }
 
 template <typename S>
-Field<S> Size(std::string_view key, uint64_t S::*member) {
-  return {key, SizeRule<S>{member}};
+Field<S> Size(std::string_view key, uint64_t S::*member, uint64_t max, std::string_view why_max) {
+  return {key, SizeRule<S>{member, max, why_max}};
 }
 
 template <typename S, typename E>
@@ -69,10 +69,13 @@ Field<S> Required(Field<S> field) {
 
 const FieldTable<StorageConfig>& StorageFields() {
   using S = StorageConfig;
+  // A larger map fails at open or at its first growth, with an error that names no field.
+  constexpr std::string_view kWhyMaxMap =
+      "LMDB reserves the whole map in the process's address space, 128 TiB on 64-bit Linux";
   static const FieldTable<S> table = {
       Text("path", &S::path),
-      Size("map_size", &S::map_size),
-      Size("max_map_size", &S::max_map_size),
+      Size("map_size", &S::map_size, S::kMaxMapSize, kWhyMaxMap),
+      Size("max_map_size", &S::max_map_size, S::kMaxMapSize, kWhyMaxMap),
       Flag("write_map", &S::write_map),
       // At most a minute: what is not flushed is lost at a crash and replayed.
       Whole("flush_interval_ms", &S::flush_interval_ms, 0, S::kMaxFlushIntervalMs),
@@ -96,9 +99,9 @@ const FieldTable<ApplyConfig>& ApplyFields() {
   // A zero delay means "commit as soon as the queue runs dry"; zero-sized batches or queues
   // would never move. No count lines is a valid choice too.
   static const FieldTable<S> table = {
-      Whole("batch_size", &S::batch_size, 1),
+      Whole("batch_size", &S::batch_size, 1, S::kMaxEventsInMemory),
       Whole("max_delay_ms", &S::max_delay_ms, 0),
-      Whole("queue_capacity", &S::queue_capacity, 1),
+      Whole("queue_capacity", &S::queue_capacity, 1, S::kMaxEventsInMemory),
       Whole("log_counts_seconds", &S::log_counts_seconds, 0),
   };
   return table;

@@ -57,10 +57,12 @@ struct WholeRule {
 };
 
 // A byte size above 0: "4GiB", "512MiB", "1048576" (see ParseByteSize); printed in the
-// largest unit that divides it.
+// largest unit that divides it. At most `max`, which `why_max` explains in the message.
 template <typename S>
 struct SizeRule {
   uint64_t S::*member;
+  uint64_t max;
+  std::string_view why_max;
 };
 
 // One of `names`, each standing for a value of an enum field: `get` is the index of the

@@ -11,17 +11,6 @@
 namespace cdcview {
 namespace {
 
-// The largest power-of-two unit that divides `bytes` exactly, so "4GiB" stays "4GiB".
-std::string ByteSize(uint64_t bytes) {
-  constexpr std::pair<const char*, int> kUnits[] = {{"TiB", 40}, {"GiB", 30}, {"MiB", 20},
-                                                    {"KiB", 10}};
-  for (const auto& [name, shift] : kUnits) {
-    uint64_t unit = uint64_t{1} << shift;
-    if (bytes != 0 && bytes % unit == 0) return std::to_string(bytes / unit) + name;
-  }
-  return std::to_string(bytes);
-}
-
 std::string Str(std::string_view text) { return std::string(text); }
 
 void Field(YAML::Emitter& out, const char* key, const std::string& value) {
@@ -56,7 +45,7 @@ void EmitBlock(YAML::Emitter& out, const config_fields::FieldTable<S>& table, co
             [&](const HostPortRule<S>& r) { Field(out, key.c_str(), block.*r.member); },
             [&](const FlagRule<S>& r) { Field(out, key.c_str(), block.*r.member); },
             [&](const WholeRule<S>& r) { Field(out, key.c_str(), block.*r.member); },
-            [&](const SizeRule<S>& r) { Field(out, key.c_str(), ByteSize(block.*r.member)); },
+            [&](const SizeRule<S>& r) { Field(out, key.c_str(), FormatByteSize(block.*r.member)); },
             [&](const ChoiceRule<S>& r) { Field(out, key.c_str(), Str(r.names[r.get(block)])); },
             [&](const NameListRule<S>& r) {
               if (!(block.*r.member).empty()) StringList(out, key.c_str(), block.*r.member);

@@ -68,6 +68,13 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StorageConfig& config,
   // MDB_NOMETASYNC: see the header; durable up to the last commits, never corrupt.
   // MDB_WRITEMAP (storage.write_map): see the header.
   rc = mdb_env_open(store->env_, config.path.c_str(), StoreEnvFlags(config), 0644);
+  if (rc == EFBIG) {
+    // With MDB_WRITEMAP, LMDB sets the file's length to the map's at open.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot open the LMDB store in \"", config.path, "\": storage.map_size (",
+        config.map_size, " bytes) is larger than its file system allows for one file; lower "
+        "storage.map_size (the map grows up to storage.max_map_size as needed)"));
+  }
   if (rc != MDB_SUCCESS) {
     return absl::FailedPreconditionError(absl::StrCat(
         "cannot open the LMDB store in \"", config.path, "\": ", mdb_strerror(rc),

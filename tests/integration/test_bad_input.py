@@ -208,7 +208,27 @@ tables:
     ("""tables:
   - name: App
     key: { partition: PK, sort: SK
-""", "4: invalid YAML: end of map flow not found"),
+""", '3: invalid YAML: end of map flow not found (the "{" on this line is never closed)'),
+    ("""storage:
+  path /srv/cdcview
+  map_size: 4GiB
+tables: [ { name: App, key: { partition: PK } } ]
+""", '2: invalid YAML: illegal map value (a key on this line has no ":" after it)'),
+    ("""storage:
+  max_map_size: 1000TiB
+tables: [ { name: App, key: { partition: PK } } ]
+""", "2: storage.max_map_size: 1000TiB is larger than this system allows (at most 64TiB: LMDB "
+     "reserves the whole map in the process's address space, 128 TiB on 64-bit Linux)"),
+    ("""storage:
+  map_size: 1000TiB
+  max_map_size: 1000TiB
+tables: [ { name: App, key: { partition: PK } } ]
+""", "2: storage.map_size: 1000TiB is larger than this system allows (at most 64TiB: LMDB "
+     "reserves the whole map in the process's address space, 128 TiB on 64-bit Linux)"),
+    ("""apply:
+  queue_capacity: 4000000000
+tables: [ { name: App, key: { partition: PK } } ]
+""", '2: apply.queue_capacity: expected a whole number from 1 to 1048576, got "4000000000"'),
 ]
 
 

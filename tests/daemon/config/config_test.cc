@@ -219,7 +219,7 @@ TEST(ConfigTest, ExplicitSettingsOverrideDefaults) {
       "storage: { path: /var/lib/cdcview/, map_size: 1MiB, max_map_size: 1GB,\n"
       "           write_map: false, flush_interval_ms: 25 }\n"
       "server: { grpc: \"[::1]:0\", metrics: \"\" }\n"
-      "apply: { batch_size: 1, max_delay_ms: 0, queue_capacity: 4294967295 }\n"
+      "apply: { batch_size: 1, max_delay_ms: 0, queue_capacity: 1048576 }\n"
       "sources:\n"
       "  - { name: a, table: T, file: { path: in/a.ndjson, follow: true } }\n"
       "  - { name: b.2, table: T, file: { path: b, dead_letter_path: dl/b.ndjson } }\n"
@@ -236,7 +236,7 @@ TEST(ConfigTest, ExplicitSettingsOverrideDefaults) {
   EXPECT_EQ(config->server.metrics, "");
   EXPECT_EQ(config->apply.batch_size, 1u);
   EXPECT_EQ(config->apply.max_delay_ms, 0u);
-  EXPECT_EQ(config->apply.queue_capacity, 4294967295u);
+  EXPECT_EQ(config->apply.queue_capacity, 1048576u);
   ASSERT_EQ(config->sources.size(), 2u);
   EXPECT_EQ(config->sources[0].file.path, "in/a.ndjson");
   EXPECT_TRUE(config->sources[0].file.follow);
@@ -620,12 +620,44 @@ TEST(ConfigErrorTest, SizesAndLimits) {
   EXPECT_EQ(ErrorOf("apply:\n"
                     "  batch_size: 0\n"
                     "tables: [ { name: App, key: { partition: PK } } ]\n"),
-            "t.yaml:2: apply.batch_size: expected a whole number from 1 to 4294967295, got \"0\"");
+            "t.yaml:2: apply.batch_size: expected a whole number from 1 to 1048576, got \"0\"");
   EXPECT_EQ(ErrorOf("apply:\n"
                     "  queue_capacity: -5\n"
                     "tables: [ { name: App, key: { partition: PK } } ]\n"),
-            "t.yaml:2: apply.queue_capacity: expected a whole number from 1 to 4294967295, got "
+            "t.yaml:2: apply.queue_capacity: expected a whole number from 1 to 1048576, got "
             "\"-5\"");
+  // Queued events are held in memory: a count memory cannot hold is refused, in any notation.
+  EXPECT_EQ(ErrorOf("apply:\n"
+                    "  queue_capacity: 4000000000\n"
+                    "tables: [ { name: App, key: { partition: PK } } ]\n"),
+            "t.yaml:2: apply.queue_capacity: expected a whole number from 1 to 1048576, got "
+            "\"4000000000\"");
+  EXPECT_EQ(ErrorOf("apply:\n"
+                    "  queue_capacity: 4e9\n"
+                    "tables: [ { name: App, key: { partition: PK } } ]\n"),
+            "t.yaml:2: apply.queue_capacity: expected a whole number from 1 to 1048576, got "
+            "\"4e9\"");
+  EXPECT_EQ(ErrorOf("apply: { batch_size: 1048577 }\n"
+                    "tables: [ { name: App, key: { partition: PK } } ]\n"),
+            "t.yaml:1: apply.batch_size: expected a whole number from 1 to 1048576, got "
+            "\"1048577\"");
+  // A map LMDB could not reserve is refused here, naming the field, not at open.
+  EXPECT_EQ(ErrorOf("storage:\n"
+                    "  max_map_size: 1000TiB\n"
+                    "tables: [ { name: App, key: { partition: PK } } ]\n"),
+            "t.yaml:2: storage.max_map_size: 1000TiB is larger than this system allows (at most "
+            "64TiB: LMDB reserves the whole map in the process's address space, 128 TiB on "
+            "64-bit Linux)");
+  EXPECT_EQ(ErrorOf("storage: { map_size: 70368744177665, max_map_size: 70368744177665 }\n"
+                    "tables: [ { name: App, key: { partition: PK } } ]\n"),
+            "t.yaml:1: storage.map_size: 70368744177665 is larger than this system allows (at "
+            "most 64TiB: LMDB reserves the whole map in the process's address space, 128 TiB on "
+            "64-bit Linux)");
+  absl::StatusOr<Config> largest =
+      Parse("storage: { map_size: 64TiB, max_map_size: 64TiB }\n"
+            "tables: [ { name: App, key: { partition: PK } } ]\n");
+  ASSERT_TRUE(largest.ok()) << largest.status();
+  EXPECT_EQ(largest->storage.max_map_size, 64ull << 40);
 }
 
 TEST(ConfigErrorTest, AddressesLookLikeHostPort) {
@@ -813,11 +845,56 @@ TEST(ConfigErrorTest, Projections) {
             "twice");
 }
 
-TEST(ConfigErrorTest, InvalidYamlNamesTheLine) {
+// yaml-cpp notices an unclosed bracket where it gives up, and a missing colon at the next
+// key's colon: the message names the line of the mistake itself.
+TEST(ConfigErrorTest, InvalidYamlNamesTheLineOfTheMistake) {
   EXPECT_EQ(ErrorOf("tables:\n"
                     "  - name: [App\n"
                     "    key: PK\n"),
-            "t.yaml:3: invalid YAML: end of sequence flow not found");
+            "t.yaml:2: invalid YAML: end of sequence flow not found (the \"[\" on this line is "
+            "never closed)");
+  EXPECT_EQ(ErrorOf("storage:\n"
+                    "  path: { a: \"]}\", b: [1, 2]\n"
+                    "  # a comment with { and [\n"
+                    "tables:\n"
+                    "  - name: App\n"),
+            "t.yaml:2: invalid YAML: end of map flow not found (the \"{\" on this line is never "
+            "closed)");
+  EXPECT_EQ(ErrorOf("storage:\n"
+                    "  path: \"/srv/x\n"
+                    "  map_size: 4GiB\n"
+                    "tables: [ { name: App, key: { partition: PK } } ]\n"),
+            "t.yaml:2: invalid YAML: the quote on this line is never closed");
+  EXPECT_EQ(ErrorOf("storage:\n"
+                    "  path: 'it''s\n"
+                    "tables: [ { name: App, key: { partition: PK } } ]\n"),
+            "t.yaml:2: invalid YAML: the quote on this line is never closed");
+  EXPECT_EQ(ErrorOf("storage:\n"
+                    "  path /srv/x\n"
+                    "\n"
+                    "  map_size: 4GiB\n"
+                    "tables: [ { name: App, key: { partition: PK } } ]\n"),
+            "t.yaml:2: invalid YAML: illegal map value (a key on this line has no \":\" after it)");
+  EXPECT_EQ(ErrorOf("storage:\n"
+                    "  path: /srv/x\n"
+                    "   map_size: 4GiB\n"
+                    "tables: [ { name: App, key: { partition: PK } } ]\n"),
+            "t.yaml:3: invalid YAML: illegal map value");
+  EXPECT_EQ(ErrorOf("storage:\n"
+                    "\tpath: /srv/x\n"
+                    "tables: [ { name: App, key: { partition: PK } } ]\n"),
+            "t.yaml:2: invalid YAML: illegal map value");
+  EXPECT_EQ(ErrorOf("storage:\n"
+                    "  path: /srv/x\n"
+                    " map_size: 4GiB\n"
+                    "tables: [ { name: App, key: { partition: PK } } ]\n"),
+            "t.yaml:3: invalid YAML: end of map not found");
+  // Apostrophes and brackets inside plain text open nothing.
+  absl::StatusOr<Config> plain = Parse("storage:\n"
+                                       "  path: it's/a[1 - 'b\n"
+                                       "tables: [ { name: App, key: { partition: PK } } ]\n");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->storage.path, "it's/a[1 - 'b");
 }
 
 TEST(ConfigErrorTest, DocumentMustBeAMapping) {

@@ -379,7 +379,7 @@ TEST(ConfigSettingsTest, ErrorsNameTheSettingInsteadOfALine) {
   };
   EXPECT_EQ(error({{"apply.batch_size", "0", "CDCVIEW_APPLY_BATCH_SIZE"}}),
             "CDCVIEW_APPLY_BATCH_SIZE: apply.batch_size: expected a whole number from 1 to "
-            "4294967295, got \"0\"");
+            "1048576, got \"0\"");
   EXPECT_EQ(error({{"apply.bogus", "1", "--set apply.bogus=1"}}),
             "--set apply.bogus=1: apply: unknown field \"bogus\" (expected one of batch_size, "
             "max_delay_ms, queue_capacity, log_counts_seconds)");
@@ -404,7 +404,7 @@ TEST(ConfigSettingsTest, ErrorsNameTheSettingInsteadOfALine) {
   EXPECT_EQ(Text(ParseConfig("apply: { batch_size: 0 }\ntables: []\n", "t.yaml",
                              {{"apply.max_delay_ms", "5", "--set apply.max_delay_ms=5"}})
                      .status()),
-            "t.yaml:1: apply.batch_size: expected a whole number from 1 to 4294967295, got \"0\"");
+            "t.yaml:1: apply.batch_size: expected a whole number from 1 to 1048576, got \"0\"");
 }
 
 TEST(ConfigSettingsTest, SetFlagAndEnvironment) {

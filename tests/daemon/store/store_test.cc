@@ -2,11 +2,13 @@
 
 #include <lmdb.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -487,6 +489,31 @@ TEST(StoreTest, SchemaVersionMismatchIsRefusedWithAnExplanation) {
             "store \"" + dir.path() +
                 "\" has schema version 2, this cdcviewd reads 1; use a matching cdcviewd or "
                 "start from an empty storage.path");
+}
+
+// With the write map, LMDB sets the file's length to map_size at open: a map_size beyond the
+// largest file allowed (here by RLIMIT_FSIZE, as a file system's own limit would) names the
+// field to change, not storage.path.
+TEST(StoreTest, MapSizeBeyondTheLargestFileNamesMapSize) {
+  TempDir dir;
+  struct rlimit saved;
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &saved), 0);
+  struct rlimit small = saved;
+  small.rlim_cur = 4 * kMiB;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+  void (*saved_handler)(int) = signal(SIGXFSZ, SIG_IGN);  // EFBIG instead of the signal
+  StorageConfig config = Storage(dir.path(), 8 * kMiB);
+  config.write_map = true;
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(config, Tables({}));
+  signal(SIGXFSZ, saved_handler);
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &saved), 0);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Text(store.status()),
+            "cannot open the LMDB store in \"" + dir.path() +
+                "\": storage.map_size (8388608 bytes) is larger than its file system allows for "
+                "one file; lower storage.map_size (the map grows up to storage.max_map_size as "
+                "needed)");
 }
 
 // ---- Map growth
