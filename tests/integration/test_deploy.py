@@ -1039,7 +1039,7 @@ def test_every_variable_in_help_sets_its_field(binaries):
 
 @pytest.mark.parametrize("args,env,message", [
     ([], {"CDCVIEW_APPLY_BATCH_SIZE": "0"},
-     'CDCVIEW_APPLY_BATCH_SIZE: apply.batch_size: expected a whole number from 1 to 4294967295, '
+     'CDCVIEW_APPLY_BATCH_SIZE: apply.batch_size: expected a whole number from 1 to 1048576, '
      'got "0"'),
     (["--set", "apply.bogus=1"], {},
      '--set apply.bogus=1: apply: unknown field "bogus" (expected one of batch_size, '
