@@ -242,6 +242,9 @@ class Applier {
   BatchStats stats_;
   ChangeLogWriter change_log_;
   std::vector<size_t> inconsistent_;  // this batch's aggregates found inconsistent (global index)
+  // Writer thread: per mutation of the batch being written, whether it changed its view (a
+  // delete of an absent entry does not), so the change log skips it (ApplyViewMutations).
+  std::vector<bool> mutation_changed_;
   // Writer thread: per aggregate being rebuilt, the last items key the rebuild counted. Events
   // on items up to it are maintained incrementally; later items are counted by the rebuild
   // from their image at that time, so nothing is counted twice or missed.

@@ -50,7 +50,8 @@ absl::Status Applier::ApplyViewMutations(WriteTxn* txn, const Prepared& batch) {
   // The views are written in key order (see Prepare), the change log in event order: a
   // watcher sees the changes as they happened, each partition's causes in stream order.
   for (const ViewSkip& skip : batch.view_skips) ++stats_.views[skip.view].skipped_key_type_mismatch;
-  std::vector<bool> changed(batch.mutations.size(), true);
+  std::vector<bool>& changed = mutation_changed_;
+  changed.assign(batch.mutations.size(), true);
   for (uint32_t index : batch.mutation_order) {
     const IndexMutation& m = batch.mutations[index];
     BatchStats::View& vs = stats_.views[m.view];

@@ -163,25 +163,10 @@ absl::Status WriteTxn::AppendOrPut(MDB_dbi dbi, std::string_view key, std::strin
 
 absl::Status WriteTxn::Delete(MDB_dbi dbi, std::string_view key) {
   if (own_layer_ != nullptr) return Record(dbi, key, PendingLayer::Op::kDelete, {});
-  auto cursor = CursorFor(dbi);
-  if (!cursor.ok()) return cursor.status();
-  MDB_val k = Val(key), v;
-  int rc = mdb_cursor_get(*cursor, &k, &v, MDB_SET);
-  if (rc == MDB_SUCCESS) {
-    wrote_ = true;
-    rc = mdb_cursor_del(*cursor, 0);
-  }
-  if (rc == MDB_NOTFOUND) return absl::OkStatus();
-  return LmdbStatus(rc, "deleting from the store");
+  return DeleteFromLmdb(dbi, key).status();
 }
 
-absl::StatusOr<bool> WriteTxn::Remove(MDB_dbi dbi, std::string_view key) {
-  if (own_layer_ != nullptr) {
-    const std::optional<std::optional<std::string_view>> pending = pending_.Find(dbi, key);
-    if (pending.has_value() && !pending->has_value()) return false;  // deleted in memory
-    if (absl::Status s = Record(dbi, key, PendingLayer::Op::kDelete, {}); !s.ok()) return s;
-    return true;
-  }
+absl::StatusOr<bool> WriteTxn::DeleteFromLmdb(MDB_dbi dbi, std::string_view key) {
   auto cursor = CursorFor(dbi);
   if (!cursor.ok()) return cursor.status();
   MDB_val k = Val(key), v;
@@ -193,6 +178,16 @@ absl::StatusOr<bool> WriteTxn::Remove(MDB_dbi dbi, std::string_view key) {
   if (rc == MDB_NOTFOUND) return false;
   if (rc != MDB_SUCCESS) return LmdbStatus(rc, "deleting from the store");
   return true;
+}
+
+absl::StatusOr<bool> WriteTxn::Remove(MDB_dbi dbi, std::string_view key) {
+  if (own_layer_ != nullptr) {
+    const std::optional<std::optional<std::string_view>> pending = pending_.Find(dbi, key);
+    if (pending.has_value() && !pending->has_value()) return false;  // deleted in memory
+    if (absl::Status s = Record(dbi, key, PendingLayer::Op::kDelete, {}); !s.ok()) return s;
+    return true;
+  }
+  return DeleteFromLmdb(dbi, key);
 }
 
 absl::Status WriteTxn::Clear(MDB_dbi dbi) {

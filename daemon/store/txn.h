@@ -116,6 +116,8 @@ class WriteTxn : public Txn {
   WriteTxn() = default;
   // The write cursor of `dbi`, opened on first use; LMDB frees it when the transaction ends.
   absl::StatusOr<MDB_cursor*> CursorFor(MDB_dbi dbi);
+  // Deletes `key` from LMDB itself (a direct transaction): whether it was there.
+  absl::StatusOr<bool> DeleteFromLmdb(MDB_dbi dbi, std::string_view key);
 
   // A buffered transaction (Store::BeginBuffered): writes go to own_layer_, txn_ is an LMDB
   // read snapshot, and Commit publishes the layer.
