@@ -14,10 +14,13 @@
 // UNIMPLEMENTED naming that port's setting.
 //
 // Which reads run on the loop: a Query, Scan or ListAggregates page of at most
-// kInlinePageLimit entries, a GetItem and a GetAggregate, unless the request carries a
-// position to wait for (ReadConsistency.min_position or min_kafka_offsets). Everything else
-// (waits, large pages, the O(views) and O(entries) calls) runs on a few offload threads so it
-// never holds the loop; their answers go back to the loop through an eventfd.
+// kInlinePageLimit entries, a GetItem and a GetAggregate. Everything else (large pages, the
+// O(views) and O(entries) calls) runs on a few offload threads so it never holds the loop;
+// their answers go back to the loop through an eventfd. A read that carries a position to wait
+// for (ReadConsistency.min_position or min_kafka_offsets) is first looked at once, without
+// waiting (on the loop if it is cheap, else on an offload thread), and answered if its position
+// is applied; only a read that must wait goes to the wait threads, where the waits take turns
+// in slices.
 //
 // gRPC specifics handled: the 5-byte message prefix, requests split over DATA frames,
 // grpc-timeout (the read's deadline), uncompressed messages only (a compressed one answers
