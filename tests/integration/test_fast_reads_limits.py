@@ -354,18 +354,18 @@ def test_connections_over_the_cap_are_refused_and_counted(daemon_factory, pb, tm
     assert over.goaway() == (ENHANCE_YOUR_CALM,
                              "the fast read port has 3 connections open, its limit "
                              "(server.fast_reads_max_connections); retry later")
-    # So does a gRPC client: UNAVAILABLE.
+    m = d.metrics()
+    assert fast(m, "cdcview_connections_refused_total", reason="cap") == 1
+    assert fast(m, "cdcview_connections_opened_total") == 3
+    assert fast(m, "cdcview_connections_open") == 3
+    assert "fast read port: the fast read port has 3 connections open" in d.log()
+    # A gRPC client is refused the same way (as often as it retries), and fails its call.
     channel, stub = fast_stub(d, pb)
     with pytest.raises(grpc.RpcError) as err:
         stub.Query(day_query(pb), timeout=2)
     assert err.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
     channel.close()
-    m = d.metrics()
-    refused = fast(m, "cdcview_connections_refused_total", reason="cap")
-    assert refused >= 2  # the raw client and at least one attempt of grpcio's
-    assert fast(m, "cdcview_connections_opened_total") == 3
-    assert fast(m, "cdcview_connections_open") == 3
-    assert "fast read port: the fast read port has 3 connections open" in d.log()
+    assert fast(d.metrics(), "cdcview_connections_refused_total", reason="cap") >= 2
 
     # Once one closes, a fresh client is served.
     held.pop().close()
@@ -414,6 +414,7 @@ def test_slow_clients_are_closed_after_the_request_timeout(daemon_factory, pb, t
     channel, stub = fast_stub(d, pb)
     assert len(stub.Query(day_query(pb), timeout=10).entries) == 3  # a client that keeps up
 
+    opened = time.monotonic()
     nothing = RawH2(d.fast_addr, preface=False)  # connects and sends nothing
     half_preface = RawH2(d.fast_addr, preface=False)
     half_preface.sock.sendall(PREFACE[:10])
@@ -422,14 +423,13 @@ def test_slow_clients_are_closed_after_the_request_timeout(daemon_factory, pb, t
     half_body = RawH2(d.fast_addr)  # a message announced, half sent, never ended
     half_body.open_stream(1)
     half_body.send_data(1, grpc_prefix(100) + bytes(50))
-    start = time.monotonic()
     slow = [nothing, half_preface, half_headers, half_body]
     for h2 in slow:
         assert h2.wait_closed(5)
         assert h2.goaway() == (ENHANCE_YOUR_CALM,
                                "the preface or a request took longer than 1000 ms to arrive "
                                "(server.fast_reads_request_timeout_ms)")
-    assert time.monotonic() - start < 2.0
+    assert 1.0 <= time.monotonic() - opened < 2.5
     m = d.metrics()
     assert fast(m, "cdcview_connections_closed_total", reason="request_timeout") == 4
     assert fast(m, "cdcview_connections_opened_total") == 5
