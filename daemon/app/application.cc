@@ -103,8 +103,9 @@ absl::Status Application::Init() {
   }
   server_->SetServing(true);
   if (!config_.server.fast_reads.empty()) {
+    fast_reads_connections_ = std::make_unique<ConnectionProbe>(*metrics_, "fast_reads");
     auto fast = H2ReadServer::Start(config_.server.fast_reads, *reader_, query_probe_.get(),
-                                    "server.grpc");
+                                    "server.grpc", config_.server, fast_reads_connections_.get());
     if (!fast.ok()) {
       return InPhase("starting the fast read port",
                      absl::Status(fast.status().code(),

@@ -27,6 +27,7 @@
 #include "daemon/app/ingestion_log.h"
 #include "daemon/apply/applier.h"
 #include "daemon/config/config.h"
+#include "daemon/metrics/connection_probe.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/metrics/watch_probe.h"
 #include "daemon/server/h2_read_server.h"
@@ -92,6 +93,7 @@ class Application {
   std::unique_ptr<WatchProbe> watch_probe_;
   std::unique_ptr<WatchHub> watch_hub_;  // outlives server_, whose Watch handlers use it
   std::unique_ptr<ViewServer> server_;
+  std::unique_ptr<ConnectionProbe> fast_reads_connections_;  // outlives fast_reads_
   std::unique_ptr<H2ReadServer> fast_reads_;  // server.fast_reads; null when off
   std::thread writer_;
   std::atomic<bool> stop_writer_{false};

@@ -51,6 +51,34 @@ struct ServerConfig {
   // A view's health service ("cdcview.view.<name>") is SERVING only while the view is READY
   // and every source of its table is at most this far behind (finished/caught-up sources: 0).
   uint32_t ready_max_lag_seconds = 60;
+  // A read that waits for a position (ReadConsistency) without a deadline of its own waits at
+  // most this long, on both ports, then answers DEADLINE_EXCEEDED.
+  uint32_t max_wait_ms = 10000;
+  static constexpr uint32_t kMaxWaitMs = 3600 * 1000;
+
+  // The fast read port's limits (see docs/ARCHITECTURE.md, "Limits and failure behaviour").
+  // Request bytes buffered for calls whose request has not ended: per call (gRPC's own
+  // default message limit), per connection, and across the port. A call over one of them
+  // answers RESOURCE_EXHAUSTED naming the field.
+  uint64_t fast_reads_max_request_bytes = 4 << 20;
+  uint64_t fast_reads_max_buffered_per_connection = 16 << 20;
+  uint64_t fast_reads_max_buffered_bytes = 256 << 20;
+  static constexpr uint64_t kMaxFastReadsRequestBytes = 64 << 20;
+  static constexpr uint64_t kMaxFastReadsBufferedBytes = uint64_t{64} << 30;
+  // Reads waiting for a position at once per connection; one more answers RESOURCE_EXHAUSTED.
+  // A read whose position is already applied is not a wait.
+  uint32_t fast_reads_max_waits_per_connection = 4;
+  // Connections open at once; one more is closed as soon as accepted. Below the process's
+  // open-files limit, so that the main port, the store and the sources keep theirs.
+  uint32_t fast_reads_max_connections = 1024;
+  static constexpr uint32_t kMaxFastReadsConnections = 1 << 20;
+  // A connection without an open call this long is closed (GOAWAY).
+  uint32_t fast_reads_idle_timeout_ms = 300 * 1000;
+  // A connection whose preface, or a call's headers and request, take longer than this to
+  // arrive is closed: a client that sends slowly holds no connection for long.
+  uint32_t fast_reads_request_timeout_ms = 10 * 1000;
+  static constexpr uint32_t kMinFastReadsTimeoutMs = 100;
+  static constexpr uint32_t kMaxFastReadsTimeoutMs = 24 * 3600 * 1000;
 
   bool operator==(const ServerConfig&) const = default;
 };

@@ -85,11 +85,29 @@ const FieldTable<StorageConfig>& StorageFields() {
 
 const FieldTable<ServerConfig>& ServerFields() {
   using S = ServerConfig;
+  constexpr std::string_view kWhyMaxRequests =
+      "a request is held in memory until it has all arrived";
   static const FieldTable<S> table = {
       HostPort("grpc", &S::grpc, "50051", /*may_disable=*/false),
       HostPort("fast_reads", &S::fast_reads, "50052", /*may_disable=*/true),
       HostPort("metrics", &S::metrics, "9464", /*may_disable=*/true),
       Whole("ready_max_lag_seconds", &S::ready_max_lag_seconds, 0),
+      Whole("max_wait_ms", &S::max_wait_ms, 1, S::kMaxWaitMs),
+      Size("fast_reads_max_request_bytes", &S::fast_reads_max_request_bytes,
+           S::kMaxFastReadsRequestBytes, kWhyMaxRequests),
+      Size("fast_reads_max_buffered_per_connection", &S::fast_reads_max_buffered_per_connection,
+           S::kMaxFastReadsBufferedBytes, kWhyMaxRequests),
+      Size("fast_reads_max_buffered_bytes", &S::fast_reads_max_buffered_bytes,
+           S::kMaxFastReadsBufferedBytes, kWhyMaxRequests),
+      // At most the streams a connection may open at once (H2ReadServer's 100).
+      Whole("fast_reads_max_waits_per_connection", &S::fast_reads_max_waits_per_connection, 1,
+            100),
+      Whole("fast_reads_max_connections", &S::fast_reads_max_connections, 1,
+            S::kMaxFastReadsConnections),
+      Whole("fast_reads_idle_timeout_ms", &S::fast_reads_idle_timeout_ms,
+            S::kMinFastReadsTimeoutMs, S::kMaxFastReadsTimeoutMs),
+      Whole("fast_reads_request_timeout_ms", &S::fast_reads_request_timeout_ms,
+            S::kMinFastReadsTimeoutMs, S::kMaxFastReadsTimeoutMs),
   };
   return table;
 }

@@ -60,13 +60,17 @@ constexpr auto kAcceptPause = std::chrono::milliseconds(100);
 // Bytes of answers one connection's socket may owe before the loop stops producing more and
 // stops reading its requests: a client that stops reading stops itself, not the loop.
 constexpr size_t kMaxPendingOut = 1 << 20;
-// Per connection. Each open stream may buffer up to kMaxMessageBytes of request.
+// Per connection. What their requests may buffer is bounded by
+// server.fast_reads_max_buffered_per_connection.
 constexpr uint32_t kMaxConcurrentStreams = 100;
+// How often the loop looks for connections past their idle or request timeout.
+constexpr auto kSweepInterval = std::chrono::milliseconds(50);
 
 // What one call will do, once its request is parsed.
 struct Prepared {
-  bool runs_inline = false;
-  bool waits = false;  // carries a position to wait for
+  bool cheap = false;        // may run on the loop, once no wait is needed
+  bool runs_inline = false;  // cheap and no position to wait for
+  bool waits = false;        // carries a position to wait for
   // The answer as gRPC frames it: 5 bytes of prefix (filled in by Answer), then the message.
   std::function<absl::StatusOr<std::string>(Deadline)> run;
 };
@@ -111,7 +115,8 @@ Handler Unary(Read read, Cheap cheap) {
     }
     Prepared p;
     p.waits = WaitsFor(*request);
-    p.runs_inline = !p.waits && cheap(*request);
+    p.cheap = cheap(*request);
+    p.runs_inline = !p.waits && p.cheap;
     p.run = [read, request](Deadline deadline) -> absl::StatusOr<std::string> {
       auto answer = read(*request, deadline);
       if (!answer.ok()) return answer.status();
@@ -176,6 +181,20 @@ const google::protobuf::ServiceDescriptor& ViewServiceDescriptor() {
     abort();
   }
   return *service;
+}
+
+// An HTTP/2 GOAWAY frame (last stream id 0) with error `code` and `why` as its debug data: for
+// a connection nghttp2 does not speak on.
+std::string GoawayFrame(uint32_t code, std::string_view why) {
+  std::string frame(9 + 8, '\0');
+  const uint32_t length = static_cast<uint32_t>(8 + why.size());
+  frame[0] = static_cast<char>(length >> 16);
+  frame[1] = static_cast<char>(length >> 8);
+  frame[2] = static_cast<char>(length);
+  frame[3] = 7;  // GOAWAY; no flags, stream 0, then the last stream id 0
+  EncodeBigEndian32(code, frame.data() + 13);
+  frame += why;
+  return frame;
 }
 
 bool IsUnary(const google::protobuf::MethodDescriptor& m) {
@@ -332,8 +351,13 @@ absl::StatusOr<int> Listen(const std::string& address) {
 // the finished list and `stopping_` belongs to the loop thread.
 class H2ReadServer::Loop {
  public:
-  Loop(const ViewQueries& reader, QueryProbe* probe, std::string grpc_setting)
-      : methods_(Methods(reader)), probe_(probe), grpc_setting_(std::move(grpc_setting)) {}
+  Loop(const ViewQueries& reader, QueryProbe* probe, std::string grpc_setting,
+       const ServerConfig& limits, ConnectionProbe* connections)
+      : methods_(Methods(reader)),
+        probe_(probe),
+        grpc_setting_(std::move(grpc_setting)),
+        limits_(limits),
+        connection_probe_(connections) {}
 
   ~Loop() {
     for (int fd : {listen_fd_, epoll_fd_, wake_fd_}) {
@@ -358,8 +382,8 @@ class H2ReadServer::Loop {
     Watch(listen_fd_, EPOLLIN, kListenTag);
     Watch(wake_fd_, EPOLLIN, kWakeTag);
     thread_ = std::thread([this] { Run(); });
-    for (int i = 0; i < kWaitThreads; ++i) workers_.emplace_back([this] { Offload(kWaits); });
-    for (int i = 0; i < kHeavyThreads; ++i) workers_.emplace_back([this] { Offload(kHeavy); });
+    for (int i = 0; i < kWaitThreads; ++i) workers_.emplace_back([this] { Work(kWaits); });
+    for (int i = 0; i < kHeavyThreads; ++i) workers_.emplace_back([this] { Work(kHeavy); });
     return absl::OkStatus();
   }
 
@@ -393,8 +417,11 @@ class H2ReadServer::Loop {
     std::string path, content_type, encoding;
     std::optional<Clock::duration> timeout;
     bool bad_timeout = false;
-    std::string body;
-    bool too_large = false;
+    Clock::time_point begun;     // its HEADERS arrived
+    bool request_ended = false;  // the client ended its side (END_STREAM)
+    std::string body;  // counted in conn->buffered and the loop's buffered_
+    // Refused before its request ended (a limit on request bytes): the status it answers.
+    std::optional<absl::Status> refused;
     bool answered = false;  // an answer was submitted (or the stream refused)
     // Set when the stream closes: an offloaded read for it stops at its next slice. Made only
     // for reads that go off the loop (none for the inline ones).
@@ -404,6 +431,7 @@ class H2ReadServer::Loop {
     size_t sent = 0;
     ~Stream() {
       if (gone) gone->store(true);
+      conn->loop->Unbuffer(this);
     }
   };
   struct Connection {
@@ -413,6 +441,14 @@ class H2ReadServer::Loop {
     nghttp2_session* h2 = nullptr;
     std::string pending;  // bytes nghttp2 produced that the socket has not taken yet
     uint32_t events = EPOLLIN;  // what epoll watches for
+    Clock::time_point opened;
+    bool got_settings = false;  // the client's preface and SETTINGS arrived
+    Clock::time_point idle_since;  // when its last stream closed (or it opened)
+    // Why it ends, once Receive or Flush says it does (ConnectionProbe's reasons).
+    std::string_view end_reason = "error";
+    size_t buffered = 0;  // request bytes its streams hold
+    uint32_t waits = 0;   // its reads handed to the wait pool and not delivered yet
+    // Declared after `buffered`: destroyed first, a stream gives its bytes back.
     std::map<int32_t, std::unique_ptr<Stream>> streams;
     ~Connection() {
       if (h2 != nullptr) nghttp2_session_del(h2);
@@ -427,7 +463,12 @@ class H2ReadServer::Loop {
     std::string method;
     Prepared call;
     Deadline deadline;
-    bool capped = false;  // a wait the request gave no deadline: kMaxWaitWithoutDeadline
+    bool capped = false;  // a wait the request gave no deadline: server.max_wait_ms
+    // A large read with a position: looked at once (no wait) on the heavy pool; if the
+    // position is not applied, it goes back to the loop (needs_wait) for the wait pool.
+    bool check_first = false;
+    bool needs_wait = false;
+    bool counts_wait = false;  // counted in its connection's `waits`
     Clock::time_point start;
     absl::StatusOr<std::string> answer;
   };
@@ -464,6 +505,7 @@ class H2ReadServer::Loop {
       }
       if (draining && (Drained() || Clock::now() >= grace_until_)) break;
       int timeout = -1;
+      if (!connections_.empty()) timeout = static_cast<int>(kSweepInterval.count());
       if (draining) timeout = 10;
       if (accept_paused_) {
         if (Clock::now() >= accept_resume_) {
@@ -490,9 +532,10 @@ class H2ReadServer::Loop {
           bool alive = true;
           if (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) alive = Receive(conn);
           if (alive) alive = Flush(conn);
-          if (!alive) Drop(conn);
+          if (!alive) Drop(conn, conn->end_reason);
         }
       }
+      if (!draining) Sweep();
     }
     // Every answer is out (or the grace period is over): the final GOAWAY, then close.
     for (auto& [serial, conn] : connections_) {
@@ -501,7 +544,49 @@ class H2ReadServer::Loop {
                             nullptr, 0);
       Flush(conn.get());
     }
-    connections_.clear();
+    while (!connections_.empty()) Drop(connections_.begin()->second.get(), "shutdown");
+  }
+
+  // Closes the connections past their request or idle timeout, each with a GOAWAY that says
+  // which (an idle one's NO_ERROR lets a gRPC client reconnect quietly when it needs to).
+  void Sweep() {
+    const Clock::time_point now = Clock::now();
+    if (now < next_sweep_) return;
+    next_sweep_ = now + kSweepInterval;
+    const auto request_timeout = std::chrono::milliseconds(limits_.fast_reads_request_timeout_ms);
+    const auto idle_timeout = std::chrono::milliseconds(limits_.fast_reads_idle_timeout_ms);
+    std::vector<std::pair<Connection*, bool>> closing;  // (connection, idle)
+    for (auto& [serial, conn] : connections_) {
+      bool late = !conn->got_settings && now - conn->opened >= request_timeout;
+      for (const auto& [id, stream] : conn->streams) {
+        late = late || (!stream->request_ended && now - stream->begun >= request_timeout);
+      }
+      if (late) {
+        closing.emplace_back(conn.get(), false);
+      } else if (conn->streams.empty() && now - conn->idle_since >= idle_timeout) {
+        closing.emplace_back(conn.get(), true);
+      }
+    }
+    for (auto [conn, idle] : closing) {
+      const std::string why =
+          idle ? absl::StrCat("no call for ", limits_.fast_reads_idle_timeout_ms,
+                              " ms (server.fast_reads_idle_timeout_ms)")
+               : absl::StrCat("the preface or a request took longer than ",
+                              limits_.fast_reads_request_timeout_ms,
+                              " ms to arrive (server.fast_reads_request_timeout_ms)");
+      const uint32_t code = idle ? NGHTTP2_NO_ERROR : NGHTTP2_ENHANCE_YOUR_CALM;
+      Flush(conn);
+      if (conn->got_settings) {
+        nghttp2_submit_goaway(conn->h2, NGHTTP2_FLAG_NONE,
+                              nghttp2_session_get_last_proc_stream_id(conn->h2), code,
+                              reinterpret_cast<const uint8_t*>(why.data()), why.size());
+      } else {
+        // nghttp2 sends nothing more before the client's preface: the frame is ours.
+        conn->pending += GoawayFrame(code, why);
+      }
+      Flush(conn);
+      Drop(conn, idle ? "idle" : "request_timeout");
+    }
   }
 
   void StopListening() {
@@ -527,7 +612,7 @@ class H2ReadServer::Loop {
     for (auto& [serial, conn] : connections_) {
       if (!Flush(conn.get())) dead.push_back(conn.get());
     }
-    for (Connection* conn : dead) Drop(conn);
+    for (Connection* conn : dead) Drop(conn, conn->end_reason);
   }
 
   void Accept() {
@@ -550,18 +635,41 @@ class H2ReadServer::Loop {
         return;
       }
       accept_failing_ = false;
+      if (connections_.size() >= limits_.fast_reads_max_connections) {
+        RefuseConnection(fd);
+        continue;
+      }
+      refusing_ = false;
       int one = 1;
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       auto conn = std::make_unique<Connection>();
       conn->loop = this;
       conn->serial = ++last_serial_;
       conn->fd = fd;
+      conn->opened = conn->idle_since = Clock::now();
       if (!NewSession(conn.get())) continue;
       Watch(fd, EPOLLIN, conn->serial);
       Connection* raw = conn.get();
       connections_.emplace(conn->serial, std::move(conn));
-      if (!Flush(raw)) Drop(raw);
+      if (connection_probe_ != nullptr) connection_probe_->Opened();
+      if (!Flush(raw)) Drop(raw, raw->end_reason);
     }
+  }
+
+  // A connection over the cap: our SETTINGS and a GOAWAY naming the cap (whatever of it the
+  // socket takes at once), then closed.
+  void RefuseConnection(int fd) {
+    const std::string why = absl::StrCat("the fast read port has ", connections_.size(),
+                                         " connections open, its limit "
+                                         "(server.fast_reads_max_connections); retry later");
+    std::string frames = {0, 0, 0, 4, 0, 0, 0, 0, 0};  // an empty SETTINGS frame
+    frames += GoawayFrame(NGHTTP2_ENHANCE_YOUR_CALM, why);
+    ssize_t n = send(fd, frames.data(), frames.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)n;  // a client that cannot take it sees the connection close
+    close(fd);
+    if (connection_probe_ != nullptr) connection_probe_->Refused("cap");
+    if (!refusing_) LogWarning(absl::StrCat("fast read port: ", why));
+    refusing_ = true;  // logged once per run of refusals
   }
 
   bool NewSession(Connection* conn) {
@@ -592,11 +700,13 @@ class H2ReadServer::Loop {
     for (int chunk = 0; chunk < kReadChunksPerWake && conn->pending.size() < kMaxPendingOut;
          ++chunk) {
       ssize_t n = read(conn->fd, buf, sizeof buf);
+      if (n == 0 || (n < 0 && errno == ECONNRESET)) conn->end_reason = "client";
       if (n == 0) return false;
       if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
       ssize_t used = nghttp2_session_mem_recv(conn->h2, buf, static_cast<size_t>(n));
       if (used < 0) {
         Flush(conn);  // the GOAWAY nghttp2 queued, naming the protocol error
+        conn->end_reason = "error";
         return false;
       }
       // The answers to what this chunk held go out before the next chunk is read.
@@ -620,6 +730,7 @@ class H2ReadServer::Loop {
       ssize_t w = send(conn->fd, conn->pending.data(), conn->pending.size(), MSG_NOSIGNAL);
       if (w < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
+        if (errno == ECONNRESET || errno == EPIPE) conn->end_reason = "client";
         return false;
       }
       conn->pending.erase(0, static_cast<size_t>(w));
@@ -632,13 +743,20 @@ class H2ReadServer::Loop {
       conn->events = events;
       Watch(conn->fd, events, conn->serial, EPOLL_CTL_MOD);
     }
-    return conn->pending.size() > 0 || nghttp2_session_want_read(conn->h2) ||
-           nghttp2_session_want_write(conn->h2);
+    if (conn->pending.size() > 0 || nghttp2_session_want_read(conn->h2) ||
+        nghttp2_session_want_write(conn->h2)) {
+      return true;
+    }
+    // Both sides are done: the client's GOAWAY was answered.
+    conn->end_reason = "client";
+    return false;
   }
 
-  void Drop(Connection* conn) {
+  // `reason`: one of ConnectionProbe's.
+  void Drop(Connection* conn, std::string_view reason) {
     epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, conn->fd, nullptr);
     connections_.erase(conn->serial);
+    if (connection_probe_ != nullptr) connection_probe_->Closed(reason);
   }
 
   // ---- nghttp2 callbacks (on the loop thread, inside mem_recv or mem_send)
@@ -649,6 +767,7 @@ class H2ReadServer::Loop {
     auto stream = std::make_unique<Stream>();
     stream->conn = conn;
     stream->id = frame->hd.stream_id;
+    stream->begun = Clock::now();
     nghttp2_session_set_stream_user_data(h2, stream->id, stream.get());
     conn->streams.emplace(stream->id, std::move(stream));
     return 0;
@@ -677,23 +796,64 @@ class H2ReadServer::Loop {
                     void* user) {
     auto* s = static_cast<Stream*>(nghttp2_session_get_stream_user_data(h2, id));
     if (s == nullptr || s->answered) return 0;
-    // One message of at most kMaxMessageBytes is kept; bytes past it only make the framing
-    // check fail, so they need not be stored.
-    const size_t room = kMaxMessageBytes + 6 - std::min(s->body.size(), kMaxMessageBytes + 6);
-    s->body.append(reinterpret_cast<const char*>(data), std::min(len, room));
+    auto* conn = static_cast<Connection*>(user);
+    Loop* loop = conn->loop;
+    const ServerConfig& limits = loop->limits_;
+    // One message of at most the limit is kept; bytes past it only make the framing check
+    // fail, so they need not be stored.
+    const size_t most = limits.fast_reads_max_request_bytes + 6;
+    const size_t take = std::min(len, most - std::min(s->body.size(), most));
+    if (conn->buffered + take > limits.fast_reads_max_buffered_per_connection) {
+      return loop->Refuse(s, absl::StrCat("this connection's unfinished requests would hold more "
+                                          "than ",
+                                          limits.fast_reads_max_buffered_per_connection,
+                                          " bytes (server.fast_reads_max_buffered_per_connection)"
+                                          "; send fewer large requests at once"));
+    }
+    if (loop->buffered_ + take > limits.fast_reads_max_buffered_bytes) {
+      return loop->Refuse(s, absl::StrCat("the fast read port's unfinished requests would hold "
+                                          "more than ",
+                                          limits.fast_reads_max_buffered_bytes,
+                                          " bytes (server.fast_reads_max_buffered_bytes); retry "
+                                          "with backoff"));
+    }
+    s->body.append(reinterpret_cast<const char*>(data), take);
+    conn->buffered += take;
+    loop->buffered_ += take;
     // Refused as soon as the prefix says it is too large, not once it has all arrived.
-    if (s->body.size() >= 5 && DecodeBigEndian32(s->body.data() + 1) > kMaxMessageBytes) {
-      s->too_large = true;
-      s->body.clear();
-      static_cast<Connection*>(user)->loop->Dispatch(s);
+    if (s->body.size() >= 5 &&
+        DecodeBigEndian32(s->body.data() + 1) > limits.fast_reads_max_request_bytes) {
+      return loop->Refuse(s, absl::StrCat("the request is larger than ",
+                                          limits.fast_reads_max_request_bytes,
+                                          " bytes (server.fast_reads_max_request_bytes)"));
     }
     return 0;
   }
 
+  // Answers `s`, whose request has not ended, RESOURCE_EXHAUSTED: it would pass a limit on
+  // request bytes. What it holds is freed now; what its client still sends is dropped.
+  int Refuse(Stream* s, std::string message) {
+    Unbuffer(s);
+    s->refused = absl::ResourceExhaustedError(std::move(message));
+    if (connection_probe_ != nullptr) connection_probe_->RequestRefused("body_limit");
+    Dispatch(s);
+    return 0;
+  }
+
+  // Frees the request bytes `s` holds.
+  void Unbuffer(Stream* s) {
+    s->conn->buffered -= s->body.size();
+    buffered_ -= s->body.size();
+    std::string().swap(s->body);
+  }
+
   static int OnFrame(nghttp2_session* h2, const nghttp2_frame* frame, void* user) {
+    if (frame->hd.type == NGHTTP2_SETTINGS) static_cast<Connection*>(user)->got_settings = true;
     if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) return 0;
     auto* s = static_cast<Stream*>(nghttp2_session_get_stream_user_data(h2, frame->hd.stream_id));
-    if (s == nullptr || s->answered) return 0;
+    if (s == nullptr) return 0;
+    if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) s->request_ended = true;
+    if (s->answered) return 0;
     Loop* loop = static_cast<Connection*>(user)->loop;
     if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) {
       loop->Dispatch(s);
@@ -706,7 +866,9 @@ class H2ReadServer::Loop {
   }
 
   static int OnClose(nghttp2_session*, int32_t id, uint32_t, void* user) {
-    static_cast<Connection*>(user)->streams.erase(id);  // an offloaded answer finds it gone
+    auto* conn = static_cast<Connection*>(user);
+    conn->streams.erase(id);  // an offloaded answer finds it gone
+    if (conn->streams.empty()) conn->idle_since = Clock::now();
     return 0;
   }
 
@@ -738,11 +900,7 @@ class H2ReadServer::Loop {
                            grpc_setting_, ")")));
     }
     const Clock::time_point start = Clock::now();
-    if (s->too_large) {
-      return Finish(s, method->second.name, start,
-                    absl::ResourceExhaustedError(absl::StrCat("the request is larger than ",
-                                                              kMaxMessageBytes, " bytes")));
-    }
+    if (s->refused) return Finish(s, method->second.name, start, *s->refused);
     if (s->bad_timeout) {
       return Finish(s, method->second.name, start,
                     absl::InvalidArgumentError("malformed grpc-timeout header"));
@@ -763,38 +921,64 @@ class H2ReadServer::Loop {
                                               "without a grpc-encoding"));
     }
     absl::StatusOr<Prepared> call = method->second.prepare(std::string_view(b).substr(5));
-    s->body.clear();
-    s->body.shrink_to_fit();
+    Unbuffer(s);
     if (!call.ok()) return Finish(s, method->second.name, start, call.status());
     Deadline deadline = s->timeout ? WaitDeadline(start + *s->timeout, start) : Deadline::max();
     if (call->runs_inline) {
       return Finish(s, method->second.name, start, call->run(deadline));
     }
-    // A wait without a deadline is capped as the reader caps one (the slices below pass it
-    // finite deadlines, so the reader would not); a client's own deadline is kept, less the
-    // margin that lets the wait's answer reach it (WaitDeadline).
+    if (call->waits && call->cheap) {
+      // A position already applied is answered now, on the loop: such a read never queues
+      // behind the waits. A deadline already past makes the reader look once and not wait.
+      absl::StatusOr<std::string> answer = call->run(start);
+      if (!absl::IsDeadlineExceeded(answer.status())) {
+        return Finish(s, method->second.name, start, std::move(answer));
+      }
+    }
+    // A wait without a deadline is capped at server.max_wait_ms, as the reader caps one (the
+    // slices below pass it finite deadlines, so the reader would not); a client's own deadline
+    // is kept, less the margin that lets the wait's answer reach it (WaitDeadline).
     const bool capped = call->waits && !s->timeout;
-    if (capped) deadline = start + ViewQueries::kMaxWaitWithoutDeadline;
+    if (capped) deadline = start + std::chrono::milliseconds(limits_.max_wait_ms);
+    auto job = std::make_unique<Job>();
+    job->conn = s->conn->serial;
+    job->stream = s->id;
+    job->method = method->second.name;
+    job->deadline = deadline;
+    job->capped = capped;
+    job->start = start;
+    job->check_first = call->waits && !call->cheap;
+    const Pool pool = call->waits && call->cheap ? kWaits : kHeavy;
+    job->call = *std::move(call);
+    Offload(s, std::move(job), pool);
+  }
+
+  // Hands `job`, the read of stream `s`, to `pool`, or answers RESOURCE_EXHAUSTED when one of
+  // the limits on reads off the loop is reached.
+  void Offload(Stream* s, std::unique_ptr<Job> job, Pool pool) {
+    if (pool == kWaits && s->conn->waits >= limits_.fast_reads_max_waits_per_connection) {
+      if (connection_probe_ != nullptr) connection_probe_->RequestRefused("waits_per_connection");
+      return Finish(s, job->method, job->start,
+                    absl::ResourceExhaustedError(absl::StrCat(
+                        s->conn->waits, " reads on this connection are already waiting for "
+                        "their position (server.fast_reads_max_waits_per_connection); retry "
+                        "with backoff")));
+    }
     absl::ReleasableMutexLock lock(&mu_);
     if (offloaded_ >= kMaxOffloaded) {
       lock.Release();
-      return Finish(s, method->second.name, start,
+      return Finish(s, job->method, job->start,
                     absl::ResourceExhaustedError(absl::StrCat(
                         kMaxOffloaded, " reads are already waiting or running off the event "
                                        "loop; retry with backoff")));
     }
     ++offloaded_;
-    auto job = std::make_unique<Job>();
-    job->conn = s->conn->serial;
-    job->stream = s->id;
-    s->gone = std::make_shared<std::atomic<bool>>(false);
+    if (pool == kWaits) {
+      ++s->conn->waits;
+      job->counts_wait = true;
+    }
+    if (s->gone == nullptr) s->gone = std::make_shared<std::atomic<bool>>(false);
     job->gone = s->gone;
-    job->method = method->second.name;
-    job->deadline = deadline;
-    job->capped = capped;
-    job->start = start;
-    const Pool pool = call->waits ? kWaits : kHeavy;
-    job->call = *std::move(call);
     queues_[pool].push_back(std::move(job));
     lock.Release();
     ready_[pool].Signal();
@@ -854,7 +1038,7 @@ class H2ReadServer::Loop {
 
   // ---- offload threads
 
-  void Offload(Pool pool) {
+  void Work(Pool pool) {
     pthread_setname_np(pthread_self(), pool == kWaits ? "h2-waits" : "h2-offload");
     while (true) {
       std::unique_ptr<Job> job;
@@ -867,10 +1051,19 @@ class H2ReadServer::Loop {
       }
       if (job->gone->load()) {
         job->answer = absl::CancelledError("the client went away");  // delivered to nobody
-      } else {
-        RunInSlices(job.get());
+      } else if (job->check_first) {
+        job->answer = job->call.run(Clock::now());  // a look, no wait (see Dispatch)
+        job->needs_wait = absl::IsDeadlineExceeded(job->answer.status());
+      } else if (!RunSlice(job.get())) {
+        // Still waiting: behind the other waits, so that more waits than threads all advance.
+        {
+          absl::MutexLock lock(&mu_);
+          queues_[pool].push_back(std::move(job));
+        }
+        ready_[pool].Signal();
+        continue;
       }
-      if (probe_ != nullptr && !job->gone->load()) {
+      if (probe_ != nullptr && !job->gone->load() && !job->needs_wait) {
         probe_->Observe(job->method,
                         std::chrono::duration<double>(Clock::now() - job->start).count(),
                         job->answer.ok());
@@ -883,31 +1076,37 @@ class H2ReadServer::Loop {
     }
   }
 
-  // A wait runs in slices, so that a stream reset, a client gone or a shutdown ends it early.
-  void RunInSlices(Job* job) {
-    while (true) {
-      const auto slice_end = std::min(job->deadline, Clock::now() + kWaitSlice);
-      job->answer = job->call.run(job->call.waits ? slice_end : job->deadline);
-      if (!job->call.waits || !absl::IsDeadlineExceeded(job->answer.status())) return;
-      if (slice_end >= job->deadline) break;
-      if (job->gone->load()) return;  // nobody to answer
-      if (stopping_.load()) {
-        // Not the client's deadline: a retry elsewhere, or after the restart, can succeed.
-        job->answer = absl::UnavailableError(
-            "the fast read port is shutting down; retry the read on another replica or "
-            "after the restart");
-        return;
-      }
+  // Runs a read that does not wait, or one slice of a wait: a wait runs in slices, so that a
+  // stream reset, a client gone or a shutdown ends it early, and so that more waits than
+  // threads take turns. False: the wait goes on.
+  bool RunSlice(Job* job) {
+    if (!job->call.waits) {
+      job->answer = job->call.run(job->deadline);
+      return true;
+    }
+    const auto slice_end = std::min(job->deadline, Clock::now() + kWaitSlice);
+    job->answer = job->call.run(slice_end);
+    if (!absl::IsDeadlineExceeded(job->answer.status())) return true;
+    if (job->gone->load()) return true;  // nobody to answer
+    if (slice_end < job->deadline) {
+      if (!stopping_.load()) return false;
+      // Not the client's deadline: a retry elsewhere, or after the restart, can succeed.
+      job->answer = absl::UnavailableError(
+          "the fast read port is shutting down; retry the read on another replica or "
+          "after the restart");
+      return true;
     }
     if (job->capped) {  // the reader's own wording for a request without a deadline
       std::string message(job->answer.status().message());
       const std::string_view phrase = ViewQueries::kNotAppliedInTime;
       const size_t at = message.find(phrase);
       if (at != std::string::npos) {
-        message.insert(at + phrase.size(), ViewQueries::CappedWaitNote());
+        message.insert(at + phrase.size(),
+                       ViewQueries::CappedWaitNote(std::chrono::milliseconds(limits_.max_wait_ms)));
         job->answer = absl::DeadlineExceededError(message);
       }
     }
+    return true;
   }
 
   void DeliverFinished() {
@@ -921,20 +1120,33 @@ class H2ReadServer::Loop {
     for (auto& job : done) {
       auto conn = connections_.find(job->conn);
       if (conn == connections_.end()) continue;  // the client went away
+      if (job->counts_wait) --conn->second->waits;
       auto stream = conn->second->streams.find(job->stream);
       if (stream == conn->second->streams.end()) continue;  // reset by the client
-      Answer(stream->second.get(), std::move(job->answer));
       touched.push_back(job->conn);
+      if (job->needs_wait) {
+        job->check_first = job->needs_wait = false;
+        Offload(stream->second.get(), std::move(job), kWaits);
+      } else {
+        Answer(stream->second.get(), std::move(job->answer));
+      }
     }
     for (uint64_t serial : touched) {
       auto conn = connections_.find(serial);
-      if (conn != connections_.end() && !Flush(conn->second.get())) Drop(conn->second.get());
+      if (conn != connections_.end() && !Flush(conn->second.get())) {
+        Drop(conn->second.get(), conn->second->end_reason);
+      }
     }
   }
 
   const MethodTable methods_;
   QueryProbe* const probe_;
   const std::string grpc_setting_;
+  const ServerConfig limits_;
+  ConnectionProbe* const connection_probe_;
+  size_t buffered_ = 0;  // request bytes all streams hold
+  Clock::time_point next_sweep_;
+  bool refusing_ = false;  // connections are being refused at the cap (logged once)
   int listen_fd_ = -1, epoll_fd_ = -1, wake_fd_ = -1;
   int port_ = 0;
   std::thread thread_;
@@ -960,11 +1172,10 @@ H2ReadServer::H2ReadServer(std::unique_ptr<Loop> loop) : loop_(std::move(loop)) 
 
 H2ReadServer::~H2ReadServer() { Shutdown(0); }
 
-absl::StatusOr<std::unique_ptr<H2ReadServer>> H2ReadServer::Start(const std::string& address,
-                                                                  const ViewQueries& reader,
-                                                                  QueryProbe* probe,
-                                                                  std::string grpc_setting) {
-  auto loop = std::make_unique<Loop>(reader, probe, std::move(grpc_setting));
+absl::StatusOr<std::unique_ptr<H2ReadServer>> H2ReadServer::Start(
+    const std::string& address, const ViewQueries& reader, QueryProbe* probe,
+    std::string grpc_setting, const ServerConfig& limits, ConnectionProbe* connections) {
+  auto loop = std::make_unique<Loop>(reader, probe, std::move(grpc_setting), limits, connections);
   if (absl::Status s = loop->Open(address); !s.ok()) return s;
   return std::unique_ptr<H2ReadServer>(new H2ReadServer(std::move(loop)));
 }

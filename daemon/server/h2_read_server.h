@@ -14,20 +14,35 @@
 // UNIMPLEMENTED naming that port's setting.
 //
 // Which reads run on the loop: a Query, Scan or ListAggregates page of at most
-// kInlinePageLimit entries, a GetItem and a GetAggregate, unless the request carries a
-// position to wait for (ReadConsistency.min_position or min_kafka_offsets). Everything else
-// (waits, large pages, the O(views) and O(entries) calls) runs on a few offload threads so it
-// never holds the loop; their answers go back to the loop through an eventfd.
+// kInlinePageLimit entries, a GetItem and a GetAggregate. Everything else (large pages, the
+// O(views) and O(entries) calls) runs on a few offload threads so it never holds the loop;
+// their answers go back to the loop through an eventfd. A read that carries a position to wait
+// for (ReadConsistency.min_position or min_kafka_offsets) is first looked at once, without
+// waiting (on the loop if it is cheap, else on an offload thread), and answered if its position
+// is applied; only a read that must wait goes to the wait threads, where the waits take turns
+// in slices.
 //
 // gRPC specifics handled: the 5-byte message prefix, requests split over DATA frames,
 // grpc-timeout (the read's deadline), uncompressed messages only (a compressed one answers
-// UNIMPLEMENTED, and every answer says grpc-accept-encoding: identity), at most
-// kMaxMessageBytes per request (RESOURCE_EXHAUSTED), trailers-only answers for errors,
+// UNIMPLEMENTED, and every answer says grpc-accept-encoding: identity), requests of at most
+// server.fast_reads_max_request_bytes (RESOURCE_EXHAUSTED), trailers-only answers for errors,
 // grpc-message percent-encoded. HTTP/2 itself (flow control, PING, SETTINGS, GOAWAY) is
 // nghttp2's.
 //
-// Thread-safety: Start, port and Shutdown may be called from any thread. `reader` and `probe`
-// must outlive the server.
+// What a client may hold (ServerConfig's server.fast_reads_* fields and max_wait_ms; each
+// refusal is counted in ConnectionProbe's metrics, port="fast_reads"):
+// - request bytes buffered until a request ends: per call, per connection and across the port;
+//   the call that would pass one answers RESOURCE_EXHAUSTED naming the field;
+// - reads waiting for a position: per connection (one more answers RESOURCE_EXHAUSTED naming
+//   the field), and each for at most its deadline or max_wait_ms. A read whose position is
+//   already applied is answered without waiting: it never queues behind the waits;
+// - connections: at most fast_reads_max_connections (one more gets a GOAWAY naming the field
+//   and is closed); one without an open call for fast_reads_idle_timeout_ms, or whose preface
+//   or a call's request has not all arrived after fast_reads_request_timeout_ms, gets a GOAWAY
+//   and is closed.
+//
+// Thread-safety: Start, port and Shutdown may be called from any thread. `reader`, `probe` and
+// `connections` must outlive the server.
 #pragma once
 
 #include <chrono>
@@ -38,6 +53,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "daemon/config/config.h"
+#include "daemon/metrics/connection_probe.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/server/view_queries.h"
 
@@ -48,8 +65,6 @@ class H2ReadServer {
   // Pages up to this size run on the event loop; larger ones would hold up the point queries
   // behind them.
   static constexpr uint32_t kInlinePageLimit = 100;
-  // gRPC's own default limit for a received message.
-  static constexpr size_t kMaxMessageBytes = 4 << 20;
   // Reads handed to the offload threads that are not answered yet, across connections; one
   // more answers RESOURCE_EXHAUSTED.
   static constexpr size_t kMaxOffloaded = 1024;
@@ -57,11 +72,12 @@ class H2ReadServer {
   // Listens on `address` (host:port, IPv4 or [IPv6]; port 0 picks one). INVALID_ARGUMENT for an
   // address that does not parse, UNAVAILABLE naming the address when it cannot listen.
   // `grpc_setting` names the main gRPC server's setting (e.g. "server.grpc") in the answer to
-  // a call this server does not serve.
-  static absl::StatusOr<std::unique_ptr<H2ReadServer>> Start(const std::string& address,
-                                                             const ViewQueries& reader,
-                                                             QueryProbe* probe,
-                                                             std::string grpc_setting);
+  // a call this server does not serve. `limits`: its max_wait_ms and fast_reads_* fields are
+  // the port's limits. `probe` and `connections` may be null (no metrics).
+  static absl::StatusOr<std::unique_ptr<H2ReadServer>> Start(
+      const std::string& address, const ViewQueries& reader, QueryProbe* probe,
+      std::string grpc_setting, const ServerConfig& limits = ServerConfig{},
+      ConnectionProbe* connections = nullptr);
   ~H2ReadServer();  // Shutdown(0)
 
   int port() const;

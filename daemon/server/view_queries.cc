@@ -4,9 +4,11 @@
 
 namespace cdcview {
 
-std::string ViewQueries::CappedWaitNote() {
+std::string ViewQueries::CappedWaitNote(std::chrono::milliseconds cap) {
   return absl::StrCat(" (the request had none; the server waits at most ",
-                      kMaxWaitWithoutDeadline.count(), " s)");
+                      cap.count() % 1000 == 0 ? absl::StrCat(cap.count() / 1000, " s")
+                                              : absl::StrCat(cap.count(), " ms"),
+                      ", server.max_wait_ms)");
 }
 
 }  // namespace cdcview

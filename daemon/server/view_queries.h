@@ -19,13 +19,12 @@ namespace cdcview {
 class ViewQueries {
  public:
   // When a read with ReadConsistency must be answered by; max(): the request has none, and a
-  // wait for a position is capped at kMaxWaitWithoutDeadline.
+  // wait for a position is capped at server.max_wait_ms.
   using Deadline = std::chrono::steady_clock::time_point;
-  static constexpr std::chrono::seconds kMaxWaitWithoutDeadline{10};
   // A wait that ran out answers DEADLINE_EXCEEDED "<what>: " + kNotAppliedInTime, then, when
-  // the request had no deadline, CappedWaitNote(), then ": <where it stands>".
+  // the request had no deadline, CappedWaitNote(server.max_wait_ms), then ": <where it stands>".
   static constexpr char kNotAppliedInTime[] = "min_position not applied before the deadline";
-  static std::string CappedWaitNote();
+  static std::string CappedWaitNote(std::chrono::milliseconds cap);
 
   virtual ~ViewQueries() = default;
 

@@ -743,8 +743,9 @@ absl::Status ViewReader::AwaitConsistency(const v1::ReadConsistency& consistency
   if (!requirements.ok()) return requirements.status();
   const auto& sources = catalog_.config().sources;
   if (!requirements->empty()) {
+    const auto cap = std::chrono::milliseconds(catalog_.config().server.max_wait_ms);
     const bool capped = deadline == Deadline::max();
-    if (capped) deadline = std::chrono::steady_clock::now() + kMaxWaitWithoutDeadline;
+    if (capped) deadline = std::chrono::steady_clock::now() + cap;
     for (;;) {
       // Read the count before the positions: a commit in between wakes the wait at once.
       const uint64_t since = published_.commit_count();
@@ -774,7 +775,7 @@ absl::Status ViewReader::AwaitConsistency(const v1::ReadConsistency& consistency
       const auto now = std::chrono::steady_clock::now();
       if (now >= deadline) {
         return absl::DeadlineExceededError(absl::StrCat(
-            what, ": ", kNotAppliedInTime, capped ? CappedWaitNote() : "", ": ", where));
+            what, ": ", kNotAppliedInTime, capped ? CappedWaitNote(cap) : "", ": ", where));
       }
       // Commits wake the wait; the periodic wake-up only notices a source that fell into
       // error meanwhile (that changes no commit count).

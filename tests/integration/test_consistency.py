@@ -139,7 +139,8 @@ def test_read_your_writes_across_replicas(daemon_factory, pb, tmp_path):
     assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     assert err.value.details() == (
         f"view ByDay: min_position not applied before the deadline (the request had none; the "
-        f"server waits at most 10 s): source app: applied up to {b_at}, waiting for "
+        f"server waits at most 10 s, server.max_wait_ms): source app: applied up to {b_at}, "
+        f"waiting for "
         f"{ahead.applied.entries[0].position}")
     with pytest.raises(grpc.RpcError) as err:
         query(b, pb, "D2", min_position=b"garbage")

@@ -942,6 +942,14 @@ def print_config(args, env=None, cwd=REPO):
     return p
 
 
+# The server section's limits as --print-config prints their defaults.
+SERVER_LIMIT_DEFAULTS = {
+    "max_wait_ms": 10000, "fast_reads_max_request_bytes": "4MiB",
+    "fast_reads_max_buffered_per_connection": "16MiB", "fast_reads_max_buffered_bytes": "256MiB",
+    "fast_reads_max_waits_per_connection": 4, "fast_reads_max_connections": 1024,
+    "fast_reads_idle_timeout_ms": 300000, "fast_reads_request_timeout_ms": 10000}
+
+
 def test_flags_override_environment_which_overrides_the_file(binaries):
     env = {"CDCVIEW_GRPC": "127.0.0.1:7000", "CDCVIEW_METRICS": "127.0.0.1:7100",
            "CDCVIEW_STORAGE_PATH": "/tmp/env-store", "CDCVIEW_SERVER_FAST_READS": "127.0.0.1:7200"}
@@ -949,7 +957,8 @@ def test_flags_override_environment_which_overrides_the_file(binaries):
     assert p.returncode == 0, p.stderr
     got = yaml.safe_load(p.stdout)
     assert got["server"] == {"grpc": "127.0.0.1:7001", "fast_reads": "127.0.0.1:7200",
-                             "metrics": "127.0.0.1:7100", "ready_max_lag_seconds": 60}
+                             "metrics": "127.0.0.1:7100", "ready_max_lag_seconds": 60,
+                             **SERVER_LIMIT_DEFAULTS}
     assert got["storage"] == {"path": "/tmp/env-store", "map_size": "4GiB",
                               "max_map_size": "64GiB", "write_map": True, "flush_interval_ms": 0}
     # The default dead-letter file moves with the store.
@@ -961,7 +970,8 @@ def test_flags_override_environment_which_overrides_the_file(binaries):
     quiet = print_config(["--config", EXAMPLE_CONFIG, "--metrics", ""], {"CDCVIEW_GRPC": ""})
     assert quiet.returncode == 0, quiet.stderr
     assert yaml.safe_load(quiet.stdout)["server"] == {
-        "grpc": "127.0.0.1:50051", "fast_reads": "", "metrics": "", "ready_max_lag_seconds": 60}
+        "grpc": "127.0.0.1:50051", "fast_reads": "", "metrics": "", "ready_max_lag_seconds": 60,
+        **SERVER_LIMIT_DEFAULTS}
 
 
 def test_config_path_from_the_environment_and_print_config_round_trips(binaries, tmp_path):
@@ -1029,7 +1039,7 @@ def test_every_variable_in_help_sets_its_field(binaries):
     """--help lists a variable per settable field; each one really reaches that field (an
     invalid value is rejected naming the variable and the field)."""
     listed = re.findall(r"^\s+(CDCVIEW_[A-Z_]+)\s+\((\S+)\)$", help_text(), re.M)
-    assert len(listed) == 12, help_text()
+    assert len(listed) == 20, help_text()
     for name, path in listed:
         assert name == "CDCVIEW_" + path.upper().replace(".", "_")
         p = print_config(["--config", EXAMPLE_CONFIG], {name: "[]"})

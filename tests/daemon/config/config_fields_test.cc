@@ -79,7 +79,11 @@ TEST(ConfigFieldsTest, EnvironmentSettablePathsAreTheSectionsFields) {
             (std::vector<std::string>{
                 "storage.map_size", "storage.max_map_size", "storage.write_map",
                 "storage.flush_interval_ms", "server.fast_reads", "server.ready_max_lag_seconds",
-                "apply.batch_size", "apply.max_delay_ms", "apply.queue_capacity",
+                "server.max_wait_ms", "server.fast_reads_max_request_bytes",
+                "server.fast_reads_max_buffered_per_connection",
+                "server.fast_reads_max_buffered_bytes", "server.fast_reads_max_waits_per_connection",
+                "server.fast_reads_max_connections", "server.fast_reads_idle_timeout_ms",
+                "server.fast_reads_request_timeout_ms", "apply.batch_size", "apply.max_delay_ms", "apply.queue_capacity",
                 "apply.log_counts_seconds", "watch.retain_changes", "watch.max_lag_changes"}));
 }
 

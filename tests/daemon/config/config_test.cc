@@ -660,6 +660,73 @@ TEST(ConfigErrorTest, SizesAndLimits) {
   EXPECT_EQ(largest->storage.max_map_size, 64ull << 40);
 }
 
+// The fast read port's limits and the wait cap: their defaults, their bounds, and a config
+// at the bounds is taken.
+TEST(ConfigTest, ServerLimitsHaveSafeDefaultsAndBounds) {
+  absl::StatusOr<Config> defaults = Parse("tables: [ { name: App, key: { partition: PK } } ]\n");
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  const ServerConfig& d = defaults->server;
+  EXPECT_EQ(d.max_wait_ms, 10000u);
+  EXPECT_EQ(d.fast_reads_max_request_bytes, 4ull << 20);
+  EXPECT_EQ(d.fast_reads_max_buffered_per_connection, 16ull << 20);
+  EXPECT_EQ(d.fast_reads_max_buffered_bytes, 256ull << 20);
+  EXPECT_EQ(d.fast_reads_max_waits_per_connection, 4u);
+  EXPECT_EQ(d.fast_reads_max_connections, 1024u);
+  EXPECT_EQ(d.fast_reads_idle_timeout_ms, 300000u);
+  EXPECT_EQ(d.fast_reads_request_timeout_ms, 10000u);
+
+  absl::StatusOr<Config> set = Parse(
+      "server: { max_wait_ms: 3600000, fast_reads_max_request_bytes: 64MiB,\n"
+      "          fast_reads_max_buffered_per_connection: 1, fast_reads_max_buffered_bytes: 64GiB,\n"
+      "          fast_reads_max_waits_per_connection: 100, fast_reads_max_connections: 1,\n"
+      "          fast_reads_idle_timeout_ms: 100, fast_reads_request_timeout_ms: 86400000 }\n"
+      "tables: [ { name: App, key: { partition: PK } } ]\n");
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->server.max_wait_ms, 3600000u);
+  EXPECT_EQ(set->server.fast_reads_max_request_bytes, 64ull << 20);
+  EXPECT_EQ(set->server.fast_reads_max_buffered_per_connection, 1u);
+  EXPECT_EQ(set->server.fast_reads_max_buffered_bytes, 64ull << 30);
+  EXPECT_EQ(set->server.fast_reads_max_waits_per_connection, 100u);
+  EXPECT_EQ(set->server.fast_reads_max_connections, 1u);
+  EXPECT_EQ(set->server.fast_reads_idle_timeout_ms, 100u);
+  EXPECT_EQ(set->server.fast_reads_request_timeout_ms, 86400000u);
+
+  auto error = [](const std::string& field) {
+    return ErrorOf("server: { " + field + " }\ntables: [ { name: App, key: { partition: PK } } ]\n");
+  };
+  EXPECT_EQ(error("max_wait_ms: 0"),
+            "t.yaml:1: server.max_wait_ms: expected a whole number from 1 to 3600000, got \"0\"");
+  EXPECT_EQ(error("max_wait_ms: 3600001"),
+            "t.yaml:1: server.max_wait_ms: expected a whole number from 1 to 3600000, got "
+            "\"3600001\"");
+  EXPECT_EQ(error("fast_reads_max_request_bytes: 65MiB"),
+            "t.yaml:1: server.fast_reads_max_request_bytes: 65MiB is larger than this system "
+            "allows (at most 64MiB: a request is held in memory until it has all arrived)");
+  EXPECT_EQ(error("fast_reads_max_buffered_per_connection: 0"),
+            "t.yaml:1: server.fast_reads_max_buffered_per_connection: must be greater than 0");
+  EXPECT_EQ(error("fast_reads_max_buffered_bytes: 65GiB"),
+            "t.yaml:1: server.fast_reads_max_buffered_bytes: 65GiB is larger than this system "
+            "allows (at most 64GiB: a request is held in memory until it has all arrived)");
+  EXPECT_EQ(error("fast_reads_max_waits_per_connection: 0"),
+            "t.yaml:1: server.fast_reads_max_waits_per_connection: expected a whole number from "
+            "1 to 100, got \"0\"");
+  EXPECT_EQ(error("fast_reads_max_waits_per_connection: 101"),
+            "t.yaml:1: server.fast_reads_max_waits_per_connection: expected a whole number from "
+            "1 to 100, got \"101\"");
+  EXPECT_EQ(error("fast_reads_max_connections: 0"),
+            "t.yaml:1: server.fast_reads_max_connections: expected a whole number from 1 to "
+            "1048576, got \"0\"");
+  EXPECT_EQ(error("fast_reads_max_connections: 1048577"),
+            "t.yaml:1: server.fast_reads_max_connections: expected a whole number from 1 to "
+            "1048576, got \"1048577\"");
+  EXPECT_EQ(error("fast_reads_idle_timeout_ms: 99"),
+            "t.yaml:1: server.fast_reads_idle_timeout_ms: expected a whole number from 100 to "
+            "86400000, got \"99\"");
+  EXPECT_EQ(error("fast_reads_request_timeout_ms: 86400001"),
+            "t.yaml:1: server.fast_reads_request_timeout_ms: expected a whole number from 100 "
+            "to 86400000, got \"86400001\"");
+}
+
 TEST(ConfigErrorTest, AddressesLookLikeHostPort) {
   EXPECT_EQ(ErrorOf("server:\n"
                     "  grpc: localhost\n"

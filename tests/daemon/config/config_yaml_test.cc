@@ -216,6 +216,14 @@ TEST(ConfigToYamlTest, PrintsEveryDefaultExactly) {
             "  fast_reads: \"\"\n"
             "  metrics: \"127.0.0.1:9464\"\n"
             "  ready_max_lag_seconds: 60\n"
+            "  max_wait_ms: 10000\n"
+            "  fast_reads_max_request_bytes: \"4MiB\"\n"
+            "  fast_reads_max_buffered_per_connection: \"16MiB\"\n"
+            "  fast_reads_max_buffered_bytes: \"256MiB\"\n"
+            "  fast_reads_max_waits_per_connection: 4\n"
+            "  fast_reads_max_connections: 1024\n"
+            "  fast_reads_idle_timeout_ms: 300000\n"
+            "  fast_reads_request_timeout_ms: 10000\n"
             "apply:\n"
             "  batch_size: 1024\n"
             "  max_delay_ms: 20\n"
@@ -263,7 +271,10 @@ TEST(ReadyMaxLagTest, DefaultsTo60AndTakesAWholeNumber) {
   ASSERT_FALSE(unknown.ok());
   EXPECT_EQ(Text(unknown.status()),
             "t.yaml:1: server: unknown field \"ready_lag\" (expected one of grpc, fast_reads, "
-            "metrics, ready_max_lag_seconds)");
+            "metrics, ready_max_lag_seconds, max_wait_ms, fast_reads_max_request_bytes, "
+            "fast_reads_max_buffered_per_connection, fast_reads_max_buffered_bytes, "
+            "fast_reads_max_waits_per_connection, fast_reads_max_connections, "
+            "fast_reads_idle_timeout_ms, fast_reads_request_timeout_ms)");
 }
 
 // ---- server.fast_reads ----

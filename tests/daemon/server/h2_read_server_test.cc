@@ -68,11 +68,25 @@ class H2ReadServerTest : public test::ReaderFixture {
     ASSERT_TRUE(metrics.ok()) << metrics.status();
     metrics_ = std::move(*metrics);
     probe_ = std::make_unique<QueryProbe>(*metrics_, ViewServiceUnaryMethods());
-    auto server = H2ReadServer::Start("127.0.0.1:0", *reader_, probe_.get(), "server.grpc");
+    connections_ = std::make_unique<ConnectionProbe>(*metrics_, "fast_reads");
+    ASSERT_NO_FATAL_FAILURE(StartServer(ServerConfig{}));
+  }
+  // (Re)starts the server with `limits`, and stub_ on a connection to it.
+  void StartServer(const ServerConfig& limits) {
+    stub_.reset();
+    server_.reset();
+    auto server = H2ReadServer::Start("127.0.0.1:0", *reader_, probe_.get(), "server.grpc",
+                                      limits, connections_.get());
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
-    stub_ = v1::ViewService::NewStub(grpc::CreateChannel(
-        absl::StrCat("127.0.0.1:", server_->port()), grpc::InsecureChannelCredentials()));
+    stub_ = NewStub();
+  }
+  // A stub on a connection of its own.
+  std::unique_ptr<v1::ViewService::Stub> NewStub() const {
+    grpc::ChannelArguments own;
+    own.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    return v1::ViewService::NewStub(grpc::CreateCustomChannel(
+        absl::StrCat("127.0.0.1:", server_->port()), grpc::InsecureChannelCredentials(), own));
   }
   void TearDown() override {
     stub_.reset();
@@ -103,13 +117,16 @@ class H2ReadServerTest : public test::ReaderFixture {
     k->set_offset(offset);
     return q;
   }
-  // `q` on the fast read port from another thread, with a 20 s deadline.
-  std::future<std::pair<grpc::Status, v1::QueryResponse>> QueryInBackground(v1::QueryRequest q) {
-    return std::async(std::launch::async, [this, q] {
+  // `q` on the fast read port from another thread, with a 20 s deadline, through `stub`
+  // (stub_ if null).
+  std::future<std::pair<grpc::Status, v1::QueryResponse>> QueryInBackground(
+      v1::QueryRequest q, v1::ViewService::Stub* stub = nullptr) {
+    if (stub == nullptr) stub = stub_.get();
+    return std::async(std::launch::async, [stub, q] {
       grpc::ClientContext ctx;
       ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
       v1::QueryResponse got;
-      grpc::Status s = stub_->Query(&ctx, q, &got);
+      grpc::Status s = stub->Query(&ctx, q, &got);
       return std::make_pair(s, got);
     });
   }
@@ -124,6 +141,7 @@ class H2ReadServerTest : public test::ReaderFixture {
 
   std::unique_ptr<MetricsRegistry> metrics_;
   std::unique_ptr<QueryProbe> probe_;
+  std::unique_ptr<ConnectionProbe> connections_;
   std::unique_ptr<H2ReadServer> server_;
   // `rpc` on the fast read port; a failed call fails the test and returns an empty answer.
   template <typename Req, typename Resp>
@@ -310,6 +328,82 @@ TEST_F(H2ReadServerTest, AReadThatWaitsDoesNotHoldTheLoop) {
   EXPECT_EQ(got.entries(0).item().attributes().at("PK").s(), "P#9");
 }
 
+// More waits than wait threads, on one connection: a read whose position is applied, a point
+// query (on the loop) or a page (off it), is still answered at once, and the waits go on.
+TEST_F(H2ReadServerTest, AReadWhosePositionIsAppliedNeverQueuesBehindWaits) {
+  ServerConfig limits;
+  limits.fast_reads_max_waits_per_connection = 100;
+  ASSERT_NO_FATAL_FAILURE(StartServer(limits));
+  std::vector<std::future<std::pair<grpc::Status, v1::QueryResponse>>> waits;
+  for (int i = 0; i < 16; ++i) waits.push_back(QueryInBackground(AfterOffset("D3", i % 2, 99)));
+  std::this_thread::sleep_for(milliseconds(300));  // all of them are waiting
+  for (uint32_t limit : {1u, 0u}) {  // on the loop; on the offload threads
+    const auto start = std::chrono::steady_clock::now();
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    v1::QueryResponse got;
+    grpc::Status s = stub_->Query(&ctx, AfterOffset("D1", limit, 2), &got);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(got.entries_size(), limit == 1 ? 1 : 3);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(500)) << limit;
+  }
+  for (auto& w : waits) EXPECT_EQ(w.wait_for(milliseconds(0)), std::future_status::timeout);
+  Apply("P#9", "D3", 100);  // every wait is answered, the ninth and later ones too
+  for (auto& w : waits) {
+    auto [status, got] = w.get();
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(got.entries_size(), 1);
+  }
+}
+
+TEST_F(H2ReadServerTest, WaitsPerConnectionAreCappedByName) {
+  ServerConfig limits;
+  limits.fast_reads_max_waits_per_connection = 2;
+  ASSERT_NO_FATAL_FAILURE(StartServer(limits));
+  auto first = QueryInBackground(AfterOffset("D3", 1, 99));
+  auto second = QueryInBackground(AfterOffset("D3", 0, 99));  // a page: checked off the loop
+  std::this_thread::sleep_for(milliseconds(300));
+  grpc::ClientContext ctx;
+  v1::QueryResponse got;
+  grpc::Status s = stub_->Query(&ctx, AfterOffset("D3", 1, 99), &got);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(s.error_message(),
+            "2 reads on this connection are already waiting for their position "
+            "(server.fast_reads_max_waits_per_connection); retry with backoff");
+  EXPECT_EQ(Metric("cdcview_requests_refused_total",
+                   "{port=\"fast_reads\",reason=\"waits_per_connection\"}"),
+            "cdcview_requests_refused_total{port=\"fast_reads\",reason=\"waits_per_connection\"} 1");
+  // Another connection has waits of its own; a read that needs no wait is not one.
+  auto other_stub = NewStub();
+  auto other = QueryInBackground(AfterOffset("D3", 1, 99), other_stub.get());
+  grpc::ClientContext applied;
+  EXPECT_TRUE(stub_->Query(&applied, AfterOffset("D1", 1, 2), &got).ok());
+  Apply("P#9", "D3", 100);
+  for (auto* w : {&first, &second, &other}) EXPECT_TRUE(w->get().first.ok());
+  // The ended waits no longer count.
+  grpc::ClientContext again;
+  again.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  EXPECT_TRUE(stub_->Query(&again, AfterOffset("D3", 1, 99), &got).ok());
+}
+
+TEST_F(H2ReadServerTest, AWaitWithoutADeadlineEndsAtServerMaxWaitMs) {
+  ServerConfig limits;
+  limits.max_wait_ms = 700;
+  ASSERT_NO_FATAL_FAILURE(StartServer(limits));
+  grpc::ClientContext ctx;  // no deadline
+  v1::QueryResponse got;
+  const auto start = std::chrono::steady_clock::now();
+  grpc::Status s = stub_->Query(&ctx, AfterOffset("D3", 0, 99), &got);
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_EQ(s.error_message(),
+            "view ByDay: min_position not applied before the deadline (the request had none; "
+            "the server waits at most 700 ms, server.max_wait_ms): source orders partition "
+            "orders/0: applied up to 5, waiting for offset 99");
+  EXPECT_GE(took, milliseconds(700));
+  EXPECT_LT(took, milliseconds(2000));
+}
+
 TEST_F(H2ReadServerTest, AWaitEndsAtTheClientsDeadline) {
   // The lean client sends grpc-timeout and keeps no deadline of its own, so the answer is the
   // server's: it must come a tenth before the 300 ms the header gives (WaitDeadline, so that
@@ -337,12 +431,15 @@ TEST_F(H2ReadServerTest, AWaitEndsAtTheClientsDeadline) {
 
 TEST_F(H2ReadServerTest, OversizedAndCompressedRequestsAreRefusedByName) {
   v1::QueryRequest big = Day("D1", 1);
-  big.set_view(std::string(H2ReadServer::kMaxMessageBytes, 'v'));
+  big.set_view(std::string(4 << 20, 'v'));  // server.fast_reads_max_request_bytes's default
   grpc::ClientContext ctx;
   v1::QueryResponse got;
   grpc::Status s = stub_->Query(&ctx, big, &got);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-  EXPECT_EQ(s.error_message(), "the request is larger than 4194304 bytes");
+  EXPECT_EQ(s.error_message(),
+            "the request is larger than 4194304 bytes (server.fast_reads_max_request_bytes)");
+  EXPECT_EQ(Metric("cdcview_requests_refused_total", "{port=\"fast_reads\",reason=\"body_limit\"}"),
+            "cdcview_requests_refused_total{port=\"fast_reads\",reason=\"body_limit\"} 1");
 
   grpc::ClientContext gzip;
   gzip.set_compression_algorithm(GRPC_COMPRESS_GZIP);
@@ -500,10 +597,11 @@ TEST_F(H2ReadServerTest, AWaitWithoutADeadlineEndsAtTheReadersCapWithItsWording)
   EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
   EXPECT_TRUE(absl::StartsWith(s.error_message(),
                                "view ByDay: min_position not applied before the deadline (the "
-                               "request had none; the server waits at most 10 s): source orders"))
+                               "request had none; the server waits at most 10 s, server.max_wait_ms): "
+                               "source orders"))
       << s.error_message();
-  EXPECT_GE(took, ViewReader::kMaxWaitWithoutDeadline);
-  EXPECT_LT(took, ViewReader::kMaxWaitWithoutDeadline + std::chrono::seconds(3));
+  EXPECT_GE(took, std::chrono::seconds(10));  // server.max_wait_ms's default
+  EXPECT_LT(took, std::chrono::seconds(13));
 }
 
 TEST_F(H2ReadServerTest, ShutdownEndsAWaitingReadPromptly) {
