@@ -80,7 +80,9 @@ TEST(ConfigFieldsTest, EnvironmentSettablePathsAreTheSectionsFields) {
                 "storage.map_size", "storage.max_map_size", "storage.write_map",
                 "storage.flush_interval_ms", "server.fast_reads", "server.ready_max_lag_seconds",
                 "apply.batch_size", "apply.max_delay_ms", "apply.queue_capacity",
-                "apply.log_counts_seconds", "watch.retain_changes", "watch.max_lag_changes"}));
+                "apply.log_counts_seconds", "watch.retain_changes", "watch.max_lag_changes",
+                "watch.max_stream_buffer_bytes", "watch.stalled_stream_timeout_ms",
+                "watch.max_streams"}));
 }
 
 }  // namespace
