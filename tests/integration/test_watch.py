@@ -120,6 +120,14 @@ def entry_id(entry):
     return (json.dumps(t[0]), json.dumps(t[1]), json.dumps(t[2]["PK"]), json.dumps(t[2]["SK"]))
 
 
+def wait_ready(d, *views):
+    """A fresh store builds its views once the writer starts, after the daemon is SERVING; a
+    Watch before that answers UNAVAILABLE."""
+    for view in views:
+        wait_for(f"{view} READY", lambda: d.stub.DescribeView(
+            d.stubs.vs.DescribeViewRequest(view=view)).state == d.stubs.vs.ViewDescription.READY)
+
+
 @pytest.fixture
 def stream_file(tmp_path):
     path = tmp_path / "stream.ndjson"
@@ -129,10 +137,7 @@ def stream_file(tmp_path):
 
 def test_open_orders_is_a_work_queue(daemon_factory, stream_file, pb):
     d = daemon_factory(config_for(stream_file)).start()
-    # A fresh store builds its views once the writer starts, after the daemon is SERVING; a
-    # Watch before that answers UNAVAILABLE.
-    wait_for("OpenOrders READY", lambda: d.stub.DescribeView(
-        pb.vs.DescribeViewRequest(view="OpenOrders")).state == pb.vs.ViewDescription.READY)
+    wait_ready(d, "OpenOrders")
     w = Watch(d, view="OpenOrders", snapshot=True)
     done = w.next()
     assert not isinstance(done, grpc.RpcError), done
@@ -301,6 +306,7 @@ def test_a_snapshot_read_in_chunks_while_changes_commit_is_exact(daemon_factory,
 def test_resume_replays_exactly_the_missed_changes(daemon_factory, stream_file):
     records = streams.generate(800, seed=9)
     d = daemon_factory(config_for(stream_file)).start()
+    wait_ready(d, "GSI1")
     w = Watch(d, view="GSI1", snapshot=True)
     w.until(lambda e: e.WhichOneof("event") == "snapshot_done", "snapshot_done")
     append(stream_file, records)
@@ -322,6 +328,7 @@ def test_resume_replays_exactly_the_missed_changes(daemon_factory, stream_file):
 
 def test_positions_that_cannot_resume_are_refused(daemon_factory, stream_file, pb):
     d = daemon_factory(config_for(stream_file, retain_changes=60, max_lag_changes=30)).start()
+    wait_ready(d, "GSI1", "OpenOrders", "ByScore")
     w = Watch(d, view="GSI1", snapshot=True)
     start = w.until(lambda e: e.WhichOneof("event") == "snapshot_done", "snapshot_done").position
     append(stream_file, streams.generate(200, seed=3))
@@ -354,6 +361,7 @@ def test_positions_that_cannot_resume_are_refused(daemon_factory, stream_file, p
 
 def test_slow_watcher_is_cut_off_and_ingestion_goes_on(daemon_factory, stream_file, pb):
     d = daemon_factory(config_for(stream_file, retain_changes=40000, max_lag_changes=1000)).start()
+    wait_ready(d, "GSI1")
     # A small flow-control window, so the server (not the client's buffer) feels the slowness.
     channel = grpc.insecure_channel(d.addr, options=[("grpc.http2.bdp_probe", 0),
                                                      ("grpc.http2.lookahead_bytes", 1024)])
@@ -398,6 +406,7 @@ def test_slow_watcher_is_cut_off_and_ingestion_goes_on(daemon_factory, stream_fi
 
 def test_stalled_watchers_do_not_stop_ingestion_or_shutdown(daemon_factory, stream_file):
     d = daemon_factory(config_for(stream_file, retain_changes=3000, max_lag_changes=300)).start()
+    wait_ready(d, "GSI1", "ByLocation")
     channel = grpc.insecure_channel(d.addr, options=[("grpc.http2.bdp_probe", 0)])
     # Never read: the server's Writes block once the flow-control window is full.
     stalled = Watch(d, view="GSI1", read=False, channel=channel)
@@ -412,6 +421,15 @@ def test_stalled_watchers_do_not_stop_ingestion_or_shutdown(daemon_factory, stre
                             reason="fell_behind") == 1)
     wait_for("the stalled watcher closed",
              lambda: metric(d.metrics(), "cdcview_watchers", view="GSI1") == 0)
+    # The client is told why, once it reads again: by the watchdog while blocked, or by the
+    # stream itself if it noticed the lag between two Writes (its fell_behind event blocked).
+    code, details = end_of(stalled.call)
+    assert code == grpc.StatusCode.ABORTED
+    assert re.fullmatch(
+        r"watcher stopped reading while more than watch.max_lag_changes changes behind; resume "
+        r"with from_position set to the last position received|watcher fell behind: \d+ changes "
+        r"behind the change log's head \(limit 300, watch.max_lag_changes or the lag it started "
+        r"with\); resume with from_position set to the fell_behind event's position", details), details
     # Another stalled watcher, then stop with it and the idle one open: the drain stays short.
     stalled2 = Watch(d, view="GSI1", read=False, snapshot=True, channel=channel)
     wait_for("the second stalled watcher open",
@@ -444,8 +462,7 @@ def end_of(call, timeout=30):
 
 def test_watch_streams_are_capped(daemon_factory, stream_file, pb):
     d = daemon_factory(config_for(stream_file, max_streams=3)).start()
-    wait_for("GSI1 READY", lambda: d.stub.DescribeView(
-        pb.vs.DescribeViewRequest(view="GSI1")).state == pb.vs.ViewDescription.READY)
+    wait_ready(d, "GSI1")
     open_ = [Watch(d, view="GSI1") for _ in range(3)]
     wait_for("three watchers open", lambda: metric(d.metrics(), "cdcview_watchers", view="GSI1") == 3)
     assert metric(d.metrics(), "cdcview_watchers_refused_total") == 0
@@ -490,7 +507,7 @@ def rss_bytes(pid):
 
 
 STALLED = re.compile(
-    r"watch stream cut off: the client read nothing for 2000 ms "
+    r"watch stream cut off: the client read nothing for 5000 ms "
     r"\(watch.stalled_stream_timeout_ms\) while (\d+) bytes were waiting for it "
     r"\(watch.max_stream_buffer_bytes: 262144\); read faster, or watch again with snapshot \(a "
     r"snapshot cannot be resumed\)")
@@ -500,7 +517,7 @@ def test_snapshot_watchers_that_never_read_are_bounded_and_cut_off(daemon_factor
     """Snapshot watchers that never read each hold at most their buffer (plus gRPC's window)
     until they are cut off with a status saying why; a watcher reading alongside gets every
     change."""
-    buffer_bytes, stalled_ms, watchers, items, blob = 262144, 2000, 16, 8000, 1000
+    buffer_bytes, stalled_ms, watchers, items, blob = 262144, 5000, 16, 8000, 1000
     d = daemon_factory({
         "sources": [{"name": "src", "table": "Big", "file": {"path": str(stream_file), "follow": True}}],
         "tables": [BIG_TABLE],
@@ -508,8 +525,7 @@ def test_snapshot_watchers_that_never_read_are_bounded_and_cut_off(daemon_factor
                   "max_streams": watchers + 1}}).start()
     append(stream_file, [big_record(i, f"K{i:05d}", 0, blob) for i in range(items)])
     wait_for("the items applied", lambda: d.positions("src").get("") == expected_position(stream_file))
-    wait_for("All READY", lambda: d.stub.DescribeView(
-        pb.vs.DescribeViewRequest(view="All")).state == pb.vs.ViewDescription.READY)
+    wait_ready(d, "All")
     good = Watch(d, view="All", snapshot=True)
     good.until(lambda e: e.WhichOneof("event") == "snapshot_done", "snapshot_done")
     assert sum(e.WhichOneof("event") == "snapshot_entry" for e in good.events) == items
