@@ -480,12 +480,15 @@ absl::Status WatchHub::Run(const v1::WatchRequest& request, const WatchStream& s
           batch.push_back(std::move(event));
         }
         if (!ok.ok()) return finish(ok.status());
-      } else if (snapshot) {
-        // Caught up with the log: the next chunk is exact at `head` together with what was
-        // sent before.
-        auto read = snapshot->ReadChunk(spec, **txn, store_.view(spec.name), budget, &entries);
+      }
+      // Caught up with the log in this transaction (a writer committing all the time leaves
+      // no step with nothing to read): the next chunk, read at `head`, is exact together with
+      // what was sent before and the changes above.
+      if (snapshot && cursor == head && bytes < budget) {
+        auto read = snapshot->ReadChunk(spec, **txn, store_.view(spec.name), budget - bytes,
+                                        &entries);
         if (!read.ok()) return finish(read.status());
-        bytes = *read;
+        bytes += *read;
         if (snapshot->done()) {
           v1::WatchEvent& done = entries.emplace_back();
           done.set_snapshot_done(true);

@@ -34,6 +34,8 @@ tables:
         partition_key: { attribute: g, type: S }
         sort_key: { attribute: PK, type: S }
         projection: ALL
+      - name: ByH
+        partition_key: { attribute: h, type: S }
 )";
 
 // "entry A=1", "PUT A=2" / "DELETE A" (with " @" when it carries a position), "done @".
@@ -74,6 +76,13 @@ class WatchHubTest : public test::ReaderFixture {
         At(absl::StrCat(++position_)))};
     ASSERT_TRUE(applier_->ApplyBatch(&batch).ok());
   }
+  // An item of ByH only: a change in the log that ByG's watchers skip.
+  void PutElsewhere(int n) {
+    std::vector<SourceRecord> batch = {
+        test::Insert(config_.tables[0].key, {{"PK", S(absl::StrCat("X#", n))}, {"h", S("1")}},
+                     At(absl::StrCat(++position_)))};
+    ASSERT_TRUE(applier_->ApplyBatch(&batch).ok());
+  }
   void Delete(const std::string& pk) {
     std::vector<SourceRecord> batch = {
         test::Remove(config_.tables[0].key, {{"PK", S(pk)}}, At(absl::StrCat(++position_)))};
@@ -112,6 +121,29 @@ TEST_F(WatchHubTest, SnapshotReadInChunksIsExactWhileTheWriterCommits) {
             absl::CancelledError("the client cancelled the stream"));
   EXPECT_EQ(got, (Strings{"entry A=1", "entry B=1", "PUT B=2", "DELETE A=1", "entry C=1",
                           "entry D=2", "entry E=1", "done @"}));
+}
+
+// A writer that commits before every step of the stream (here: whenever it looks at
+// cancellation) never leaves it a step with nothing to read; the chunks go on all the same.
+TEST_F(WatchHubTest, SnapshotGoesOnWhileTheWriterCommitsBeforeEveryStep) {
+  for (const char* pk : {"A", "B", "C"}) Put(pk, "1");
+  WatchConfig config;
+  config.max_stream_buffer_bytes = 1;
+  auto hub = Hub(config);
+  Strings got;
+  int steps = 0;
+  WatchStream stream{[&](const v1::WatchEvent& e) {
+                       got.push_back(Describe(e));
+                       return e.event_case() != v1::WatchEvent::kSnapshotDone;
+                     },
+                     [&] {
+                       PutElsewhere(steps);
+                       return ++steps > 100;
+                     },
+                     [](const absl::Status&) {}};
+  EXPECT_EQ(hub->Run(SnapshotOf("ByG"), stream),
+            absl::CancelledError("the client cancelled the stream"));
+  EXPECT_EQ(got, (Strings{"entry A=1", "entry B=1", "entry C=1", "done @"}));
 }
 
 TEST_F(WatchHubTest, StreamsBeyondMaxStreamsAreRefused) {
