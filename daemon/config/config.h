@@ -110,6 +110,20 @@ struct WatchConfig {
   // retain_changes, so the position it is told to resume from is still retained. 0 in the
   // file is rejected; unset, it is retain_changes / 2.
   uint32_t max_lag_changes = 500000;
+  // Bytes of events one stream prepares ahead of its client's reads (a snapshot chunk, a batch
+  // of changes), on top of what gRPC buffers itself (about its flow-control window): what a
+  // client that stops reading costs, times max_streams at worst.
+  uint64_t max_stream_buffer_bytes = 1ull << 20;
+  static constexpr uint64_t kMaxStreamBufferBytes = 1ull << 30;
+  // A stream whose client reads nothing for this long (its Write stays blocked) ends with
+  // RESOURCE_EXHAUSTED: it would hold its thread and its buffer for good.
+  uint32_t stalled_stream_timeout_ms = 10000;
+  static constexpr uint32_t kMinStalledStreamTimeoutMs = 100;
+  static constexpr uint32_t kMaxStalledStreamTimeoutMs = 3600000;
+  // Watch streams open at once (each holds a gRPC handler thread); one more is
+  // RESOURCE_EXHAUSTED.
+  uint32_t max_streams = 256;
+  static constexpr uint32_t kMaxStreams = 16384;
 
   bool operator==(const WatchConfig&) const = default;
 };

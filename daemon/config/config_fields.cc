@@ -144,6 +144,13 @@ const FieldTable<WatchConfig>& WatchFields() {
                             : "0 would cut off every watcher at the first change it has not "
                               "read yet; set it above 0 and below retain_changes";
             }),
+      Size("max_stream_buffer_bytes", &S::max_stream_buffer_bytes, S::kMaxStreamBufferBytes,
+           "memory held per stream whose client does not read, for up to watch.max_streams "
+           "streams"),
+      Whole("stalled_stream_timeout_ms", &S::stalled_stream_timeout_ms,
+            S::kMinStalledStreamTimeoutMs, S::kMaxStalledStreamTimeoutMs),
+      // Each stream holds a handler thread.
+      Whole("max_streams", &S::max_streams, 1, S::kMaxStreams),
   };
   return table;
 }

@@ -1,5 +1,6 @@
 #include "daemon/server/view_service.h"
 
+#include <grpc/grpc.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -80,14 +81,21 @@ class ViewServer::Service final : public v1::ViewService::Service {
     });
   }
   // A sync handler: the stream holds one gRPC thread while open. A client that stops reading
-  // blocks its Write; the hub's watchdog and Shutdown cancel the call to free it (watch.h).
+  // blocks its Write; the hub's watchdog and Shutdown end the call to free it (watch.h),
+  // cancelling it with a status the client receives (TryCancel would tell it only CANCELLED).
   grpc::Status Watch(grpc::ServerContext* ctx, const v1::WatchRequest* req,
                      grpc::ServerWriter<v1::WatchEvent>* writer) override {
     if (watch_ == nullptr) return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "Watch is not served here");
     // Plain Writes: a sync Write with buffer_hint does not complete until a later write
     // flushes it, so it would stall the handler on its last buffered event.
     WatchStream stream{[writer](const v1::WatchEvent& e) { return writer->Write(e); },
-                       [ctx] { return ctx->IsCancelled(); }, [ctx] { ctx->TryCancel(); }};
+                       [ctx] { return ctx->IsCancelled(); },
+                       [ctx](const absl::Status& s) {
+                         const std::string message = BoundStatusMessage(s.message());
+                         grpc_call_cancel_with_status(ctx->c_call(),
+                                                      static_cast<grpc_status_code>(s.code()),
+                                                      message.c_str(), nullptr);
+                       }};
     return ToGrpc(watch_->Run(*req, stream));
   }
 

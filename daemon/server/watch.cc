@@ -11,10 +11,12 @@
 #include <thread>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/decode/attribute_value_proto.h"
 #include "daemon/server/proto_convert.h"
 #include "daemon/server/token_seal.h"
+#include "daemon/server/watch_snapshot.h"
 #include "daemon/store/change_log.h"
 #include "index_builders/coding.h"
 #include "index_builders/key_codec.h"
@@ -27,8 +29,10 @@ constexpr char kPositionVersion = 1;
 constexpr size_t kReadBatch = 256;
 // How long a caught-up stream waits for a commit before it looks at cancellation again.
 constexpr auto kPollInterval = std::chrono::milliseconds(100);
-// A stream blocked in one Write this long while too far behind is cancelled by the watchdog.
+// A stream blocked in one Write this long while too far behind is ended by the watchdog.
 constexpr int64_t kStuckWriteMs = 1000;
+// How often the watchdog looks at blocked Writes.
+constexpr auto kWatchdogInterval = absl::Milliseconds(250);
 // Built change events kept per view for the other watchers of the view (newest sequences).
 constexpr size_t kCachedEvents = 4096;
 
@@ -171,16 +175,28 @@ absl::StatusOr<uint64_t> DecodeWatchPosition(std::string_view token, std::string
   return DecodeBigEndian64(body.data());
 }
 
-std::shared_ptr<const v1::WatchEvent> WatchHub::EventCache::Find(uint64_t sequence) {
+WatchHub::SizedEvent WatchHub::EventCache::Find(uint64_t sequence) {
   absl::MutexLock lock(&mu);
   auto it = events.find(sequence);
-  return it == events.end() ? nullptr : it->second;
+  return it == events.end() ? SizedEvent{} : it->second;
 }
 
-void WatchHub::EventCache::Insert(uint64_t sequence, std::shared_ptr<const v1::WatchEvent> e) {
+void WatchHub::EventCache::Insert(uint64_t sequence, SizedEvent e) {
   absl::MutexLock lock(&mu);
   events.emplace(sequence, std::move(e));
   while (events.size() > kCachedEvents) events.erase(events.begin());
+}
+
+bool WatchHub::Watcher::CutOff(absl::Status status) {
+  absl::MutexLock lock(&mu);
+  if (cut_off.exchange(true)) return false;
+  why = std::move(status);
+  return true;
+}
+
+absl::Status WatchHub::Watcher::Why() {
+  absl::MutexLock lock(&mu);
+  return why;
 }
 
 WatchHub::WatchHub(const Catalog& catalog, const Store& store, const PublishedState& published,
@@ -201,18 +217,40 @@ WatchHub::~WatchHub() {
   if (watchdog_.joinable()) watchdog_.join();
 }
 
+namespace {
+
+absl::Status ShuttingDown() {
+  return absl::UnavailableError(
+      "the server is shutting down; resume with from_position on another server or after the "
+      "restart");
+}
+
+}  // namespace
+
 void WatchHub::Shutdown() {
   absl::MutexLock lock(&mu_);
   stopping_ = true;
   stopped_ = true;
-  for (auto& [watcher, unused] : watchers_) watcher->stream->cancel();
+  for (auto& [watcher, unused] : watchers_) {
+    if (!watcher->ended.exchange(true)) watcher->stream->end(ShuttingDown());
+  }
   wake_.SignalAll();
+}
+
+absl::Status WatchHub::StalledStatus(const Watcher& w) const {
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "watch stream cut off: the client read nothing for ", config_.stalled_stream_timeout_ms,
+      " ms (watch.stalled_stream_timeout_ms) while ", w.pending_bytes.load(),
+      " bytes were waiting for it (watch.max_stream_buffer_bytes: ",
+      config_.max_stream_buffer_bytes, "); read faster, or ",
+      w.in_snapshot ? "watch again with snapshot (a snapshot cannot be resumed)"
+                    : "resume with from_position set to the last position received"));
 }
 
 void WatchHub::WatchdogMain() {
   absl::MutexLock lock(&mu_);
   while (!stopping_) {
-    wake_.WaitWithTimeout(&mu_, absl::Milliseconds(250));
+    wake_.WaitWithTimeout(&mu_, kWatchdogInterval);
     if (stopping_ || watchers_.empty()) continue;
     mu_.Unlock();
     std::optional<ChangeLogBounds> bounds;
@@ -221,21 +259,48 @@ void WatchHub::WatchdogMain() {
       if (auto read = ReadChangeLogBounds(**txn, store_.changes()); read.ok()) bounds = *read;
     }
     mu_.Lock();
-    if (!bounds) continue;
     const int64_t now = NowMs();
     for (auto& [w, unused] : watchers_) {
-      int64_t started = w->write_started_ms.load();
-      if (started == 0 || now - started < kStuckWriteMs) continue;
-      if (bounds->newest - w->cursor.load() <= w->allowed_lag.load()) continue;
-      if (!w->cut_off.exchange(true)) {
-        if (probe_ != nullptr) probe_->CutOff(w->view);
-        w->stream->cancel();
+      const int64_t started = w->write_started_ms.load();
+      if (started == 0) continue;
+      const int64_t blocked = now - started;
+      const bool lagging = blocked >= kStuckWriteMs && bounds &&
+                           bounds->newest - w->cursor.load() > w->allowed_lag.load();
+      const bool stalled = blocked >= static_cast<int64_t>(config_.stalled_stream_timeout_ms);
+      if (!lagging && !stalled) continue;
+      if (lagging) {
+        if (w->CutOff(absl::AbortedError(
+                "watcher stopped reading while more than watch.max_lag_changes changes behind; "
+                "resume with from_position set to the last position received")) &&
+            probe_ != nullptr) {
+          probe_->CutOff(w->view, WatchProbe::CutOffReason::kFellBehind);
+        }
+      } else if (w->CutOff(StalledStatus(*w)) && probe_ != nullptr) {
+        probe_->CutOff(w->view, WatchProbe::CutOffReason::kStalled);
       }
+      // A stream cut off before (its fell_behind event blocked) ends with that first reason.
+      if (!w->ended.exchange(true)) w->stream->end(w->Why());
     }
   }
 }
 
 absl::Status WatchHub::Run(const v1::WatchRequest& request, const WatchStream& stream) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return ShuttingDown();
+    if (streams_ >= config_.max_streams) {
+      if (probe_ != nullptr) probe_->Refused();
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "too many Watch streams: ", config_.max_streams,
+          " are open (watch.max_streams); close one, retry later, or raise watch.max_streams"));
+    }
+    ++streams_;
+  }
+  absl::Cleanup release = [this] {
+    absl::MutexLock lock(&mu_);
+    --streams_;
+  };
+
   auto view_or = reader_.ReadyView(request.view());
   if (!view_or.ok()) return view_or.status();
   const ViewRef& view = **view_or;
@@ -247,10 +312,10 @@ absl::Status WatchHub::Run(const v1::WatchRequest& request, const WatchStream& s
     return EncodeWatchPosition(spec.name, view.fingerprint, sequence);
   };
 
-  // Where the stream starts, and the snapshot (read in the same transaction as the log's
-  // head, so the changes that follow are exactly those after it).
+  // Where the stream starts: after from_position, or at the log's head (a snapshot starts
+  // there too, and its chunks catch up with the changes logged while they are read).
   uint64_t cursor = 0;
-  std::vector<v1::WatchEvent> snapshot;
+  std::optional<WatchSnapshot> snapshot;
   {
     auto txn = store_.BeginRead();
     if (!txn.ok()) return txn.status();
@@ -277,24 +342,7 @@ absl::Status WatchHub::Run(const v1::WatchRequest& request, const WatchStream& s
     } else {
       cursor = head;
       if (request.snapshot()) {
-        MDB_dbi dbi = store_.view(spec.name);
-        auto cursor_db = (*txn)->OpenCursor(dbi);
-        std::vector<std::string> prefixes =
-            filter.all() ? std::vector<std::string>{""} : filter.prefixes();
-        for (const std::string& prefix : prefixes) {
-          for (bool ok = cursor_db->Seek(prefix); ok && cursor_db->key().starts_with(prefix);
-               ok = cursor_db->Next()) {
-            v1::WatchEvent& e = snapshot.emplace_back();
-            if (absl::Status s = EntryToProto(spec, cursor_db->key(), cursor_db->value(),
-                                         e.mutable_snapshot_entry());
-                !s.ok()) {
-              return s;
-            }
-          }
-        }
-        v1::WatchEvent& done = snapshot.emplace_back();
-        done.set_snapshot_done(true);
-        done.set_position(position(head));
+        snapshot.emplace(filter.all() ? std::vector<std::string>{""} : filter.prefixes());
       }
     }
   }
@@ -305,9 +353,10 @@ absl::Status WatchHub::Run(const v1::WatchRequest& request, const WatchStream& s
   watcher.view = view.global;
   watcher.cursor = cursor;
   watcher.allowed_lag = config_.max_lag_changes;
+  watcher.in_snapshot = snapshot.has_value();
   {
     absl::MutexLock lock(&mu_);
-    if (stopping_) return absl::UnavailableError("the server is shutting down; watch again later");
+    if (stopping_) return ShuttingDown();
     watchers_[&watcher] = true;
   }
   if (probe_ != nullptr) probe_->Opened(view.global);
@@ -325,32 +374,23 @@ absl::Status WatchHub::Run(const v1::WatchRequest& request, const WatchStream& s
     }
     return s;
   };
-  auto write = [&](const v1::WatchEvent& e) {
+  auto write = [&](const v1::WatchEvent& e, size_t bytes) {
     watcher.write_started_ms = NowMs();
     bool ok = stream.write(e);
     watcher.write_started_ms = 0;
+    watcher.pending_bytes -= std::min<uint64_t>(bytes, watcher.pending_bytes.load());
     if (ok) ++sent;
     return ok;
   };
   auto gone = [&] {
-    if (stopped_) return finish(absl::UnavailableError("the server is shutting down; resume "
-                                                       "with from_position on another server "
-                                                       "or after the restart"));
-    if (watcher.cut_off) {
-      return finish(absl::AbortedError(
-          "watcher stopped reading while more than watch.max_lag_changes changes behind; "
-          "resume with from_position set to the last position received"));
-    }
+    if (stopped_) return finish(ShuttingDown());
+    if (watcher.cut_off) return finish(watcher.Why());
     return finish(absl::CancelledError("the client cancelled the stream"));
   };
 
-  for (const v1::WatchEvent& e : snapshot) {
-    if (!write(e)) return gone();
-  }
-  snapshot.clear();
-  snapshot.shrink_to_fit();
-
-  std::vector<std::shared_ptr<const v1::WatchEvent>> batch;
+  const size_t budget = config_.max_stream_buffer_bytes;
+  std::vector<SizedEvent> batch;        // changes to write
+  std::vector<v1::WatchEvent> entries;  // or a snapshot chunk
   EventCache& cache = *caches_[view.global];
   uint64_t closest = UINT64_MAX;  // the smallest lag seen so far
   for (;;) {
@@ -358,6 +398,8 @@ absl::Status WatchHub::Run(const v1::WatchRequest& request, const WatchStream& s
     // Read the commit count before the log: a commit after this read wakes the wait below.
     const uint64_t commits = published_.commit_count();
     batch.clear();
+    entries.clear();
+    size_t bytes = 0;
     uint64_t lag = 0;
     {
       auto txn = store_.BeginRead();
@@ -371,30 +413,48 @@ absl::Status WatchHub::Run(const v1::WatchRequest& request, const WatchStream& s
       closest = std::min(closest, lag);
       const uint64_t allowed = std::max<uint64_t>(config_.max_lag_changes, closest);
       watcher.allowed_lag = allowed;
+      if (lag > allowed && snapshot) {
+        // No position to resume from: positions start at snapshot_done.
+        if (watcher.CutOff(absl::AbortedError(absl::StrCat(
+                "watcher fell behind during its snapshot: ", lag,
+                " changes behind the change log's head (limit ", allowed,
+                ", watch.max_lag_changes); watch again with snapshot"))) &&
+            probe_ != nullptr) {
+          probe_->CutOff(view.global, WatchProbe::CutOffReason::kFellBehind);
+        }
+        return finish(watcher.Why());
+      }
       if (lag > allowed) {
         // Everything up to `cursor` was written to the client, and max_lag_changes <
         // retain_changes keeps the changes after it in the log.
         v1::WatchEvent behind;
         behind.set_fell_behind(true);
         behind.set_position(position(cursor));
-        watcher.cut_off = true;
-        if (probe_ != nullptr) probe_->CutOff(view.global);
-        write(behind);
-        return finish(absl::AbortedError(absl::StrCat(
-            "watcher fell behind: ", lag, " changes behind the change log's head (limit ",
-            allowed, ", watch.max_lag_changes or the lag it started with); resume with "
-            "from_position set to the fell_behind event's position")));
+        if (watcher.CutOff(absl::AbortedError(absl::StrCat(
+                "watcher fell behind: ", lag, " changes behind the change log's head (limit ",
+                allowed, ", watch.max_lag_changes or the lag it started with); resume with "
+                "from_position set to the fell_behind event's position"))) &&
+            probe_ != nullptr) {
+          probe_->CutOff(view.global, WatchProbe::CutOffReason::kFellBehind);
+        }
+        const size_t behind_bytes = behind.ByteSizeLong();
+        watcher.pending_bytes = behind_bytes;
+        write(behind, behind_bytes);
+        return finish(watcher.Why());
       }
       if (lag > 0) {
         ChangeLogReader log(**txn, store_.changes());
         size_t n = 0;
         absl::StatusOr<bool> ok = log.Seek(cursor + 1);
-        for (; ok.ok() && *ok && n < kReadBatch; ok = log.Next(), ++n) {
+        for (; ok.ok() && *ok && n < kReadBatch && bytes < budget; ok = log.Next(), ++n) {
           const ChangeView* change = &log.change();
           cursor = change->sequence;
           if (change->view != spec.name || !filter.Matches(change->key)) continue;
-          std::shared_ptr<const v1::WatchEvent> event = cache.Find(change->sequence);
-          if (event == nullptr) {
+          // During a snapshot, only changes to entries already sent: the chunks still to be
+          // read hold the others' changes.
+          if (snapshot && !snapshot->Covers(change->key)) continue;
+          SizedEvent event = cache.Find(change->sequence);
+          if (event.event == nullptr) {
             auto e = std::make_shared<v1::WatchEvent>();
             v1::EntryChange* c = e->mutable_change();
             c->set_op(change->op == ChangeOp::kPut ? v1::EntryChange::PUT
@@ -407,19 +467,50 @@ absl::Status WatchHub::Run(const v1::WatchRequest& request, const WatchStream& s
             c->mutable_cause()->set_partition(std::string(change->partition));
             c->mutable_cause()->set_position(std::string(change->position));
             e->set_position(position(change->sequence));
-            event = std::move(e);
+            event = SizedEvent{e, e->ByteSizeLong()};
             cache.Insert(change->sequence, event);
           }
+          if (snapshot) {
+            // A snapshot cannot be resumed: its changes carry no position.
+            auto e = std::make_shared<v1::WatchEvent>(*event.event);
+            e->clear_position();
+            event = SizedEvent{e, e->ByteSizeLong()};
+          }
+          bytes += event.bytes;
           batch.push_back(std::move(event));
         }
         if (!ok.ok()) return finish(ok.status());
       }
+      // Caught up with the log in this transaction (a writer committing all the time leaves
+      // no step with nothing to read): the next chunk, read at `head`, is exact together with
+      // what was sent before and the changes above.
+      if (snapshot && cursor == head && bytes < budget) {
+        auto read = snapshot->ReadChunk(spec, **txn, store_.view(spec.name), budget - bytes,
+                                        &entries);
+        if (!read.ok()) return finish(read.status());
+        bytes += *read;
+        if (snapshot->done()) {
+          v1::WatchEvent& done = entries.emplace_back();
+          done.set_snapshot_done(true);
+          done.set_position(position(head));
+          bytes += done.ByteSizeLong();
+        }
+      }
     }
-    for (const auto& e : batch) {
-      if (!write(*e)) return gone();
+    watcher.pending_bytes = bytes;
+    for (const SizedEvent& e : batch) {
+      if (!write(*e.event, e.bytes)) return gone();
+    }
+    for (const v1::WatchEvent& e : entries) {
+      if (!write(e, e.GetCachedSize())) return gone();
     }
     watcher.cursor = cursor;
-    if (lag == 0) {
+    if (snapshot && snapshot->done()) {
+      snapshot.reset();
+      watcher.in_snapshot = false;
+      continue;
+    }
+    if (lag == 0 && !snapshot) {
       published_.WaitForCommitAfter(commits, std::chrono::steady_clock::now() + kPollInterval);
     }
   }

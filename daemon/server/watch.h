@@ -6,16 +6,22 @@
 // state; a watcher costs the writer nothing but the log it writes anyway.
 //
 // Bounds:
+//  * at most watch.max_streams streams are open; one more is RESOURCE_EXHAUSTED;
+//  * a stream prepares at most about watch.max_stream_buffer_bytes of events ahead of its
+//    client's reads (a snapshot chunk, a batch of changes) and prepares the next only once
+//    gRPC has taken them all; gRPC's own buffering per stream is its flow-control window;
 //  * a stream more than watch.max_lag_changes behind the log's head gets a fell_behind event
 //    with the position of the last change it was sent, and ends with ABORTED. A stream resumed
 //    from an older position starts further behind than that; it may stay that far behind (the
 //    bound is the smallest lag it has had), so it is cut off only when it loses ground;
 //  * a stream whose client stopped reading blocks in its gRPC Write (flow control). The hub's
-//    watchdog cancels such a stream once it is blocked for a second while behind by more than
-//    max_lag_changes, freeing its handler thread;
-//  * no read transaction is held while writing to a client (a snapshot is read into memory
-//    first), so a stalled client never pins old pages nor holds off a map resize;
-//  * Shutdown() cancels every stream at once, so the server drains without waiting for them.
+//    watchdog ends it, with a status the client receives, once it has been blocked for a
+//    second while behind by more than max_lag_changes (ABORTED), or for
+//    watch.stalled_stream_timeout_ms at all (RESOURCE_EXHAUSTED), freeing its thread and buffer;
+//  * no read transaction is held while writing to a client (a snapshot is read a chunk at a
+//    time, see watch_snapshot.h), so a stalled client never pins old pages nor holds off a map
+//    resize;
+//  * Shutdown() ends every stream at once, so the server drains without waiting for them.
 //
 // Thread-safe: Run is called concurrently from gRPC's handler threads; Shutdown from any.
 #pragma once
@@ -43,12 +49,13 @@
 namespace cdcview {
 
 // Where a Watch stream writes. Write blocks while the client does not read (gRPC flow
-// control) and returns false once the stream is gone; Cancel may be called from another
-// thread and makes a blocked Write return false.
+// control) and returns false once the stream is gone. End may be called from another thread:
+// it ends the call at once with `status` (what the client receives), and a blocked Write
+// returns false.
 struct WatchStream {
   std::function<bool(const v1::WatchEvent&)> write;
   std::function<bool()> cancelled;
-  std::function<void()> cancel;
+  std::function<void(const absl::Status& status)> end;
 };
 
 class WatchHub {
@@ -59,10 +66,16 @@ class WatchHub {
   ~WatchHub();
 
   // Serves one stream until the client leaves (CANCELLED), it falls behind (ABORTED, after a
-  // fell_behind event) or Shutdown (UNAVAILABLE). Before the first event: NOT_FOUND for an
-  // unknown view, UNAVAILABLE while it is rebuilt, INVALID_ARGUMENT for a partition key of
-  // the wrong type or a malformed or foreign from_position, OUT_OF_RANGE for a position whose
-  // following changes are no longer retained.
+  // fell_behind event unless still in its snapshot), it reads nothing for
+  // stalled_stream_timeout_ms (RESOURCE_EXHAUSTED) or Shutdown (UNAVAILABLE). Before the first
+  // event: RESOURCE_EXHAUSTED with max_streams open, NOT_FOUND for an unknown view,
+  // UNAVAILABLE while it is rebuilt, INVALID_ARGUMENT for a partition key of the wrong type or
+  // a malformed or foreign from_position, OUT_OF_RANGE for a position whose following changes
+  // are no longer retained.
+  //
+  // A snapshot is entries and, for entries already sent that changed while later chunks were
+  // read, their changes (without a position: a snapshot cannot be resumed), then
+  // snapshot_done with the position it is exact at.
   absl::Status Run(const v1::WatchRequest& request, const WatchStream& stream);
 
   // Cancels every open stream and refuses new ones; Run returns promptly everywhere.
@@ -75,17 +88,32 @@ class WatchHub {
     std::atomic<uint64_t> cursor{0};            // the last change log sequence read
     std::atomic<uint64_t> allowed_lag{0};       // cut off beyond this lag (see Run)
     std::atomic<int64_t> write_started_ms{0};   // 0: not inside a Write
-    std::atomic<bool> cut_off{false};
+    std::atomic<uint64_t> pending_bytes{0};     // prepared for the client, not taken by gRPC yet
+    std::atomic<bool> in_snapshot{false};
+    std::atomic<bool> cut_off{false};           // the server decided to end it: see `why`
+    std::atomic<bool> ended{false};             // stream->end was called
+    absl::Mutex mu;
+    absl::Status why ABSL_GUARDED_BY(mu);
+
+    // Records why the server ends the stream; false if it had decided so before.
+    bool CutOff(absl::Status status);
+    absl::Status Why();
+  };
+  // A built change event and its serialized size.
+  struct SizedEvent {
+    std::shared_ptr<const v1::WatchEvent> event;
+    size_t bytes = 0;
   };
   // The change events recently built for a view, by sequence: N watchers of a view decode a
   // change and build its event once, not N times (the fan-out's main cost). Thread-safe.
   struct EventCache {
-    std::shared_ptr<const v1::WatchEvent> Find(uint64_t sequence);
-    void Insert(uint64_t sequence, std::shared_ptr<const v1::WatchEvent> event);
+    SizedEvent Find(uint64_t sequence);
+    void Insert(uint64_t sequence, SizedEvent event);
     absl::Mutex mu;
-    std::map<uint64_t, std::shared_ptr<const v1::WatchEvent>> events ABSL_GUARDED_BY(mu);
+    std::map<uint64_t, SizedEvent> events ABSL_GUARDED_BY(mu);
   };
   void WatchdogMain();
+  absl::Status StalledStatus(const Watcher& w) const;
 
   const Store& store_;
   const PublishedState& published_;
@@ -96,6 +124,7 @@ class WatchHub {
   absl::Mutex mu_;
   absl::CondVar wake_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  uint32_t streams_ ABSL_GUARDED_BY(mu_) = 0;  // inside Run, against max_streams
   std::map<Watcher*, bool> watchers_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<EventCache>> caches_;  // by global view index
   std::atomic<bool> stopped_{false};

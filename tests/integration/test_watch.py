@@ -120,6 +120,14 @@ def entry_id(entry):
     return (json.dumps(t[0]), json.dumps(t[1]), json.dumps(t[2]["PK"]), json.dumps(t[2]["SK"]))
 
 
+def wait_ready(d, *views):
+    """A fresh store builds its views once the writer starts, after the daemon is SERVING; a
+    Watch before that answers UNAVAILABLE."""
+    for view in views:
+        wait_for(f"{view} READY", lambda: d.stub.DescribeView(
+            d.stubs.vs.DescribeViewRequest(view=view)).state == d.stubs.vs.ViewDescription.READY)
+
+
 @pytest.fixture
 def stream_file(tmp_path):
     path = tmp_path / "stream.ndjson"
@@ -129,10 +137,7 @@ def stream_file(tmp_path):
 
 def test_open_orders_is_a_work_queue(daemon_factory, stream_file, pb):
     d = daemon_factory(config_for(stream_file)).start()
-    # A fresh store builds its views once the writer starts, after the daemon is SERVING; a
-    # Watch before that answers UNAVAILABLE.
-    wait_for("OpenOrders READY", lambda: d.stub.DescribeView(
-        pb.vs.DescribeViewRequest(view="OpenOrders")).state == pb.vs.ViewDescription.READY)
+    wait_ready(d, "OpenOrders")
     w = Watch(d, view="OpenOrders", snapshot=True)
     done = w.next()
     assert not isinstance(done, grpc.RpcError), done
@@ -237,6 +242,20 @@ def apply_events(state, events):
                 assert state.pop(key) == entry_to_tuple(e.change.entry), "DELETE's last image"
 
 
+def wait_equal_to_scan(d, view, w):
+    """Waits until what `w` received, applied in order, equals a Scan of `view`."""
+    final = canonical(entry_to_tuple(e) for e in d.scan(view)[0])
+    state = {}
+
+    def caught_up():
+        apply_events(state, w.drain_for(0.2))
+        return canonical(state.values()) == final
+
+    apply_events(state, w.events)
+    wait_for(f"{view} watcher to equal the final scan", caught_up,
+             describe=lambda: f"{len(state)} entries vs {len(final)}")
+
+
 def test_snapshot_and_changes_equal_the_final_scan(daemon_factory, stream_file):
     records = streams.generate(1500, seed=5)
     append(stream_file, records[:700])
@@ -248,24 +267,46 @@ def test_snapshot_and_changes_equal_the_final_scan(daemon_factory, stream_file):
     append(stream_file, records[700:])
     wait_for("everything applied", lambda: d.positions("src").get("") == expected_position(stream_file))
     for view, w in watchers.items():
-        final = canonical(entry_to_tuple(e) for e in d.scan(view)[0])
-        state = {}
-
-        def caught_up():
-            apply_events(state, w.drain_for(0.2))
-            return canonical(state.values()) == final
-
-        apply_events(state, w.events)
-        wait_for(f"{view} watcher to equal the final scan", caught_up,
-                 describe=lambda: f"{len(state)} entries vs {len(final)}")
+        wait_equal_to_scan(d, view, w)
         assert w.drain_for(0.3) == []  # and nothing more
         assert len([e for e in w.events if e.WhichOneof("event") == "snapshot_entry"]) > 0
+    d.stop()
+
+
+def test_a_snapshot_read_in_chunks_while_changes_commit_is_exact(daemon_factory, stream_file):
+    """A small stream buffer makes the snapshot many chunks, read at different log positions:
+    the changes to entries already sent come before snapshot_done, without a position, and
+    snapshot + changes still equal the view."""
+    records = streams.generate(3000, seed=21)
+    append(stream_file, records[:1500])
+    d = daemon_factory(config_for(stream_file, max_stream_buffer_bytes=2048)).start()
+    wait_for("the first part applied", lambda: d.positions("src").get("") == expected_position(stream_file))
+    # Small flow-control windows: the server feels the pace, so the chunks spread over the
+    # commits below.
+    channel = grpc.insecure_channel(d.addr, options=[("grpc.http2.bdp_probe", 0),
+                                                     ("grpc.http2.lookahead_bytes", 1024)])
+    watchers = {v: Watch(d, view=v, snapshot=True, pace=0.01, channel=channel)
+                for v in ("GSI1", "ByScore")}
+    for i in range(1500, len(records), 30):
+        append(stream_file, records[i:i + 30])
+        time.sleep(0.02)
+    wait_for("everything applied", lambda: d.positions("src").get("") == expected_position(stream_file))
+    for view, w in watchers.items():
+        w.until(lambda e: e.WhichOneof("event") == "snapshot_done", "snapshot_done", timeout=120)
+        done = len(w.events) - 1
+        during = [e for e in w.events[:done] if e.WhichOneof("event") == "change"]
+        assert during and all(e.position == b"" for e in during), view
+        wait_equal_to_scan(d, view, w)
+        assert all(e.position for e in w.events[done:]), view
+        w.call.cancel()
+    channel.close()
     d.stop()
 
 
 def test_resume_replays_exactly_the_missed_changes(daemon_factory, stream_file):
     records = streams.generate(800, seed=9)
     d = daemon_factory(config_for(stream_file)).start()
+    wait_ready(d, "GSI1")
     w = Watch(d, view="GSI1", snapshot=True)
     w.until(lambda e: e.WhichOneof("event") == "snapshot_done", "snapshot_done")
     append(stream_file, records)
@@ -287,6 +328,7 @@ def test_resume_replays_exactly_the_missed_changes(daemon_factory, stream_file):
 
 def test_positions_that_cannot_resume_are_refused(daemon_factory, stream_file, pb):
     d = daemon_factory(config_for(stream_file, retain_changes=60, max_lag_changes=30)).start()
+    wait_ready(d, "GSI1", "OpenOrders", "ByScore")
     w = Watch(d, view="GSI1", snapshot=True)
     start = w.until(lambda e: e.WhichOneof("event") == "snapshot_done", "snapshot_done").position
     append(stream_file, streams.generate(200, seed=3))
@@ -319,6 +361,7 @@ def test_positions_that_cannot_resume_are_refused(daemon_factory, stream_file, p
 
 def test_slow_watcher_is_cut_off_and_ingestion_goes_on(daemon_factory, stream_file, pb):
     d = daemon_factory(config_for(stream_file, retain_changes=40000, max_lag_changes=1000)).start()
+    wait_ready(d, "GSI1")
     # A small flow-control window, so the server (not the client's buffer) feels the slowness.
     channel = grpc.insecure_channel(d.addr, options=[("grpc.http2.bdp_probe", 0),
                                                      ("grpc.http2.lookahead_bytes", 1024)])
@@ -339,7 +382,8 @@ def test_slow_watcher_is_cut_off_and_ingestion_goes_on(daemon_factory, stream_fi
         r"the fell_behind event's position", end.details()), end.details()
     # Ingestion was never held up: everything gets applied.
     wait_for("everything applied", lambda: d.positions("src").get("") == expected_position(stream_file))
-    assert metric(d.metrics(), "cdcview_watchers_cut_off_total", view="GSI1") == 1
+    assert metric(d.metrics(), "cdcview_watchers_cut_off_total", view="GSI1",
+                  reason="fell_behind") == 1
     assert sum(e.WhichOneof("event") == "change" for e in slow.events) > 0
     # The position it was given still resumes: what it received before plus what the resumed
     # stream replays is exactly the view.
@@ -362,6 +406,7 @@ def test_slow_watcher_is_cut_off_and_ingestion_goes_on(daemon_factory, stream_fi
 
 def test_stalled_watchers_do_not_stop_ingestion_or_shutdown(daemon_factory, stream_file):
     d = daemon_factory(config_for(stream_file, retain_changes=3000, max_lag_changes=300)).start()
+    wait_ready(d, "GSI1", "ByLocation")
     channel = grpc.insecure_channel(d.addr, options=[("grpc.http2.bdp_probe", 0)])
     # Never read: the server's Writes block once the flow-control window is full.
     stalled = Watch(d, view="GSI1", read=False, channel=channel)
@@ -372,9 +417,19 @@ def test_stalled_watchers_do_not_stop_ingestion_or_shutdown(daemon_factory, stre
     wait_for("everything applied", lambda: d.positions("src").get("") == expected_position(stream_file))
     # Blocked for over a second while too far behind: the watchdog frees its handler.
     wait_for("the stalled watcher cut off",
-             lambda: metric(d.metrics(), "cdcview_watchers_cut_off_total", view="GSI1") == 1)
+             lambda: metric(d.metrics(), "cdcview_watchers_cut_off_total", view="GSI1",
+                            reason="fell_behind") == 1)
     wait_for("the stalled watcher closed",
              lambda: metric(d.metrics(), "cdcview_watchers", view="GSI1") == 0)
+    # The client is told why, once it reads again: by the watchdog while blocked, or by the
+    # stream itself if it noticed the lag between two Writes (its fell_behind event blocked).
+    code, details = end_of(stalled.call)
+    assert code == grpc.StatusCode.ABORTED
+    assert re.fullmatch(
+        r"watcher stopped reading while more than watch.max_lag_changes changes behind; resume "
+        r"with from_position set to the last position received|watcher fell behind: \d+ changes "
+        r"behind the change log's head \(limit 300, watch.max_lag_changes or the lag it started "
+        r"with\); resume with from_position set to the fell_behind event's position", details), details
     # Another stalled watcher, then stop with it and the idle one open: the drain stays short.
     stalled2 = Watch(d, view="GSI1", read=False, snapshot=True, channel=channel)
     wait_for("the second stalled watcher open",
@@ -386,3 +441,136 @@ def test_stalled_watchers_do_not_stop_ingestion_or_shutdown(daemon_factory, stre
     assert drained < 1000, d.log()[-2000:]
     channel.close()
     del stalled, stalled2, idle
+
+
+def end_of(call, timeout=30):
+    """Reads `call` to its end (what the client had buffered, then the status): (code, details)."""
+    outcome = queue.Queue()
+
+    def read():
+        try:
+            for _ in call:
+                pass
+        except grpc.RpcError as e:
+            outcome.put((e.code(), e.details()))
+        else:
+            outcome.put((grpc.StatusCode.OK, ""))
+
+    threading.Thread(target=read, daemon=True).start()
+    return outcome.get(timeout=timeout)
+
+
+def test_watch_streams_are_capped(daemon_factory, stream_file, pb):
+    d = daemon_factory(config_for(stream_file, max_streams=3)).start()
+    wait_ready(d, "GSI1")
+    open_ = [Watch(d, view="GSI1") for _ in range(3)]
+    wait_for("three watchers open", lambda: metric(d.metrics(), "cdcview_watchers", view="GSI1") == 3)
+    assert metric(d.metrics(), "cdcview_watchers_refused_total") == 0
+    refused = (grpc.StatusCode.RESOURCE_EXHAUSTED,
+               "too many Watch streams: 3 are open (watch.max_streams); close one, retry later, "
+               "or raise watch.max_streams")
+    # Refused before anything else is looked at, even for a view that does not exist.
+    for view in ("GSI1", "Nope"):
+        w = Watch(d, view=view, snapshot=True)
+        assert isinstance(w.next(), grpc.RpcError)
+        assert (w.error.code(), w.error.details()) == refused
+    assert metric(d.metrics(), "cdcview_watchers_refused_total") == 2
+    # A closed stream frees its place.
+    open_[0].call.cancel()
+    wait_for("two watchers open", lambda: metric(d.metrics(), "cdcview_watchers", view="GSI1") == 2)
+    again = Watch(d, view="GSI1", snapshot=True)
+    assert again.until(lambda e: e.WhichOneof("event") == "snapshot_done", "snapshot_done")
+    assert metric(d.metrics(), "cdcview_watchers", view="GSI1") == 3
+    assert metric(d.metrics(), "cdcview_watchers_refused_total") == 2
+    d.stop()
+
+
+BIG_TABLE = {"name": "Big", "key": {"partition": "PK"},
+             "views": [{"name": "All", "partition_key": {"attribute": "g", "type": "S"},
+                        "sort_key": {"attribute": "PK", "type": "S"}, "projection": "ALL"}]}
+
+
+def big_record(seq, key, version, blob_bytes):
+    """A put of item `key` whose `blob` (blob_bytes long) names its version."""
+    image = {"PK": {"S": key}, "g": {"S": "G"}, "v": {"N": str(version)},
+             "blob": {"S": (f"{key}/{version}/" * blob_bytes)[:blob_bytes]}}
+    return {"eventID": f"{seq:032x}", "eventName": "MODIFY" if version else "INSERT",
+            "eventSource": "aws:dynamodb", "awsRegion": "us-east-1",
+            "dynamodb": {"ApproximateCreationDateTime": streams.START, "Keys": {"PK": {"S": key}},
+                         "NewImage": image, "SequenceNumber": str(10**20 + seq),
+                         "SizeBytes": blob_bytes, "StreamViewType": "NEW_IMAGE"}}
+
+
+def rss_bytes(pid):
+    with open(f"/proc/{pid}/status", encoding="ascii") as f:
+        return int(re.search(r"^VmRSS:\s+(\d+) kB$", f.read(), re.M).group(1)) * 1024
+
+
+STALLED = re.compile(
+    r"watch stream cut off: the client read nothing for 5000 ms "
+    r"\(watch.stalled_stream_timeout_ms\) while (\d+) bytes were waiting for it "
+    r"\(watch.max_stream_buffer_bytes: 262144\); read faster, or watch again with snapshot \(a "
+    r"snapshot cannot be resumed\)")
+
+
+def test_snapshot_watchers_that_never_read_are_bounded_and_cut_off(daemon_factory, stream_file, pb):
+    """Snapshot watchers that never read each hold at most their buffer (plus gRPC's window)
+    until they are cut off with a status saying why; a watcher reading alongside gets every
+    change."""
+    buffer_bytes, stalled_ms, watchers, items, blob = 262144, 5000, 16, 8000, 1000
+    d = daemon_factory({
+        "sources": [{"name": "src", "table": "Big", "file": {"path": str(stream_file), "follow": True}}],
+        "tables": [BIG_TABLE],
+        "watch": {"max_stream_buffer_bytes": buffer_bytes, "stalled_stream_timeout_ms": stalled_ms,
+                  "max_streams": watchers + 1}}).start()
+    append(stream_file, [big_record(i, f"K{i:05d}", 0, blob) for i in range(items)])
+    wait_for("the items applied", lambda: d.positions("src").get("") == expected_position(stream_file))
+    wait_ready(d, "All")
+    good = Watch(d, view="All", snapshot=True)
+    good.until(lambda e: e.WhichOneof("event") == "snapshot_done", "snapshot_done")
+    assert sum(e.WhichOneof("event") == "snapshot_entry" for e in good.events) == items
+    before = rss_bytes(d.proc.pid)
+
+    # One connection each, as separate clients: they do not share a flow-control window.
+    channels = [grpc.insecure_channel(d.addr) for _ in range(watchers)]
+    stalled = [Watch(d, view="All", snapshot=True, read=False, channel=c) for c in channels]
+    wait_for("the stalled watchers open",
+             lambda: metric(d.metrics(), "cdcview_watchers", view="All") == watchers + 1)
+    # Changes while they stall: the good watcher gets each, in order, once.
+    updates = [big_record(items + i, f"K{i * 7:05d}", 1, blob) for i in range(300)]
+    append(stream_file, updates)
+    peak = before
+    deadline = time.monotonic() + stalled_ms / 1000 + 0.5
+    while time.monotonic() < deadline:
+        peak = max(peak, rss_bytes(d.proc.pid))
+        time.sleep(0.05)
+    wait_for("the stalled watchers cut off",
+             lambda: metric(d.metrics(), "cdcview_watchers_cut_off_total", view="All",
+                            reason="stalled") == watchers,
+             describe=lambda: str(metric(d.metrics(), "cdcview_watchers", view="All")))
+    # What a stream may hold: its buffer, plus gRPC's own (about a flow-control window, taken
+    # here as 1 MiB), plus 32 MiB for the process around them.
+    bound = watchers * (buffer_bytes + (1 << 20)) + (32 << 20)
+    assert peak - before < bound, f"RSS grew by {(peak - before) >> 20} MiB (bound {bound >> 20} MiB)"
+    for w in stalled:
+        code, details = end_of(w.call)
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, (code, details)
+        m = STALLED.fullmatch(details)
+        assert m, details
+        assert 0 < int(m.group(1)) <= buffer_bytes + 2 * blob
+    assert metric(d.metrics(), "cdcview_watchers", view="All") == 1
+    assert metric(d.metrics(), "cdcview_watchers_cut_off_total", view="All", reason="fell_behind") == 0
+
+    wait_for("the updates applied", lambda: d.positions("src").get("") == expected_position(stream_file))
+    while len([e for e in good.events if e.WhichOneof("event") == "change"]) < len(updates):
+        more = good.drain_for(1.0)
+        assert more, "the good watcher stopped receiving changes"
+    changes = [(e.change.op, e.change.entry.item.attributes["PK"].s,
+                e.change.entry.item.attributes["v"].n)
+               for e in good.events if e.WhichOneof("event") == "change"]
+    assert changes == [(pb.vs.EntryChange.PUT, u["dynamodb"]["Keys"]["PK"]["S"], "1")
+                       for u in updates]
+    assert good.drain_for(0.3) == [] and good.error is None
+    for c in channels:
+        c.close()
+    d.stop()

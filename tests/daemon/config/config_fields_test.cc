@@ -84,7 +84,9 @@ TEST(ConfigFieldsTest, EnvironmentSettablePathsAreTheSectionsFields) {
                 "server.fast_reads_max_buffered_bytes", "server.fast_reads_max_waits_per_connection",
                 "server.fast_reads_max_connections", "server.fast_reads_idle_timeout_ms",
                 "server.fast_reads_request_timeout_ms", "apply.batch_size", "apply.max_delay_ms", "apply.queue_capacity",
-                "apply.log_counts_seconds", "watch.retain_changes", "watch.max_lag_changes"}));
+                "apply.log_counts_seconds", "watch.retain_changes", "watch.max_lag_changes",
+                "watch.max_stream_buffer_bytes", "watch.stalled_stream_timeout_ms",
+                "watch.max_streams"}));
 }
 
 }  // namespace

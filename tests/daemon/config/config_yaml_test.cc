@@ -129,7 +129,8 @@ TEST(ConfigToYamlTest, EveryFieldAtANonDefaultValueRoundTrips) {
       "server: { grpc: \"0.0.0.0:7\", fast_reads: \"0.0.0.0:9\", metrics: \"0.0.0.0:8\",\n"
       "          ready_max_lag_seconds: 3 }\n"
       "apply: { batch_size: 5, max_delay_ms: 6, queue_capacity: 70, log_counts_seconds: 0 }\n"
-      "watch: { retain_changes: 100, max_lag_changes: 10 }\n"
+      "watch: { retain_changes: 100, max_lag_changes: 10, max_stream_buffer_bytes: 64KiB,\n"
+      "         stalled_stream_timeout_ms: 500, max_streams: 3 }\n"
       "sources:\n"
       "  - { name: f, table: T, file: { path: in.ndjson, follow: true,\n"
       "                                dead_letter_path: /dl/f.ndjson } }\n"
@@ -170,6 +171,9 @@ TEST(ConfigToYamlTest, EveryFieldAtANonDefaultValueRoundTrips) {
   const WatchConfig watch;
   EXPECT_NE(c.watch.retain_changes, watch.retain_changes);
   EXPECT_NE(c.watch.max_lag_changes, watch.max_lag_changes);
+  EXPECT_NE(c.watch.max_stream_buffer_bytes, watch.max_stream_buffer_bytes);
+  EXPECT_NE(c.watch.stalled_stream_timeout_ms, watch.stalled_stream_timeout_ms);
+  EXPECT_NE(c.watch.max_streams, watch.max_streams);
   const FileSourceConfig file;
   EXPECT_NE(c.sources[0].file.follow, file.follow);
   EXPECT_NE(c.sources[0].file.dead_letter_path, file.dead_letter_path);
@@ -232,6 +236,9 @@ TEST(ConfigToYamlTest, PrintsEveryDefaultExactly) {
             "watch:\n"
             "  retain_changes: 1000000\n"
             "  max_lag_changes: 500000\n"
+            "  max_stream_buffer_bytes: \"1MiB\"\n"
+            "  stalled_stream_timeout_ms: 10000\n"
+            "  max_streams: 256\n"
             "sources:\n"
             "  - name: \"s\"\n"
             "    table: \"T\"\n"

@@ -1,5 +1,6 @@
-// The watch: section: defaults, max_lag_changes following retain_changes, and the values
-// that would leave Watch unable to work (0, a lag bound not below the retained log).
+// The watch: section: defaults, max_lag_changes following retain_changes, the values that
+// would leave Watch unable to work (0, a lag bound not below the retained log), and the
+// bounds on a stream's buffer, stall time and the number of streams.
 #include <string>
 
 #include "daemon/config/config.h"
@@ -60,8 +61,57 @@ TEST(WatchConfigTest, LagBoundMustBeBelowTheRetainedLog) {
             "(1), so a watcher cut off for lagging can still resume");
 }
 
+TEST(WatchConfigTest, StreamBoundsHaveSafeDefaults) {
+  auto config = Parse("");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->watch.max_stream_buffer_bytes, 1u << 20);
+  EXPECT_EQ(config->watch.stalled_stream_timeout_ms, 10000u);
+  EXPECT_EQ(config->watch.max_streams, 256u);
+}
+
+TEST(WatchConfigTest, StreamBoundsAcceptTheirLimits) {
+  auto config = Parse(
+      "watch: { max_stream_buffer_bytes: 1GiB, stalled_stream_timeout_ms: 3600000, "
+      "max_streams: 16384 }\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->watch.max_stream_buffer_bytes, 1u << 30);
+  EXPECT_EQ(config->watch.stalled_stream_timeout_ms, 3600000u);
+  EXPECT_EQ(config->watch.max_streams, 16384u);
+  config = Parse(
+      "watch: { max_stream_buffer_bytes: 1, stalled_stream_timeout_ms: 100, max_streams: 1 }\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->watch.max_stream_buffer_bytes, 1u);
+  EXPECT_EQ(config->watch.stalled_stream_timeout_ms, 100u);
+  EXPECT_EQ(config->watch.max_streams, 1u);
+}
+
+TEST(WatchConfigTest, StreamBoundsOutsideTheirRangeAreRejected) {
+  auto error = [](const std::string& watch) {
+    return std::string(Parse("watch: { " + watch + " }\n").status().message());
+  };
+  EXPECT_EQ(error("max_stream_buffer_bytes: 0"),
+            "w.yaml:1: watch.max_stream_buffer_bytes: must be greater than 0");
+  EXPECT_EQ(error("max_stream_buffer_bytes: 2GiB"),
+            "w.yaml:1: watch.max_stream_buffer_bytes: 2GiB is larger than this system allows (at "
+            "most 1GiB: memory held per stream whose client does not read, for up to "
+            "watch.max_streams streams)");
+  EXPECT_EQ(error("stalled_stream_timeout_ms: 99"),
+            "w.yaml:1: watch.stalled_stream_timeout_ms: expected a whole number from 100 to "
+            "3600000, got \"99\"");
+  EXPECT_EQ(error("stalled_stream_timeout_ms: 3600001"),
+            "w.yaml:1: watch.stalled_stream_timeout_ms: expected a whole number from 100 to "
+            "3600000, got \"3600001\"");
+  EXPECT_EQ(error("max_streams: 0"),
+            "w.yaml:1: watch.max_streams: expected a whole number from 1 to 16384, got \"0\"");
+  EXPECT_EQ(error("max_streams: 16385"),
+            "w.yaml:1: watch.max_streams: expected a whole number from 1 to 16384, got "
+            "\"16385\"");
+}
+
 TEST(WatchConfigTest, PrintedConfigReadsBackEqual) {
-  auto config = Parse("watch: { retain_changes: 300, max_lag_changes: 7 }\n");
+  auto config = Parse(
+      "watch: { retain_changes: 300, max_lag_changes: 7, max_stream_buffer_bytes: 3KiB, "
+      "stalled_stream_timeout_ms: 1500, max_streams: 9 }\n");
   ASSERT_TRUE(config.ok()) << config.status();
   auto again = ParseConfig(ConfigToYaml(*config), "printed.yaml");
   ASSERT_TRUE(again.ok()) << again.status();
