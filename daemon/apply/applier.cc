@@ -47,12 +47,16 @@ Applier::Applier(const Catalog& catalog, Store* store, ApplyProbe* probe,
       published_(published),
       rejected_log_(kLoggedPerInterval, kLogIntervalMs, [this] { return published_->NowMs(); }),
       left_out_log_(kLoggedPerInterval, kLogIntervalMs, [this] { return published_->NowMs(); }),
+      compactor_(catalog.config(), store, probe, [published] { return published->NowMs(); }),
       stats_(catalog.config().sources.size(), catalog.views().size()),
       change_log_(store->changes(), catalog.config().watch.retain_changes) {
   const size_t sources = catalog.config().sources.size();
   sync_batch_ = std::make_unique<Prepared>(sources);
   for (auto& slot : slots_) slot = std::make_unique<Prepared>(sources);
-  for (const TableSpec& table : catalog.config().tables) item_dbis_.push_back(store->items(table.name));
+  for (const TableSpec& table : catalog.config().tables) {
+    item_dbis_.push_back(store->items(table.name));
+    tombstone_dbis_.push_back(store->tombstones(table.name));
+  }
   for (const ViewRef& view : catalog.views()) view_dbis_.push_back(store->view(view.spec->name));
   for (const AggregateRef& a : catalog.aggregates()) {
     aggregate_dbs_.push_back(
@@ -244,16 +248,24 @@ absl::Status Applier::ApplyBatches(const BatchSource& next, OnFailure on_failure
   auto stopped = [stop] { return stop != nullptr && stop->load(); };
   for (uint64_t n = 0; !stopped(); ++n) {
     const size_t slot = n % 2;
-    {
+    bool prepared = false;
+    for (;;) {
       // The preparer publishes the slots in turn, so once it is done and this one is not
       // prepared, there are no more. `stop` is raised after the queue closed, when a batch
-      // keeps failing: checked every 100 ms.
-      absl::MutexLock lock(&slot_mu_);
-      while (slot_state_[slot] != SlotState::kPrepared && !preparer_done_ && !stopped()) {
-        slot_changed_.WaitWithTimeout(&slot_mu_, absl::Milliseconds(100));
+      // keeps failing: checked every 100 ms. Meanwhile the writer is idle: tombstone
+      // compaction steps run then, one at a time between looks at the slot.
+      {
+        absl::MutexLock lock(&slot_mu_);
+        if (slot_state_[slot] != SlotState::kPrepared && !preparer_done_ && !stopped()) {
+          slot_changed_.WaitWithTimeout(
+              &slot_mu_, compactor_.Due() ? absl::ZeroDuration() : absl::Milliseconds(100));
+        }
+        prepared = slot_state_[slot] == SlotState::kPrepared;
+        if (prepared || preparer_done_ || stopped()) break;
       }
-      if (slot_state_[slot] != SlotState::kPrepared) break;
+      CompactTombstones();
     }
+    if (!prepared) break;
     Prepared& batch = *slots_[slot];
     if (!Attempt(Stage::kCommit, [&] { return Commit(&batch); },
                  absl::StrCat("apply a batch of ", batch.owned.size(), " events"), on_failure, stop,
@@ -267,6 +279,7 @@ absl::Status Applier::ApplyBatches(const BatchSource& next, OnFailure on_failure
     slot_changed_.SignalAll();
     // An aggregate found inconsistent by this batch is rebuilt before the next one.
     if (!inconsistent_.empty() && !RebuildWithRetries(stop)) break;
+    CompactTombstones();
   }
   {
     absl::MutexLock lock(&slot_mu_);
@@ -278,6 +291,14 @@ absl::Status Applier::ApplyBatches(const BatchSource& next, OnFailure on_failure
   if (!prepare_error.ok()) return prepare_error;
   if (stopped()) return absl::CancelledError("stopped before every batch was applied");
   return absl::OkStatus();
+}
+
+void Applier::CompactTombstones() {
+  absl::StatusOr<uint64_t> dropped = compactor_.Step();
+  if (!dropped.ok()) {
+    LogError(absl::StrCat("cannot compact tombstones, retrying in ",
+                          TombstoneCompactor::kRetryMs / 1000, " s: ", dropped.status().message()));
+  }
 }
 
 void Applier::WatchQueue(const RecordQueue* queue) {

@@ -38,6 +38,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/apply/aggregate_writer.h"
+#include "daemon/apply/tombstone_compactor.h"
 #include "daemon/log/log_throttle.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/sources/change_source.h"
@@ -74,6 +75,16 @@ inline constexpr std::chrono::nanoseconds kDirectCommitPerEvent{2000};
 bool CommitsDirectly(const ApplyConfig& cfg, size_t events,
                      std::optional<std::chrono::microseconds> last_lmdb_commit);
 
+// The time a REMOVE's tombstone counts from, which the tombstone horizon is measured against
+// (TombstoneCompactor): the event's creation time (DynamoDB's ApproximateCreationDateTime, a
+// Kafka message's timestamp), because a source's retention, which bounds the replays a
+// tombstone guards against, runs from it: no change older than the removal can be replayed
+// once the removal itself has left the retention window. The apply time would keep the
+// tombstones of a backlog (a day of stream replayed after a snapshot) a backlog's age longer.
+// Without a creation time, or with one ahead of `now_ms` (another host's clock, a producer's
+// timestamp), the apply time `now_ms`.
+int64_t TombstoneTime(const ChangeEvent& event, int64_t now_ms);
+
 class Applier {
  public:
   // `dead_letters[i]` is source i's sink. Publishes into `published` (whose clock it uses),
@@ -84,7 +95,8 @@ class Applier {
 
   // Loads the stored positions and view and aggregate states; a view or aggregate whose
   // fingerprint differs from the stored one (or that is new) is marked BUILDING and emptied,
-  // to be rebuilt.
+  // to be rebuilt. Tombstones stored without a time get the time now (once per table, see
+  // TombstoneCompactor::TimeUntimed).
   absl::Status Recover();
   // Rebuilds every BUILDING view, then every BUILDING aggregate, from items/<table>, in chunks
   // (each chunk one transaction, resumable after a crash), logging progress. Returns when all
@@ -195,6 +207,9 @@ class Applier {
                                          std::initializer_list<MDB_dbi> contents, std::string* cursor);
   // Rebuilds what is BUILDING, retrying with back-off; false when stopped.
   bool RebuildWithRetries(const std::atomic<bool>* stop);
+  // A tombstone compaction step if one is due (the writer thread, between batches); a failing
+  // one is logged and tried again later (TombstoneCompactor::kRetryMs).
+  void CompactTombstones();
   // An aggregate whose state contradicts a change (DATA_LOSS `why`): emptied and marked
   // BUILDING in `txn`, logged, counted; the writer rebuilds it after the batch commits.
   absl::Status ResetInconsistentAggregate(WriteTxn* txn, size_t global, const absl::Status& why);
@@ -226,6 +241,9 @@ class Applier {
   std::vector<AggregateDbs> aggregate_dbs_;  // by global aggregate index
 
   std::vector<MDB_dbi> item_dbis_;  // by table index
+  std::vector<MDB_dbi> tombstone_dbis_;  // by table index: tombstones/<table>
+  // Run between batches on the writer thread (ApplyBatches); Recover times old tombstones.
+  TombstoneCompactor compactor_;
 
   // Batches between the stages, reused: ApplyBatch's, and Run's two, which the preparer fills
   // in turn (slot N % 2) while the writer commits the other. slot_state_ says whose each is.

@@ -93,6 +93,22 @@ absl::Status Applier::WriteBatch(const Prepared& batch, WriteTxn* txn) {
   for (uint32_t index : batch.write_order) {
     const Prepared::ItemWrite& write = batch.writes[index];
     if (absl::Status s = txn->Put(item_dbis_[write.table], write.pk, write.stored); !s.ok()) return s;
+    if (write.replaced_removed_ms != StoredItem::kNoTime) {
+      if (absl::Status s = txn->Delete(
+              tombstone_dbis_[write.table],
+              TombstoneIndexKey(write.replaced_removed_ms, write.pk, store_->max_key_size()));
+          !s.ok()) {
+        return s;
+      }
+    }
+    if (write.removed_ms != StoredItem::kNoTime) {
+      if (absl::Status s = txn->Put(
+              tombstone_dbis_[write.table],
+              TombstoneIndexKey(write.removed_ms, write.pk, store_->max_key_size()), write.pk);
+          !s.ok()) {
+        return s;
+      }
+    }
   }
   // Aggregates in event order: an item's retraction follows the addition it takes back.
   const std::span<const AggregateDelta> deltas(batch.aggregate_deltas);

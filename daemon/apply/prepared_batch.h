@@ -18,6 +18,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "daemon/apply/applier.h"
+#include "daemon/store/stored_item.h"
 
 namespace cdcview {
 namespace apply_internal {
@@ -42,6 +43,10 @@ struct Applier::Prepared {
     uint32_t table = 0;
     std::string pk;
     std::string stored;  // EncodeStoredItem: the new image, or a tombstone
+    // A tombstone's time (its tombstones/<table> entry), and that of the tombstone the store
+    // holds for the item before this batch (its entry goes); StoredItem::kNoTime for none.
+    int64_t removed_ms = StoredItem::kNoTime;
+    int64_t replaced_removed_ms = StoredItem::kNoTime;
     uint32_t deltas_begin = 0, deltas_end = 0;  // the event's range of aggregate_deltas
   };
 

@@ -37,6 +37,10 @@ absl::Status MergeKeys(const Item& keys, Item* image) {
 
 }  // namespace
 
+int64_t TombstoneTime(const ChangeEvent& event, int64_t now_ms) {
+  return event.creation_time_ms > 0 ? std::min(event.creation_time_ms, now_ms) : now_ms;
+}
+
 absl::StatusOr<Applier::Outcome> Applier::PrepareEvent(const ReadTxn& snapshot, Prepared* batch,
                                                        const Prepared* previous, uint32_t index,
                                                        absl::Status* rejection, std::string* reason) {
@@ -54,16 +58,20 @@ absl::StatusOr<Applier::Outcome> Applier::PrepareEvent(const ReadTxn& snapshot, 
   // The item as the batches before left it: this batch's last write of it, else the previous
   // batch's (committed or not), else the snapshot's.
   const std::pair<uint32_t, std::string_view> item_key(static_cast<uint32_t>(table), pk);
-  auto last_write = [&item_key](const Prepared* b) -> const std::string* {
+  auto last_write = [&item_key](const Prepared* b) -> const Prepared::ItemWrite* {
     if (b == nullptr) return nullptr;
     auto it = b->latest.find(item_key);
-    return it == b->latest.end() ? nullptr : &b->writes[it->second].stored;
+    return it == b->latest.end() ? nullptr : &b->writes[it->second];
   };
   std::optional<std::string_view> stored_value;
-  if (const std::string* written = last_write(batch)) {
-    stored_value = *written;
+  // The tombstone the store holds before this batch, whose index entry the batch's write of
+  // the item replaces: known once this batch wrote the item, else the stored value's.
+  std::optional<int64_t> replaced_removed_ms;
+  if (const Prepared::ItemWrite* written = last_write(batch)) {
+    stored_value = written->stored;
+    replaced_removed_ms = written->replaced_removed_ms;
   } else if ((written = last_write(previous)) != nullptr) {
-    stored_value = *written;
+    stored_value = written->stored;
   } else {
     auto got = snapshot.Get(item_dbis_[table], pk);
     if (!got.ok()) return got.status();
@@ -81,6 +89,7 @@ absl::StatusOr<Applier::Outcome> Applier::PrepareEvent(const ReadTxn& snapshot, 
           "sources replay into a new one"));
     }
     had_record = true;
+    if (!replaced_removed_ms) replaced_removed_ms = stored->removed_ms;
     if (!event.sequence_number.empty() && !stored->sequence_number.empty() &&
         CompareSequenceNumbers(event.sequence_number, stored->sequence_number) <= 0) {
       return Outcome::kSkipped;
@@ -146,17 +155,19 @@ absl::StatusOr<Applier::Outcome> Applier::PrepareEvent(const ReadTxn& snapshot, 
   auto& [hot_table, hot_key] = batch->hot_table_keys[batch->hot_table_key_count++];
   hot_table = table;
   hot_key.assign(pk, 0, FirstKeyComponentSize(pk));
-  // A removed item leaves a tombstone with its sequence number, so a replayed older event
-  // cannot resurrect it; a remove of an item never seen, without a sequence number, writes
-  // nothing.
+  // A removed item leaves a tombstone with its sequence number and time, so a replayed older
+  // event cannot resurrect it until the tombstone is compacted; a remove of an item never seen,
+  // without a sequence number, writes nothing.
   if (new_item || had_record || !event.sequence_number.empty()) {
     if (batch->write_count == batch->writes.size()) batch->writes.emplace_back();
     const uint32_t w = static_cast<uint32_t>(batch->write_count++);
     Prepared::ItemWrite& write = batch->writes[w];
     write.table = static_cast<uint32_t>(table);
     write.pk = std::move(pk);
+    write.removed_ms = new_item ? StoredItem::kNoTime : TombstoneTime(event, published_->NowMs());
+    write.replaced_removed_ms = replaced_removed_ms.value_or(StoredItem::kNoTime);
     write.stored = new_item ? EncodeStoredItem(false, event.sequence_number, EncodeItem(*new_item))
-                            : EncodeStoredItem(true, event.sequence_number, {});
+                            : EncodeTombstone(event.sequence_number, write.removed_ms);
     write.deltas_begin = static_cast<uint32_t>(deltas_begin);
     write.deltas_end = static_cast<uint32_t>(batch->aggregate_deltas.size());
     batch->latest.insert_or_assign(std::pair<uint32_t, std::string_view>(write.table, write.pk), w);

@@ -86,6 +86,7 @@ absl::Status Applier::Recover() {
                     positions[{std::string(source), std::string(partition)}] = std::string(at);
                   });
   if (absl::Status s = txn.Commit(); !s.ok()) return s;
+  if (absl::Status s = compactor_.TimeUntimed(); !s.ok()) return s;
   published_->ReplacePositions(std::move(positions));
   PublishSizes();
   return absl::OkStatus();

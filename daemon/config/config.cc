@@ -43,6 +43,11 @@ std::string& DeadLetterPath(SourceConfig& source) {
   return const_cast<std::string&>(DeadLetterPath(std::as_const(source)));
 }
 
+uint32_t TombstoneHorizonSeconds(const SourceConfig& source) {
+  return config_fields::VisitSourceBlock(
+      source, [](const auto& block, const auto&) { return block.tombstone_horizon_seconds; });
+}
+
 namespace {
 
 // Debian's Abseil is built with its own absl::string_view (not an alias of

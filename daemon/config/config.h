@@ -96,6 +96,10 @@ struct ApplyConfig {
   // Every this many seconds, one info line per source with its event counts (applied,
   // skipped, rejected: since the last line and in total) and lag; 0: none.
   uint32_t log_counts_seconds = 30;
+  // Tombstones a compaction step drops at most (see TombstoneCompactor): the step is a write
+  // transaction between two batches, so this bounds how long it can hold the next batch up.
+  uint32_t tombstone_compaction_step = 1000;
+  static constexpr uint32_t kMaxTombstoneCompactionStep = 100000;
 
   bool operator==(const ApplyConfig&) const = default;
 };
@@ -128,10 +132,21 @@ struct WatchConfig {
   bool operator==(const WatchConfig&) const = default;
 };
 
+// A source's tombstone horizon: how long a removed item's tombstone is kept (from the
+// removal's creation time), so that a replayed older change of the item is skipped. Replays
+// come from the source's retention window, so the default is the source's retention where it
+// is known: 24 h for DynamoDB Streams, and for a file of DynamoDB Streams records; for Kafka
+// the topic's retention.ms is not known to cdcviewd, so the default is Kafka's own default
+// retention, 7 days (set it to the topic's). A table keeps its tombstones for the longest
+// horizon of its sources.
+inline constexpr uint32_t kStreamsRetentionSeconds = 24 * 3600;
+inline constexpr uint32_t kKafkaDefaultRetentionSeconds = 7 * 24 * 3600;
+
 struct FileSourceConfig {
   std::string path;
   bool follow = false;              // keep reading as the file grows (tail -f)
   std::string dead_letter_path;     // default: <storage.path>/dead-letters/<source>.ndjson
+  uint32_t tombstone_horizon_seconds = kStreamsRetentionSeconds;
 
   bool operator==(const FileSourceConfig&) const = default;
 };
@@ -150,6 +165,7 @@ struct KafkaSourceConfig {
   // Debezium: the table key attributes come from the message key, or else from these columns.
   std::vector<std::string> key_attributes;
   std::map<std::string, std::string> properties;  // any librdkafka property, passed through
+  uint32_t tombstone_horizon_seconds = kKafkaDefaultRetentionSeconds;
 
   bool operator==(const KafkaSourceConfig&) const = default;
 };
@@ -173,6 +189,7 @@ struct DynamoDbSourceConfig {
   uint32_t scan_read_capacity_percent = 50;  // 1..100, of provisioned ReadCapacityUnits
   uint32_t scan_read_units_per_second = 0;   // on-demand tables; 0: unthrottled
   std::string dead_letter_path;              // default: <storage.path>/dead-letters/<source>.ndjson
+  uint32_t tombstone_horizon_seconds = kStreamsRetentionSeconds;
 
   bool operator==(const DynamoDbSourceConfig&) const = default;
 };
@@ -194,6 +211,8 @@ struct SourceConfig {
 // dead_letter_topic writes there instead).
 const std::string& DeadLetterPath(const SourceConfig& source);
 std::string& DeadLetterPath(SourceConfig& source);
+// The tombstone_horizon_seconds of the block `source`'s kind uses.
+uint32_t TombstoneHorizonSeconds(const SourceConfig& source);
 
 struct Config {
   std::string file;  // where it was loaded from, for messages

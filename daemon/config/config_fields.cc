@@ -6,6 +6,14 @@
 namespace cdcview::config_fields {
 namespace {
 
+// A source's tombstone_horizon_seconds: 0 would drop a tombstone at once.
+std::string_view CheckTombstoneHorizon(uint32_t seconds) {
+  return seconds != 0 ? ""
+                      : "0 would drop a removed item's tombstone at once, and a replayed older "
+                        "change would bring the item back; set the source's retention in seconds "
+                        "(DynamoDB Streams: 86400)";
+}
+
 template <typename S>
 Field<S> Text(std::string_view key, std::string S::*member) {
   return {key, TextRule<S>{member}};
@@ -121,6 +129,9 @@ const FieldTable<ApplyConfig>& ApplyFields() {
       Whole("max_delay_ms", &S::max_delay_ms, 0),
       Whole("queue_capacity", &S::queue_capacity, 1, S::kMaxEventsInMemory),
       Whole("log_counts_seconds", &S::log_counts_seconds, 0),
+      // At least one tombstone per step, or compaction never moves.
+      Whole("tombstone_compaction_step", &S::tombstone_compaction_step, 1,
+            S::kMaxTombstoneCompactionStep),
   };
   return table;
 }
@@ -162,6 +173,8 @@ const FieldTable<FileSourceConfig>& FileSourceFields() {
       Required(Text("path", &S::path)),
       Flag("follow", &S::follow),
       Text("dead_letter_path", &S::dead_letter_path),
+      Whole("tombstone_horizon_seconds", &S::tombstone_horizon_seconds, 0, kNoMax,
+            CheckTombstoneHorizon),
   };
   return table;
 }
@@ -182,6 +195,8 @@ const FieldTable<KafkaSourceConfig>& KafkaSourceFields() {
              {{"earliest", S::Start::kEarliest}, {"latest", S::Start::kLatest}}),
       NameList("key_attributes", &S::key_attributes),
       Properties("properties", &S::properties),
+      Whole("tombstone_horizon_seconds", &S::tombstone_horizon_seconds, 0, kNoMax,
+            CheckTombstoneHorizon),
   };
   return table;
 }
@@ -207,6 +222,8 @@ const FieldTable<DynamoDbSourceConfig>& DynamoDbSourceFields() {
             }),
       Whole("scan_read_units_per_second", &S::scan_read_units_per_second, 0),
       Text("dead_letter_path", &S::dead_letter_path),
+      Whole("tombstone_horizon_seconds", &S::tombstone_horizon_seconds, 0, kNoMax,
+            CheckTombstoneHorizon),
   };
   return table;
 }

@@ -242,9 +242,42 @@ ApplyProbe::ApplyProbe(MetricsRegistry& metrics, const Config& config)
                                    "resume from (at most watch.retain_changes).")
                              .Register(registry_)
                              .Add({});
+  auto& tombstones = BuildGauge()
+                         .Name("cdcview_tombstones")
+                         .Help("Tombstones of removed items held in the table's items database "
+                               "(kept for their sequence numbers until the tombstone horizon).")
+                         .Register(registry_);
+  auto& compacted = BuildCounter()
+                        .Name("cdcview_tombstones_compacted_total")
+                        .Help("Tombstones dropped because they were older than the horizon.")
+                        .Register(registry_);
+  for (const TableSpec& t : config.tables) {
+    tombstones_.push_back(&tombstones.Add({{"table", t.name}}));
+    tombstones_compacted_.push_back(&compacted.Add({{"table", t.name}}));
+  }
+  tombstone_step_ = &BuildHistogram()
+                         .Name("cdcview_tombstone_compaction_step_seconds")
+                         .Help("Duration of a tombstone compaction step that dropped tombstones "
+                               "(its write transaction, between two batches).")
+                         .Register(registry_)
+                         .Add({}, Histogram::BucketBoundaries{0.0001, 0.00025, 0.0005, 0.001, 0.0025,
+                                                              0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                                              0.5, 1});
 }
 
 ApplyProbe::~ApplyProbe() = default;
+
+void ApplyProbe::SetTombstones(size_t table, uint64_t held) {
+  if (table < tombstones_.size()) tombstones_[table]->Set(static_cast<double>(held));
+}
+
+void ApplyProbe::RecordTombstoneCompaction(size_t table, uint64_t compacted) {
+  if (table < tombstones_compacted_.size() && compacted > 0) {
+    tombstones_compacted_[table]->Increment(static_cast<double>(compacted));
+  }
+}
+
+void ApplyProbe::ObserveTombstoneCompactionStep(double seconds) { tombstone_step_->Observe(seconds); }
 
 void ApplyProbe::RecordBatch(const BatchStats& stats, int64_t now_ms) {
   for (size_t i = 0; i < stats.sources.size() && i < sources_.size(); ++i) {

@@ -116,6 +116,12 @@ class ApplyProbe {
   // the writer fails the source), 0 for the other kSourceStates (label: SourceStateName). Set
   // by the readiness ticker once a second.
   void SetSourceState(size_t source, SourceState state);
+  // Tombstone compaction (TombstoneCompactor), by table index: cdcview_tombstones (held, as of
+  // the compaction's last check), cdcview_tombstones_compacted_total, and one step's duration,
+  // cdcview_tombstone_compaction_step_seconds.
+  void SetTombstones(size_t table, uint64_t held);
+  void RecordTombstoneCompaction(size_t table, uint64_t compacted);
+  void ObserveTombstoneCompactionStep(double seconds);
   static constexpr SourceState kSourceStates[] = {
       SourceState::kStarting, SourceState::kRunning,  SourceState::kBackfilling,
       SourceState::kCaughtUp, SourceState::kFinished, SourceState::kError};
@@ -161,6 +167,9 @@ class ApplyProbe {
   std::vector<double> lag_bounds_;
   std::vector<prometheus::Gauge*> hot_key_share_;  // by global view index
   std::vector<prometheus::Gauge*> hot_key_rate_;
+  std::vector<prometheus::Gauge*> tombstones_;  // by table index
+  std::vector<prometheus::Counter*> tombstones_compacted_;
+  prometheus::Histogram* tombstone_step_;
 };
 
 class QueryProbe {

@@ -22,6 +22,12 @@ std::string AggregateMetaKey(std::string_view aggregate, std::string_view field)
   return key;
 }
 
+std::string TombstonesMetaKey(std::string_view table, std::string_view field) {
+  std::string key("tombstones/");
+  key.append(table).append("/").append(field);
+  return key;
+}
+
 void ForEachPosition(
     const Txn& txn, MDB_dbi meta,
     const std::function<void(std::string_view, std::string_view, std::string_view)>& fn) {

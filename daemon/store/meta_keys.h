@@ -4,6 +4,7 @@
 //   pos/<source>/<partition>   the source's position past the last applied event
 //   view/<view>/<field>        fingerprint, state, build_cursor
 //   agg/<aggregate>/<field>    the same for an aggregate
+//   tombstones/<table>/timed   set once every tombstone of the table has a time and is indexed
 //
 // Thread-safety: pure functions, and ForEachPosition reads through the caller's transaction.
 // Ownership: the string_views ForEachPosition passes point into LMDB's map.
@@ -24,6 +25,8 @@ inline constexpr std::string_view kPositionPrefix = "pos/";
 std::string ViewMetaKey(std::string_view view, std::string_view field);
 // agg/<name>/<field>: an aggregate's fingerprint, state and build cursor, as for views.
 std::string AggregateMetaKey(std::string_view aggregate, std::string_view field);
+// tombstones/<table>/<field>: the state of a table's tombstone index (TombstoneCompactor).
+std::string TombstonesMetaKey(std::string_view table, std::string_view field);
 
 // Calls fn(source, partition, position) for every stored source position, in key order.
 // The views point into LMDB's map: valid only during the call.

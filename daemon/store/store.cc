@@ -24,9 +24,10 @@ constexpr char kSchemaVersion[] = "1";
 constexpr char kViewDbPrefix[] = "view/";
 constexpr size_t kViewDbPrefixLen = sizeof(kViewDbPrefix) - 1;
 constexpr char kItemsDbPrefix[] = "items/";
+constexpr char kTombstonesDbPrefix[] = "tombstones/";
 constexpr char kAggregateDbPrefix[] = "agg/";
 constexpr char kAggregateExtremesDbPrefix[] = "aggm/";
-// meta, one per table, one per view, two per aggregate: config validation does not bound
+// meta, two per table, one per view, two per aggregate: config validation does not bound
 // these counts, LMDB's cost per slot is small, and hitting the limit is a clear MDB_DBS_FULL.
 constexpr MDB_dbi kMaxDbs = 1024;
 
@@ -135,6 +136,8 @@ absl::Status Store::OpenDatabases(const std::vector<TableSpec>& tables) {
     MDB_dbi dbi;
     if (absl::Status s = open(absl::StrCat(kItemsDbPrefix, table.name), &dbi); !s.ok()) return s;
     items_.emplace(table.name, dbi);
+    if (absl::Status s = open(absl::StrCat(kTombstonesDbPrefix, table.name), &dbi); !s.ok()) return s;
+    tombstones_.emplace(table.name, dbi);
     for (const ViewSpec& view : table.views) {
       if (absl::Status s = open(absl::StrCat(kViewDbPrefix, view.name), &dbi); !s.ok()) return s;
       views_.emplace(view.name, dbi);
@@ -318,6 +321,9 @@ absl::Status Store::GrowMapLocked() {
 }
 
 MDB_dbi Store::items(std::string_view table) const { return items_.find(table)->second; }
+MDB_dbi Store::tombstones(std::string_view table) const {
+  return tombstones_.find(table)->second;
+}
 MDB_dbi Store::view(std::string_view name) const { return views_.find(name)->second; }
 bool Store::has_view(std::string_view name) const { return views_.count(name) > 0; }
 MDB_dbi Store::aggregate(std::string_view name) const { return aggregates_.find(name)->second.first; }

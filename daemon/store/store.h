@@ -3,6 +3,8 @@
 //
 //   meta          schema version, source positions, view fingerprints and states
 //   items/<table> primary key -> StoredItem (last image, its sequence number, tombstone flag)
+//   tombstones/<table>  TombstoneIndexKey (time, primary key) -> primary key: the table's
+//                 tombstones in time order, for their compaction (see stored_item.h)
 //   view/<name>   entry key -> projected item (see index_builders/view_builder.h)
 //   agg/<name>    group key -> aggregate group state; aggm/<name> its min/max multisets
 //                 (see index_builders/aggregate.h)
@@ -129,6 +131,7 @@ class Store {
   MDB_dbi changes() const { return changes_; }
   // NOT_FOUND-free lookups: the names were validated by the config.
   MDB_dbi items(std::string_view table) const;
+  MDB_dbi tombstones(std::string_view table) const;
   MDB_dbi view(std::string_view name) const;
   bool has_view(std::string_view name) const;
   // An aggregate's groups (agg/<name>) and min/max multisets (aggm/<name>).
@@ -165,6 +168,7 @@ class Store {
   MDB_dbi meta_ = 0;
   MDB_dbi changes_ = 0;
   std::map<std::string, MDB_dbi, std::less<>> items_;
+  std::map<std::string, MDB_dbi, std::less<>> tombstones_;
   std::map<std::string, MDB_dbi, std::less<>> views_;
   std::vector<std::string> dropped_views_;
   std::map<std::string, std::pair<MDB_dbi, MDB_dbi>, std::less<>> aggregates_;

@@ -1,14 +1,20 @@
 // StoredItem: what the items database (items/<table>) keeps per primary key: the item's last
 // image, the sequence number of the change that produced it, and a tombstone flag for a
-// removed item (kept for its sequence number).
+// removed item (kept for its sequence number, so that a replayed older change is skipped).
+// And the key of tombstones/<table>, the index of a table's tombstones by their time, which
+// finds the tombstones a compaction may drop without walking the table.
 //
 // Value layout: a flag byte (1: tombstone), the varint-length-prefixed sequence number, then
-// the EncodeItem bytes of the image (none for a tombstone).
+// for a live item the EncodeItem bytes of the image, for a tombstone its time: nothing (a
+// tombstone written before tombstones had a time) or 8 bytes, big-endian Unix milliseconds.
+// A cdcviewd that predates the time reads a timed tombstone as a tombstone (it never looks at
+// a tombstone's image), so a store stays readable by it.
 //
 // Thread-safety: pure functions. Ownership: a decoded StoredItem's image points into the value
 // it was decoded from (LMDB's map: valid only inside the transaction that read it).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -20,10 +26,24 @@ struct StoredItem {
   bool tombstone = false;       // the item was removed; kept for its sequence number
   std::string sequence_number;  // of the change that produced this state; may be empty
   std::string_view image;       // EncodeItem bytes (empty for a tombstone); points into the value
+  // A tombstone's time (Unix ms, see TombstoneTime in the applier); kNoTime for a live item
+  // and for a tombstone stored without one.
+  int64_t removed_ms = kNoTime;
+  static constexpr int64_t kNoTime = -1;
 };
 std::string EncodeStoredItem(bool tombstone, std::string_view sequence_number,
                              std::string_view image);
+// A tombstone with its time (`removed_ms` >= 0).
+std::string EncodeTombstone(std::string_view sequence_number, int64_t removed_ms);
 // DATA_LOSS if the value is not a StoredItem.
 absl::StatusOr<StoredItem> DecodeStoredItem(std::string_view value);
+
+// The key of the tombstone of item `pk` removed at `removed_ms` in tombstones/<table>:
+// big-endian `removed_ms` then `pk`, so the index is in time order. Its value is `pk`. A key
+// that would exceed `max_key_size` keeps pk's first bytes and ends with pk's 64-bit FNV-1a
+// hash instead, so it stays unique (the value holds the whole pk).
+std::string TombstoneIndexKey(int64_t removed_ms, std::string_view pk, size_t max_key_size);
+// The time at the start of a TombstoneIndexKey; -1 for a key shorter than 8 bytes.
+int64_t TombstoneIndexTime(std::string_view key);
 
 }  // namespace cdcview

@@ -1030,7 +1030,7 @@ def test_any_field_from_set_flags_and_environment_variables(binaries):
     assert got["server"]["ready_max_lag_seconds"] == 15
     # --set wins over the variable.
     assert got["apply"] == {"batch_size": 512, "max_delay_ms": 5, "queue_capacity": 8192,
-                            "log_counts_seconds": 0}
+                            "log_counts_seconds": 0, "tombstone_compaction_step": 1000}
     assert got["watch"] == {"retain_changes": 1000, "max_lag_changes": 10,
                             "max_stream_buffer_bytes": "1MiB", "stalled_stream_timeout_ms": 10000,
                             "max_streams": 256}
@@ -1041,7 +1041,7 @@ def test_every_variable_in_help_sets_its_field(binaries):
     """--help lists a variable per settable field; each one really reaches that field (an
     invalid value is rejected naming the variable and the field)."""
     listed = re.findall(r"^\s+(CDCVIEW_[A-Z_]+)\s+\((\S+)\)$", help_text(), re.M)
-    assert len(listed) == 23, help_text()
+    assert len(listed) == 24, help_text()
     for name, path in listed:
         assert name == "CDCVIEW_" + path.upper().replace(".", "_")
         p = print_config(["--config", EXAMPLE_CONFIG], {name: "[]"})
@@ -1055,7 +1055,7 @@ def test_every_variable_in_help_sets_its_field(binaries):
      'got "0"'),
     (["--set", "apply.bogus=1"], {},
      '--set apply.bogus=1: apply: unknown field "bogus" (expected one of batch_size, '
-     'max_delay_ms, queue_capacity, log_counts_seconds)'),
+     'max_delay_ms, queue_capacity, log_counts_seconds, tombstone_compaction_step)'),
     (["--set", "sources.nope.file.follow=true"], {},
      '--set sources.nope.file.follow=true: no source named "nope" (sources: sample)'),
     (["--set", "apply"], {},

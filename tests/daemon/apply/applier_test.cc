@@ -1,4 +1,5 @@
 #include "daemon/apply/applier.h"
+#include "daemon/apply/tombstone_compactor.h"
 
 #include <algorithm>
 #include <atomic>
@@ -1394,6 +1395,282 @@ TEST_F(ApplierTest, AKeyAttributeOfTheWrongTypeIsCountedPerViewInTheMetricAndFor
   EXPECT_EQ(published_->KeyTypeMismatches(kOpenOrders), 0u);
   EXPECT_EQ(Entries("GSI1"), std::vector<std::string>{});
   EXPECT_EQ(published_->Counters(0).rejected, 1u);
+}
+
+// ---- Tombstone compaction
+
+class TombstoneTest : public ApplierTest {
+ protected:
+  // Horizons of 100 s (sample) and 50 s (second): the table keeps tombstones 100 s.
+  void SetUp() override {
+    ApplierTest::SetUp();
+    config_.sources[0].file.tombstone_horizon_seconds = 100;
+    config_.sources[1].file.tombstone_horizon_seconds = 50;
+  }
+
+  TombstoneCompactor Compactor() {
+    return TombstoneCompactor(config_, store_.get(), probe_.get(), [this] { return now_ms_; });
+  }
+
+  static Item Key(int i) { return {{"PK", S(absl::StrCat("K#", i))}, {"SK", S("X")}}; }
+
+  // "[pk | sk] <time>" per tombstone in items/App, in key order ("-" for no time).
+  std::vector<std::string> TombstoneTimes() const {
+    std::vector<std::string> out;
+    auto txn = store_->BeginRead();
+    if (!txn.ok()) return {txn.status().ToString()};
+    auto cursor = (*txn)->OpenCursor(store_->items("App"));
+    for (bool ok = cursor->SeekFirst(); ok; ok = cursor->Next()) {
+      absl::StatusOr<StoredItem> item = DecodeStoredItem(cursor->value());
+      if (!item.ok() || !item->tombstone) continue;
+      out.push_back(absl::StrCat(
+          "[", DescribeKey(cursor->key()), "] ",
+          item->removed_ms == StoredItem::kNoTime ? "-" : absl::StrCat(item->removed_ms - kT0)));
+    }
+    return out;
+  }
+
+  // "<time> [pk | sk]" per entry of tombstones/App, in index order (times relative to kT0).
+  std::vector<std::string> TombstoneIndex() const {
+    std::vector<std::string> out;
+    auto txn = store_->BeginRead();
+    if (!txn.ok()) return {txn.status().ToString()};
+    auto cursor = (*txn)->OpenCursor(store_->tombstones("App"));
+    for (bool ok = cursor->SeekFirst(); ok; ok = cursor->Next()) {
+      EXPECT_EQ(cursor->key(), TombstoneIndexKey(TombstoneIndexTime(cursor->key()), cursor->value(),
+                                                 store_->max_key_size()));
+      out.push_back(absl::StrCat(TombstoneIndexTime(cursor->key()) - kT0, " [",
+                                 DescribeKey(cursor->value()), "]"));
+    }
+    return out;
+  }
+
+  static constexpr int64_t kT0 = 1'700'000'000'000;
+};
+
+TEST(TombstoneTimeTest, TheEventsCreationTimeElseNowAndNeverLaterThanNow) {
+  ChangeEvent event;
+  EXPECT_EQ(TombstoneTime(event, 5000), 5000);  // no creation time: the apply time
+  event.creation_time_ms = 4000;
+  EXPECT_EQ(TombstoneTime(event, 5000), 4000);
+  event.creation_time_ms = 6000;  // ahead of this clock
+  EXPECT_EQ(TombstoneTime(event, 5000), 5000);
+}
+
+TEST_F(TombstoneTest, ExactlyTheTombstonesPastTheHorizonAreCompacted) {
+  ASSERT_TRUE(Open().ok());
+  std::vector<SourceRecord> batch;
+  for (int i = 0; i < 6; ++i) batch.push_back(test::Insert(key(), Key(i), At("1").Seq("100")));
+  ASSERT_TRUE(Apply(std::move(batch)).ok());
+  now_ms_ = kT0 + 160'000;
+  // Removal times: 200 s and exactly 100 s before the clock reaches kT0 + 200 s, 1 ms less,
+  // the apply time (no creation time), a creation time ahead of the clock (the apply time),
+  // and one from the second source, whose 50 s horizon does not shorten the table's.
+  ASSERT_TRUE(Apply({test::Remove(key(), Key(0), At("2").Seq("200").Created(kT0)),
+                     test::Remove(key(), Key(1), At("3").Seq("200").Created(kT0 + 100'000)),
+                     test::Remove(key(), Key(2), At("4").Seq("200").Created(kT0 + 100'001)),
+                     test::Remove(key(), Key(3), At("5").Seq("200")),
+                     test::Remove(key(), Key(4), At("6").Seq("200").Created(kT0 + 9'000'000)),
+                     test::Remove(key(), Key(5), At("7").Seq("200").Created(kT0 + 150'000).Source(1))})
+                  .ok());
+  const std::vector<std::string> all = {"[S:K#0 | S:X] 0",      "[S:K#1 | S:X] 100000",
+                                        "[S:K#2 | S:X] 100001", "[S:K#3 | S:X] 160000",
+                                        "[S:K#4 | S:X] 160000", "[S:K#5 | S:X] 150000"};
+  EXPECT_EQ(TombstoneTimes(), all);
+  EXPECT_EQ(TombstoneIndex(), (std::vector<std::string>{
+                                  "0 [S:K#0 | S:X]", "100000 [S:K#1 | S:X]", "100001 [S:K#2 | S:X]",
+                                  "150000 [S:K#5 | S:X]", "160000 [S:K#3 | S:X]",
+                                  "160000 [S:K#4 | S:X]"}));
+
+  TombstoneCompactor compactor = Compactor();
+  now_ms_ = kT0 + 99'999;  // nothing is 100 s old yet
+  EXPECT_EQ(*compactor.Step(), 0u);
+  EXPECT_EQ(TombstoneTimes(), all);
+  EXPECT_EQ(MetricLines("cdcview_tombstones"),
+            (std::vector<std::string>{"cdcview_tombstones{table=\"App\"} 6"}));
+
+  now_ms_ = kT0 + 200'000;
+  EXPECT_TRUE(compactor.Due());
+  EXPECT_EQ(*compactor.Step(), 2u);
+  EXPECT_EQ(TombstoneTimes(), (std::vector<std::string>{"[S:K#2 | S:X] 100001", "[S:K#3 | S:X] 160000",
+                                                        "[S:K#4 | S:X] 160000", "[S:K#5 | S:X] 150000"}));
+  EXPECT_EQ(TombstoneIndex(),
+            (std::vector<std::string>{"100001 [S:K#2 | S:X]", "150000 [S:K#5 | S:X]",
+                                      "160000 [S:K#3 | S:X]", "160000 [S:K#4 | S:X]"}));
+  EXPECT_EQ(MetricLines("cdcview_tombstones"),
+            (std::vector<std::string>{"cdcview_tombstones{table=\"App\"} 4"}));
+  EXPECT_EQ(MetricLines("cdcview_tombstones_compacted_total"),
+            (std::vector<std::string>{"cdcview_tombstones_compacted_total{table=\"App\"} 2"}));
+  EXPECT_EQ(MetricLines("cdcview_tombstone_compaction_step_seconds_count"),
+            (std::vector<std::string>{"cdcview_tombstone_compaction_step_seconds_count 1"}));
+
+  // The next look is a second later.
+  EXPECT_FALSE(compactor.Due());
+  now_ms_ = kT0 + 200'999;
+  EXPECT_EQ(*compactor.Step(), 0u);
+  now_ms_ = kT0 + 201'000;
+  EXPECT_EQ(*compactor.Step(), 1u);  // K#2; K#5 is kept for the table's 100 s
+  now_ms_ = kT0 + 260'000;
+  EXPECT_EQ(*compactor.Step(), 3u);
+  EXPECT_EQ(TombstoneTimes(), std::vector<std::string>{});
+  EXPECT_EQ(TombstoneIndex(), std::vector<std::string>{});
+  EXPECT_EQ(MetricLines("cdcview_tombstones_compacted_total"),
+            (std::vector<std::string>{"cdcview_tombstones_compacted_total{table=\"App\"} 6"}));
+  EXPECT_EQ(MetricLines("cdcview_tombstones"),
+            (std::vector<std::string>{"cdcview_tombstones{table=\"App\"} 0"}));
+  EXPECT_EQ(Views(), ViewContents{});
+}
+
+TEST_F(TombstoneTest, AStepDropsAtMostTheConfiguredNumberAndBatchesCommitBetweenSteps) {
+  config_.apply.tombstone_compaction_step = 3;
+  ASSERT_TRUE(Open().ok());
+  std::vector<SourceRecord> batch;
+  for (int i = 0; i < 10; ++i) batch.push_back(test::Remove(key(), Key(i), At("1").Seq("100")));
+  ASSERT_TRUE(Apply(std::move(batch)).ok());
+  EXPECT_EQ(TombstoneIndex().size(), 10u);
+
+  TombstoneCompactor compactor = Compactor();
+  now_ms_ = kT0 + 100'000;
+  EXPECT_EQ(*compactor.Step(), 3u);
+  EXPECT_TRUE(compactor.Due());  // more past the horizon: the next step is due at once
+  // A batch between two steps: a new tombstone, and an older change of a compacted item.
+  ASSERT_TRUE(Apply({test::Remove(key(), Key(20), At("2").Seq("100")),
+                     test::Insert(key(), Key(0), At("3").Seq("50"))})
+                  .ok());
+  EXPECT_EQ(*compactor.Step(), 3u);
+  EXPECT_EQ(*compactor.Step(), 3u);
+  EXPECT_EQ(*compactor.Step(), 1u);
+  EXPECT_FALSE(compactor.Due());
+  EXPECT_EQ(TombstoneIndex(), (std::vector<std::string>{"100000 [S:K#20 | S:X]"}));
+  EXPECT_EQ(TombstoneTimes(), (std::vector<std::string>{"[S:K#20 | S:X] 100000"}));
+  EXPECT_EQ(MetricLines("cdcview_tombstone_compaction_step_seconds_count"),
+            (std::vector<std::string>{"cdcview_tombstone_compaction_step_seconds_count 4"}));
+  // K#0's tombstone was gone: the older INSERT applied (past the horizon, the source can no
+  // longer deliver one, which is what the horizon promises).
+  EXPECT_EQ(StoredItems().front(), "[S:K#0 | S:X] live 50 {PK=S:K#0, SK=S:X}");
+}
+
+TEST_F(TombstoneTest, AReplayFromWithinTheHorizonIsSkippedExactlyOnce) {
+  ASSERT_TRUE(Open().ok());
+  Item modified = User1();
+  modified["score"] = N("12");
+  auto history = [&] {
+    return std::vector<SourceRecord>{test::Insert(key(), User1(), At("1").Seq("100").Created(kT0)),
+                                     test::Modify(key(), modified, At("2").Seq("200").Created(kT0)),
+                                     test::Remove(key(), User1(), At("3").Seq("300").Created(kT0))};
+  };
+  ASSERT_TRUE(Apply(history()).ok());
+  const std::vector<std::string> items = StoredItems();
+  EXPECT_EQ(items, (std::vector<std::string>{"[S:USER#u1 | S:PROFILE] tombstone 300"}));
+  const std::vector<std::string> changes = ChangeLog();
+
+  TombstoneCompactor compactor = Compactor();
+  now_ms_ = kT0 + 99'999;
+  EXPECT_EQ(*compactor.Step(), 0u);
+  // The source delivers the item's history again (a restart from an older position).
+  ASSERT_TRUE(Apply(history()).ok());
+  EXPECT_EQ(published_->Counters(0).skipped, 3u);
+  EXPECT_EQ(published_->Counters(0).applied, 3u);
+  EXPECT_EQ(Views(), ViewContents{});
+  EXPECT_EQ(StoredItems(), items);
+  EXPECT_EQ(ChangeLog(), changes);
+}
+
+TEST_F(TombstoneTest, ANewerWriteReplacesTheIndexEntryOfTheTombstoneItOverwrites) {
+  ASSERT_TRUE(Open().ok());
+  ASSERT_TRUE(Apply({test::Remove(key(), Key(1), At("1").Seq("100"))}).ok());
+  EXPECT_EQ(TombstoneIndex(), (std::vector<std::string>{"0 [S:K#1 | S:X]"}));
+  now_ms_ = kT0 + 5;
+  ASSERT_TRUE(Apply({test::Insert(key(), Key(1), At("2").Seq("200"))}).ok());
+  EXPECT_EQ(TombstoneIndex(), std::vector<std::string>{});
+  now_ms_ = kT0 + 7;
+  ASSERT_TRUE(Apply({test::Remove(key(), Key(1), At("3").Seq("300"))}).ok());
+  EXPECT_EQ(TombstoneIndex(), (std::vector<std::string>{"7 [S:K#1 | S:X]"}));
+  // Within one batch: the entry of the tombstone stored before it goes, the last one's stays.
+  now_ms_ = kT0 + 9;
+  ASSERT_TRUE(Apply({test::Insert(key(), Key(1), At("4").Seq("400")),
+                     test::Remove(key(), Key(1), At("5").Seq("500").Created(kT0 + 8)),
+                     test::Insert(key(), Key(1), At("6").Seq("600")),
+                     test::Remove(key(), Key(1), At("7").Seq("700"))})
+                  .ok());
+  EXPECT_EQ(TombstoneIndex(), (std::vector<std::string>{"9 [S:K#1 | S:X]"}));
+  EXPECT_EQ(TombstoneTimes(), (std::vector<std::string>{"[S:K#1 | S:X] 9"}));
+  // The same with the pipeline: the batch before may not have committed yet.
+  now_ms_ = kT0 + 11;
+  std::vector<std::vector<SourceRecord>> batches = {
+      {test::Insert(key(), Key(1), At("8").Seq("800"))},
+      {test::Remove(key(), Key(1), At("9").Seq("900"))},
+      {test::Insert(key(), Key(1), At("10").Seq("1000")), test::Remove(key(), Key(2), At("11").Seq("1"))}};
+  ASSERT_TRUE(ApplyPipelined(*applier_, std::move(batches)).ok());
+  EXPECT_EQ(TombstoneIndex(), (std::vector<std::string>{"11 [S:K#2 | S:X]"}));
+}
+
+TEST_F(TombstoneTest, TombstonesStoredWithoutATimeGetTheTimeOfTheFirstOpen) {
+  ASSERT_TRUE(Open().ok());
+  // What a cdcviewd that kept tombstones forever left: a tombstone without a time, no index
+  // entry, no meta key.
+  {
+    auto txn = store_->BeginWrite();
+    ASSERT_TRUE(txn.ok());
+    ASSERT_TRUE((*txn)->Put(store_->items("App"), catalog_->builder(0).PrimaryKey(Key(1)),
+                            EncodeStoredItem(true, "100", "")).ok());
+    ASSERT_TRUE((*txn)->Put(store_->items("App"), catalog_->builder(0).PrimaryKey(Key(2)),
+                            EncodeStoredItem(false, "100", EncodeItem(Key(2)))).ok());
+    ASSERT_TRUE((*txn)->Delete(store_->meta(), "tombstones/App/timed").ok());
+    ASSERT_TRUE((*txn)->Commit().ok());
+  }
+  EXPECT_EQ(TombstoneTimes(), (std::vector<std::string>{"[S:K#1 | S:X] -"}));
+  Close();
+  now_ms_ = kT0 + 42;
+  ASSERT_TRUE(Open().ok());
+  EXPECT_EQ(TombstoneTimes(), (std::vector<std::string>{"[S:K#1 | S:X] 42"}));
+  EXPECT_EQ(TombstoneIndex(), (std::vector<std::string>{"42 [S:K#1 | S:X]"}));
+  EXPECT_EQ(Meta("tombstones/"), (std::vector<std::string>{"tombstones/App/timed=1"}));
+  // Still within the horizon, a replayed older INSERT is skipped ...
+  ASSERT_TRUE(Apply({test::Insert(key(), Key(1), At("1").Seq("50"))}).ok());
+  EXPECT_EQ(published_->Counters(0).skipped, 1u);
+  // ... and 100 s after that open it is compacted.
+  TombstoneCompactor compactor = Compactor();
+  now_ms_ = kT0 + 100'042;
+  EXPECT_EQ(*compactor.Step(), 1u);
+  EXPECT_EQ(StoredItems(), (std::vector<std::string>{"[S:K#2 | S:X] live 100 {PK=S:K#2, SK=S:X}"}));
+}
+
+TEST_F(TombstoneTest, TheWriterCompactsBetweenItsBatches) {
+  config_.apply.tombstone_compaction_step = 2;
+  ASSERT_TRUE(Open().ok());
+  std::vector<SourceRecord> removes;
+  for (int i = 0; i < 4; ++i) removes.push_back(test::Remove(key(), Key(i), At("1").Seq("100")));
+  ASSERT_TRUE(Apply(std::move(removes)).ok());
+  now_ms_ = kT0 + 100'000;
+  std::vector<std::vector<SourceRecord>> batches = {
+      {test::Insert(key(), Key(10), At("2").Seq("100"))},
+      {test::Insert(key(), Key(11), At("3").Seq("100"))}};
+  ASSERT_TRUE(ApplyPipelined(*applier_, std::move(batches)).ok());
+  // At most 2 tombstones a step: one step after the first batch, and one more (while the
+  // writer waits for the second batch, or after it) for the other two.
+  EXPECT_EQ(TombstoneIndex(), std::vector<std::string>{});
+  EXPECT_EQ(MetricLines("cdcview_tombstones_compacted_total"),
+            (std::vector<std::string>{"cdcview_tombstones_compacted_total{table=\"App\"} 4"}));
+  EXPECT_EQ(MetricLines("cdcview_tombstone_compaction_step_seconds_count"),
+            (std::vector<std::string>{"cdcview_tombstone_compaction_step_seconds_count 2"}));
+  EXPECT_EQ(Entries("ByMember").size(), 2u);
+}
+
+TEST_F(TombstoneTest, WithWriteBackAStepIsALayerThatTheFlushWritesToLmdb) {
+  config_.storage.flush_interval_ms = 60000;  // no flush but the ones asked for
+  ASSERT_TRUE(Open().ok());
+  ASSERT_TRUE(Apply({test::Remove(key(), Key(1), At("1").Seq("100")),
+                     test::Remove(key(), Key(2), At("2").Seq("100").Created(kT0 - 1))})
+                  .ok());
+  TombstoneCompactor compactor = Compactor();
+  now_ms_ = kT0 + 99'999;
+  EXPECT_EQ(*compactor.Step(), 1u);
+  EXPECT_EQ(TombstoneTimes(), (std::vector<std::string>{"[S:K#1 | S:X] 0"}));  // through the layers
+  EXPECT_EQ(TombstoneIndex(), (std::vector<std::string>{"0 [S:K#1 | S:X]"}));
+  ASSERT_TRUE(store_->Flush().ok());
+  ExpectLmdbAloneHolds({}, {"[S:K#1 | S:X] tombstone 100"}, {"pos/sample/=2"});
+  EXPECT_EQ(TombstoneIndex(), (std::vector<std::string>{"0 [S:K#1 | S:X]"}));
 }
 
 }  // namespace

@@ -69,7 +69,7 @@ TEST(ConfigFieldsTest, RequiredFieldsOfASourceBlock) {
   EXPECT_EQ(error("{ brokers: b, topics: [t], group: g, bogus: 1 }"),
             "t.yaml:1: sources[0].kafka: unknown field \"bogus\" (expected one of brokers, "
             "topics, group, format, dead_letter_topic, dead_letter_path, start, key_attributes, "
-            "properties)");
+            "properties, tombstone_horizon_seconds)");
 }
 
 // The variables are the sections' fields but storage.path, server.grpc and server.metrics
@@ -84,7 +84,7 @@ TEST(ConfigFieldsTest, EnvironmentSettablePathsAreTheSectionsFields) {
                 "server.fast_reads_max_buffered_bytes", "server.fast_reads_max_waits_per_connection",
                 "server.fast_reads_max_connections", "server.fast_reads_idle_timeout_ms",
                 "server.fast_reads_request_timeout_ms", "apply.batch_size", "apply.max_delay_ms", "apply.queue_capacity",
-                "apply.log_counts_seconds", "watch.retain_changes", "watch.max_lag_changes",
+                "apply.log_counts_seconds", "apply.tombstone_compaction_step", "watch.retain_changes", "watch.max_lag_changes",
                 "watch.max_stream_buffer_bytes", "watch.stalled_stream_timeout_ms",
                 "watch.max_streams"}));
 }

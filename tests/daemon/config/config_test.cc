@@ -336,7 +336,7 @@ TEST(ConfigErrorTest, UnknownFieldsAreErrorsEverywhere) {
   EXPECT_EQ(ErrorOf("apply: { batch_sise: 3 }\n"
                     "tables: [ { name: T, key: { partition: PK } } ]\n"),
             "t.yaml:1: apply: unknown field \"batch_sise\" (expected one of batch_size, "
-            "max_delay_ms, queue_capacity, log_counts_seconds)");
+            "max_delay_ms, queue_capacity, log_counts_seconds, tombstone_compaction_step)");
 }
 
 TEST(ConfigErrorTest, RepeatedYamlKeyIsAnError) {
@@ -460,7 +460,7 @@ TEST(ConfigErrorTest, SourceTypes) {
                     "  - { name: x, table: App, file: { path: a, folow: true } }\n"
                     "tables: [ { name: App, key: { partition: PK } } ]\n"),
             "t.yaml:2: sources[0].file: unknown field \"folow\" (expected one of path, follow, "
-            "dead_letter_path)");
+            "dead_letter_path, tombstone_horizon_seconds)");
   EXPECT_EQ(ErrorOf("sources:\n"
                     "  - { name: x, table: App, file: { path: a, follow: maybe } }\n"
                     "tables: [ { name: App, key: { partition: PK } } ]\n"),

@@ -128,23 +128,27 @@ TEST(ConfigToYamlTest, EveryFieldAtANonDefaultValueRoundTrips) {
       "           flush_interval_ms: 50 }\n"
       "server: { grpc: \"0.0.0.0:7\", fast_reads: \"0.0.0.0:9\", metrics: \"0.0.0.0:8\",\n"
       "          ready_max_lag_seconds: 3 }\n"
-      "apply: { batch_size: 5, max_delay_ms: 6, queue_capacity: 70, log_counts_seconds: 0 }\n"
+      "apply: { batch_size: 5, max_delay_ms: 6, queue_capacity: 70, log_counts_seconds: 0,\n"
+      "         tombstone_compaction_step: 7 }\n"
       "watch: { retain_changes: 100, max_lag_changes: 10, max_stream_buffer_bytes: 64KiB,\n"
       "         stalled_stream_timeout_ms: 500, max_streams: 3 }\n"
       "sources:\n"
       "  - { name: f, table: T, file: { path: in.ndjson, follow: true,\n"
-      "                                dead_letter_path: /dl/f.ndjson } }\n"
+      "                                dead_letter_path: /dl/f.ndjson,\n"
+      "                                tombstone_horizon_seconds: 60 } }\n"
       "  - name: k\n"
       "    table: T\n"
       "    kafka: { brokers: \"b:1\", topics: [t], group: g, format: debezium-json,\n"
       "             dead_letter_topic: dlq, dead_letter_path: /dl/k.ndjson, start: latest,\n"
-      "             key_attributes: [id], properties: { fetch.min.bytes: 1 } }\n"
+      "             key_attributes: [id], properties: { fetch.min.bytes: 1 },\n"
+      "             tombstone_horizon_seconds: 120 }\n"
       "  - name: d\n"
       "    table: T\n"
       "    dynamodb: { table_name: T1, region: eu-west-1, endpoint: \"http://127.0.0.1:1\",\n"
       "                start: latest, poll_interval_ms: 11, shard_concurrency: 2,\n"
       "                discovery_interval_ms: 1300, snapshot: scan, scan_segments: 3,\n"
-      "                scan_read_units_per_second: 17, dead_letter_path: /dl/d.ndjson }\n"
+      "                scan_read_units_per_second: 17, dead_letter_path: /dl/d.ndjson,\n"
+      "                tombstone_horizon_seconds: 180 }\n"
       "  - name: a\n"
       "    table: T\n"
       "    dynamodb: { stream_arn: \"arn:aws:dynamodb:eu-west-1:1:table/T/stream/x\" }\n"
@@ -168,6 +172,7 @@ TEST(ConfigToYamlTest, EveryFieldAtANonDefaultValueRoundTrips) {
   EXPECT_NE(c.apply.max_delay_ms, apply.max_delay_ms);
   EXPECT_NE(c.apply.queue_capacity, apply.queue_capacity);
   EXPECT_NE(c.apply.log_counts_seconds, apply.log_counts_seconds);
+  EXPECT_NE(c.apply.tombstone_compaction_step, apply.tombstone_compaction_step);
   const WatchConfig watch;
   EXPECT_NE(c.watch.retain_changes, watch.retain_changes);
   EXPECT_NE(c.watch.max_lag_changes, watch.max_lag_changes);
@@ -177,11 +182,13 @@ TEST(ConfigToYamlTest, EveryFieldAtANonDefaultValueRoundTrips) {
   const FileSourceConfig file;
   EXPECT_NE(c.sources[0].file.follow, file.follow);
   EXPECT_NE(c.sources[0].file.dead_letter_path, file.dead_letter_path);
+  EXPECT_NE(c.sources[0].file.tombstone_horizon_seconds, file.tombstone_horizon_seconds);
   const KafkaSourceConfig kafka;
   const KafkaSourceConfig& k = c.sources[1].kafka;
   EXPECT_TRUE(k.format != kafka.format && k.start != kafka.start);
   EXPECT_FALSE(k.dead_letter_topic.empty() || k.key_attributes.empty() || k.properties.empty());
   EXPECT_NE(k.dead_letter_path, "/srv/x/dead-letters/k.ndjson");
+  EXPECT_NE(k.tombstone_horizon_seconds, kafka.tombstone_horizon_seconds);
   const DynamoDbSourceConfig dynamodb;
   const DynamoDbSourceConfig& d = c.sources[2].dynamodb;
   EXPECT_NE(d.region, dynamodb.region);
@@ -193,6 +200,7 @@ TEST(ConfigToYamlTest, EveryFieldAtANonDefaultValueRoundTrips) {
   EXPECT_NE(d.scan_segments, dynamodb.scan_segments);
   EXPECT_NE(d.scan_read_units_per_second, dynamodb.scan_read_units_per_second);
   EXPECT_NE(d.dead_letter_path, "/srv/x/dead-letters/d.ndjson");
+  EXPECT_NE(d.tombstone_horizon_seconds, dynamodb.tombstone_horizon_seconds);
   EXPECT_FALSE(c.sources[3].dynamodb.stream_arn.empty());
   ExpectRoundTrip(c);
   // And the field the round trip once lost, in the text itself.
@@ -233,6 +241,7 @@ TEST(ConfigToYamlTest, PrintsEveryDefaultExactly) {
             "  max_delay_ms: 20\n"
             "  queue_capacity: 8192\n"
             "  log_counts_seconds: 30\n"
+            "  tombstone_compaction_step: 1000\n"
             "watch:\n"
             "  retain_changes: 1000000\n"
             "  max_lag_changes: 500000\n"
@@ -246,6 +255,7 @@ TEST(ConfigToYamlTest, PrintsEveryDefaultExactly) {
             "      path: \"in.ndjson\"\n"
             "      follow: false\n"
             "      dead_letter_path: \"./data/dead-letters/s.ndjson\"\n"
+            "      tombstone_horizon_seconds: 86400\n"
             "tables:\n"
             "  - name: \"T\"\n"
             "    key:\n"
@@ -400,7 +410,7 @@ TEST(ConfigSettingsTest, ErrorsNameTheSettingInsteadOfALine) {
             "1048576, got \"0\"");
   EXPECT_EQ(error({{"apply.bogus", "1", "--set apply.bogus=1"}}),
             "--set apply.bogus=1: apply: unknown field \"bogus\" (expected one of batch_size, "
-            "max_delay_ms, queue_capacity, log_counts_seconds)");
+            "max_delay_ms, queue_capacity, log_counts_seconds, tombstone_compaction_step)");
   EXPECT_EQ(error({{"bogus.x", "1", "--set bogus.x=1"}}),
             "--set bogus.x=1: unknown field \"bogus\" (expected one of storage, server, apply, "
             "watch, sources, tables)");

@@ -40,6 +40,53 @@ TEST(StoredItemTest, RoundTrips) {
   EXPECT_EQ(item->image, "i");
 }
 
+TEST(StoredItemTest, ATombstoneCarriesItsTimeAndOneWithoutDecodesAsUntimed) {
+  const std::string timed = EncodeTombstone("9", 0x0102030405060708);
+  EXPECT_EQ(timed, std::string("\x01\x01" "9" "\x01\x02\x03\x04\x05\x06\x07\x08", 11));
+  absl::StatusOr<StoredItem> item = DecodeStoredItem(timed);
+  ASSERT_TRUE(item.ok()) << item.status();
+  EXPECT_TRUE(item->tombstone);
+  EXPECT_EQ(item->sequence_number, "9");
+  EXPECT_EQ(item->removed_ms, 0x0102030405060708);
+  EXPECT_EQ(item->image, "");
+  EXPECT_EQ(DecodeStoredItem(EncodeTombstone("", 0))->removed_ms, 0);
+
+  // What a cdcviewd without tombstone times wrote: the flag and the sequence number only.
+  item = DecodeStoredItem(std::string("\x01\x03" "200", 5));
+  ASSERT_TRUE(item.ok()) << item.status();
+  EXPECT_TRUE(item->tombstone);
+  EXPECT_EQ(item->sequence_number, "200");
+  EXPECT_EQ(item->removed_ms, StoredItem::kNoTime);
+
+  // A live item has no time, whatever its image's length.
+  item = DecodeStoredItem(EncodeStoredItem(false, "1", "12345678"));
+  ASSERT_TRUE(item.ok()) << item.status();
+  EXPECT_EQ(item->removed_ms, StoredItem::kNoTime);
+  EXPECT_EQ(item->image, "12345678");
+}
+
+TEST(StoredItemTest, TheTombstoneIndexIsInTimeOrderAndKeepsLongKeysUnique) {
+  const std::string a = TombstoneIndexKey(1000, "pk-b", 511);
+  EXPECT_EQ(a, std::string("\0\0\0\0\0\0\x03\xe8" "pk-b", 12));
+  EXPECT_EQ(TombstoneIndexTime(a), 1000);
+  EXPECT_LT(a, TombstoneIndexKey(1001, "pk-a", 511));  // time first, then the key
+  EXPECT_LT(TombstoneIndexKey(1000, "pk-a", 511), a);
+  EXPECT_EQ(TombstoneIndexTime("short"), -1);
+
+  // Keys that share their first bytes beyond the limit differ by their hash.
+  const std::string long_a = std::string(600, 'x') + "a";
+  const std::string long_b = std::string(600, 'x') + "b";
+  const std::string ka = TombstoneIndexKey(7, long_a, 511);
+  const std::string kb = TombstoneIndexKey(7, long_b, 511);
+  EXPECT_EQ(ka.size(), 511u);
+  EXPECT_EQ(kb.size(), 511u);
+  EXPECT_NE(ka, kb);
+  EXPECT_EQ(ka.substr(0, 503), kb.substr(0, 503));
+  EXPECT_EQ(TombstoneIndexTime(ka), 7);
+  EXPECT_EQ(TombstoneIndexKey(7, std::string(503, 'y'), 511).size(), 511u);  // fits as it is
+  EXPECT_EQ(TombstoneIndexKey(7, std::string(503, 'y'), 511).substr(8), std::string(503, 'y'));
+}
+
 TEST(StoredItemTest, GarbageIsDataLoss) {
   struct Case {
     std::string value;
@@ -52,6 +99,9 @@ TEST(StoredItemTest, GarbageIsDataLoss) {
       {std::string("\x00", 1), "stored item has a truncated sequence number"},
       {std::string("\x00\x05" "abc", 5), "stored item has a truncated sequence number"},
       {std::string("\x01\x80", 2), "stored item has a truncated sequence number"},
+      {std::string("\x01\x00" "1234567", 9), "stored tombstone has a bad time"},
+      {std::string("\x01\x00" "123456789", 11), "stored tombstone has a bad time"},
+      {std::string("\x01\x00" "\x80\0\0\0\0\0\0\0", 10), "stored tombstone has a bad time"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<StoredItem> item = DecodeStoredItem(c.value);
