@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/decode/attribute_value_proto.h"
 #include "daemon/server/proto_convert.h"
+#include "daemon/server/store_damage.h"
 #include "daemon/server/token_seal.h"
 #include "daemon/store/change_log.h"
 #include "index_builders/coding.h"
@@ -290,6 +291,10 @@ absl::Status WatchHub::Run(const v1::WatchRequest& request, const WatchStream& s
                 !s.ok()) {
               return s;
             }
+          }
+          if (!cursor_db->status().ok()) {
+            return StoreDamageError(cursor_db->status(), absl::StrCat("view ", spec.name), prefix,
+                                    PrefixSuccessor(prefix));
           }
         }
         v1::WatchEvent& done = snapshot.emplace_back();

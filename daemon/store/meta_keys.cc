@@ -22,7 +22,7 @@ std::string AggregateMetaKey(std::string_view aggregate, std::string_view field)
   return key;
 }
 
-void ForEachPosition(
+absl::Status ForEachPosition(
     const Txn& txn, MDB_dbi meta,
     const std::function<void(std::string_view, std::string_view, std::string_view)>& fn) {
   auto cursor = txn.OpenCursor(meta);
@@ -33,6 +33,7 @@ void ForEachPosition(
     if (slash == std::string_view::npos) continue;
     fn(rest.substr(0, slash), rest.substr(slash + 1), cursor->value());
   }
+  return cursor->status();
 }
 
 }  // namespace cdcview
