@@ -57,6 +57,9 @@ std::array<uint64_t, kStoreErrorKinds> StoreErrorCounts() {
 absl::Status LmdbStatus(int rc, std::string_view what) {
   if (rc == MDB_SUCCESS) return absl::OkStatus();
   std::string msg = absl::StrCat(absl::string_view(what.data(), what.size()), ": ", mdb_strerror(rc));
+  // LMDB fails a transaction for good on a damaged page, and some calls (opening a cursor on
+  // a database first read in the transaction) meet the page without returning its error.
+  if (rc == MDB_BAD_TXN) msg.append(" (an earlier read in it met a damaged page)");
   if (std::optional<StoreErrorKind> kind = KindOf(rc)) {
     store_errors[static_cast<size_t>(*kind)].fetch_add(1);
     absl::Status s = absl::DataLossError(msg);

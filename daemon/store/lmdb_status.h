@@ -28,7 +28,8 @@ absl::Status LmdbStatus(int rc, std::string_view what);
 enum class StoreErrorKind {
   kCorrupted,     // MDB_CORRUPTED: a page of the wrong type
   kPageNotFound,  // MDB_PAGE_NOTFOUND: a page number past the end of the data
-  kBadTxn,        // MDB_BAD_TXN: the transaction failed before (on damage) and must end
+  kBadTxn,        // MDB_BAD_TXN: the transaction failed before (on damage) and must end;
+                  // LMDB does not always return that first error, so this may be the only one
   kPanic,         // MDB_PANIC: the environment failed fatally
   kInvalid,       // MDB_INVALID, MDB_VERSION_MISMATCH, MDB_INCOMPATIBLE: not a store we read
   kIo,            // EIO: the file system could not read or write the file

@@ -308,7 +308,8 @@ TEST_F(StoreVerifierTest, AReadThatMeetsADamagedPageIsAnErrorNotAnAbort) {
   auto after = (*txn)->OpenCursor((*store)->meta());
   EXPECT_FALSE(after->SeekFirst());
   EXPECT_EQ(after->status().message(),
-            "opening a cursor: MDB_BAD_TXN: Transaction must abort, has a child, or is invalid");
+            "opening a cursor: MDB_BAD_TXN: Transaction must abort, has a child, or is invalid (an "
+            "earlier read in it met a damaged page)");
   const std::array<uint64_t, kStoreErrorKinds> now = StoreErrorCounts();
   EXPECT_EQ(now[static_cast<size_t>(StoreErrorKind::kPageNotFound)] -
                 before[static_cast<size_t>(StoreErrorKind::kPageNotFound)],
