@@ -11,6 +11,7 @@
 #include "daemon/sources/dynamodb_source.h"
 #include "daemon/sources/file_source.h"
 #include "daemon/sources/kafka_source.h"
+#include "daemon/store/lmdb_status.h"
 
 namespace cdcview {
 namespace {
@@ -163,7 +164,16 @@ void Application::ReadinessMain() {
 }
 
 void Application::UpdateViewHealth() {
+  // The writer stopped on a damaged store: reads still answer what they can, but no probe may
+  // take this process for healthy. Every view is NOT_SERVING below (WriterError says why).
+  if (!published_->StoreError().empty()) server_->SetServing(false);
   applier_->PublishHotKeyMetrics();
+  std::vector<std::pair<std::string, uint64_t>> store_errors;
+  const std::array<uint64_t, kStoreErrorKinds> counts = StoreErrorCounts();
+  for (size_t kind = 0; kind < kStoreErrorKinds; ++kind) {
+    store_errors.emplace_back(StoreErrorKindName(static_cast<StoreErrorKind>(kind)), counts[kind]);
+  }
+  apply_probe_->SetStoreErrors(store_errors);
   apply_probe_->SetUnflushed(store_->pending_layers(), store_->pending_bytes());
   applier_->PublishFlushedSizes();
   for (size_t i = 0; i < sources_.size(); ++i) {

@@ -10,6 +10,7 @@
 #include "daemon/apply/prepared_batch.h"
 #include "daemon/log/log.h"
 #include "daemon/sources/record_queue.h"
+#include "daemon/store/lmdb_status.h"
 
 namespace cdcview {
 namespace {
@@ -129,11 +130,24 @@ constexpr auto kFirstBackoff = std::chrono::milliseconds(250);
 constexpr auto kMaxBackoff = std::chrono::milliseconds(30000);
 }  // namespace
 
+void Applier::StopOnStoreError(const absl::Status& s, const std::string& what) {
+  const std::string error = absl::StrCat(
+      "the writer stopped: cannot ", what, ": ", s.message(),
+      "; the store is damaged: stop cdcviewd, run cdcviewd --verify-store, and restore the "
+      "store from a backup or delete it so that the sources replay into a new one");
+  LogError(error);
+  published_->SetStoreError(error);
+}
+
 bool Applier::RebuildWithRetries(const std::atomic<bool>* stop) {
   for (auto backoff = kFirstBackoff;; backoff = std::min(backoff * 2, kMaxBackoff)) {
     absl::Status s = RebuildViews(stop);
     if (s.ok()) break;
     if (absl::IsCancelled(s)) return false;
+    if (IsStoreError(s)) {
+      StopOnStoreError(s, "rebuild views");
+      return false;
+    }
     SetWriterError(absl::Status(s.code(), absl::StrCat("rebuilding views: ", s.message(),
                                                        "; the rebuild resumes where it stopped")),
                    -1);
@@ -154,6 +168,12 @@ bool Applier::Attempt(Stage stage, const std::function<absl::Status()>& attempt,
     absl::Status s = attempt();
     if (s.ok()) break;
     if (probe_ != nullptr) probe_->RecordBatchFailure();
+    if (IsStoreError(s)) {
+      // A retry would meet the same damaged page: no batch can be applied any more.
+      StopOnStoreError(s, what);
+      *error = std::move(s);
+      return false;
+    }
     if (on_failure == OnFailure::kStop) {
       *error = std::move(s);
       return false;

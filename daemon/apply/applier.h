@@ -111,7 +111,8 @@ class Applier {
 
   // The writer loop: rebuilds BUILDING views, then applies batches from `queue` until it is
   // closed and drained, or `stop`. A failing rebuild or batch is retried with back-off
-  // (WriterError() says why meanwhile).
+  // (WriterError() says why meanwhile), except on a store error (IsStoreError: a damaged
+  // page), which no retry gets past: Run logs it, publishes it (SetStoreError) and returns.
   //
   // Two stages, each on its own thread, one batch apart: a preparer pops batch N+1 and works
   // out everything that needs no write transaction (old images, view mutations sorted by key,
@@ -126,7 +127,8 @@ class Applier {
   // Not while Run runs; benchmarks drive the writer with it.
   // A failing batch is retried with back-off, WriterError() saying why (kRetry, as Run), or
   // ends the run: the error is returned, and neither that batch nor any later one is applied
-  // (kStop). Returns OK once every batch is committed; CANCELLED if stopped before.
+  // (kStop); a store error ends it under either. Returns OK once every batch is committed;
+  // CANCELLED if stopped before.
   using BatchSource = std::function<bool(std::vector<SourceRecord>*)>;
   enum class OnFailure { kRetry, kStop };
   absl::Status ApplyBatches(const BatchSource& next, OnFailure on_failure,
@@ -205,11 +207,15 @@ class Applier {
                                          const MetaKeyFn& meta_key, const std::string& fingerprint,
                                          const std::string& table,
                                          std::initializer_list<MDB_dbi> contents, std::string* cursor);
-  // Rebuilds what is BUILDING, retrying with back-off; false when stopped.
+  // Rebuilds what is BUILDING, retrying with back-off; false when stopped, or on a store
+  // error (StopOnStoreError).
   bool RebuildWithRetries(const std::atomic<bool>* stop);
   // A tombstone compaction step if one is due (the writer thread, between batches); a failing
   // one is logged and tried again later (TombstoneCompactor::kRetryMs).
   void CompactTombstones();
+  // A store error (IsStoreError) while trying to `what`: logged and published
+  // (PublishedState::SetStoreError); the caller stops applying for good.
+  void StopOnStoreError(const absl::Status& s, const std::string& what);
   // An aggregate whose state contradicts a change (DATA_LOSS `why`): emptied and marked
   // BUILDING in `txn`, logged, counted; the writer rebuilds it after the batch commits.
   absl::Status ResetInconsistentAggregate(WriteTxn* txn, size_t global, const absl::Status& why);

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/apply/prepared_batch.h"
 #include "daemon/log/log.h"
+#include "daemon/store/lmdb_status.h"
 #include "daemon/store/meta_keys.h"
 
 namespace cdcview {
@@ -36,7 +37,7 @@ absl::Status Applier::ApplyAggregateDeltas(WriteTxn* txn, size_t table, std::str
     }
     const AggregateSpec& spec = *catalog_.aggregates()[global].spec;
     absl::Status s = WriteAggregateChange(txn, aggregate_dbs_[global], spec, retract, add);
-    if (absl::IsDataLoss(s)) {
+    if (absl::IsDataLoss(s) && !IsStoreError(s)) {  // a state that contradicts the change
       s = ResetInconsistentAggregate(txn, global, s);
     } else if (s.ok()) {
       stats_.aggregates[global].updates += (retract != nullptr) + (add != nullptr);

@@ -14,8 +14,8 @@
 namespace cdcview {
 namespace {
 
-constexpr std::string_view kReady = "READY";
-constexpr std::string_view kBuilding = "BUILDING";
+constexpr std::string_view kReady = kStateReady;
+constexpr std::string_view kBuilding = kStateBuilding;
 constexpr size_t kRebuildChunk = 2000;
 
 }  // namespace
@@ -81,10 +81,14 @@ absl::Status Applier::Recover() {
 
   if (absl::Status s = change_log_.Load(txn); !s.ok()) return s;
   PositionMap positions;
-  ForEachPosition(txn, store_->meta(),
-                  [&](std::string_view source, std::string_view partition, std::string_view at) {
-                    positions[{std::string(source), std::string(partition)}] = std::string(at);
-                  });
+  if (absl::Status s = ForEachPosition(
+          txn, store_->meta(),
+          [&](std::string_view source, std::string_view partition, std::string_view at) {
+            positions[{std::string(source), std::string(partition)}] = std::string(at);
+          });
+      !s.ok()) {
+    return s;
+  }
   if (absl::Status s = txn.Commit(); !s.ok()) return s;
   if (absl::Status s = compactor_.TimeUntimed(); !s.ok()) return s;
   published_->ReplacePositions(std::move(positions));
@@ -143,6 +147,7 @@ absl::Status Applier::RebuildFromItems(const std::string& what, MDB_dbi items,
     if (*resume) {
       auto cursor = (*rtxn)->OpenCursor(items);
       for (bool ok = cursor->SeekFirst(); ok && cursor->key() <= **resume; ok = cursor->Next()) ++done;
+      if (!cursor->status().ok()) return cursor->status();
     }
   }
   auto started = std::chrono::steady_clock::now();
@@ -174,6 +179,7 @@ absl::Status Applier::RebuildFromItems(const std::string& what, MDB_dbi items,
       if (!status.ok()) break;
       if (left_out) ++chunk_skipped;
     }
+    if (status.ok()) status = cursor->status();  // a walk cut short by a store error
     cursor.reset();
     finished = status.ok() && !ok;
     if (status.ok()) {

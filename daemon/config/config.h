@@ -38,6 +38,12 @@ struct StorageConfig {
   // commit's sync is slow (a disk). See docs/ARCHITECTURE.md, "Write-back".
   uint32_t flush_interval_ms = 0;
   static constexpr uint32_t kMaxFlushIntervalMs = 60000;
+  // Whether Store::Open verifies the store's pages first (store_verifier.h), refusing a
+  // damaged store with what is damaged. kAuto: after an unclean shutdown (no clean-shutdown
+  // marker) or when the store's used pages are at most kVerifyCheapBytes; kAlways; kNever.
+  enum class Verify { kAuto, kAlways, kNever };
+  Verify verify_at_start = Verify::kAuto;
+  static constexpr uint64_t kVerifyCheapBytes = 1ull << 30;
 
   bool operator==(const StorageConfig&) const = default;
 };

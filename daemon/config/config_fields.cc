@@ -87,6 +87,8 @@ const FieldTable<StorageConfig>& StorageFields() {
       Flag("write_map", &S::write_map),
       // At most a minute: what is not flushed is lost at a crash and replayed.
       Whole("flush_interval_ms", &S::flush_interval_ms, 0, S::kMaxFlushIntervalMs),
+      Choice("verify_at_start", &S::verify_at_start,
+             {{"auto", S::Verify::kAuto}, {"always", S::Verify::kAlways}, {"never", S::Verify::kNever}}),
   };
   return table;
 }

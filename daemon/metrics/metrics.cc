@@ -225,6 +225,11 @@ ApplyProbe::ApplyProbe(MetricsRegistry& metrics, const Config& config)
                          .Help("Batches that could not commit and were retried.")
                          .Register(registry_)
                          .Add({});
+  store_errors_ = &BuildCounter()
+                       .Name("cdcview_store_errors_total")
+                       .Help("LMDB errors that say the store is damaged or unreadable, by kind: "
+                             "corrupted, page_not_found, bad_txn, panic, invalid, io.")
+                       .Register(registry_);
   unflushed_bytes_ = &BuildGauge()
                           .Name("cdcview_store_unflushed_bytes")
                           .Help("Bytes of applied batches that reads see and LMDB does not hold "
@@ -347,6 +352,14 @@ void ApplyProbe::SetHotKey(size_t view, double share, double writes_per_second) 
   if (view >= hot_key_share_.size()) return;
   hot_key_share_[view]->Set(share);
   hot_key_rate_[view]->Set(writes_per_second);
+}
+
+void ApplyProbe::SetStoreErrors(const std::vector<std::pair<std::string, uint64_t>>& counts) {
+  for (const auto& [kind, n] : counts) {
+    prometheus::Counter*& c = store_errors_by_kind_[kind];
+    if (c == nullptr) c = &store_errors_->Add({{"kind", kind}});
+    if (static_cast<double>(n) > c->Value()) c->Increment(static_cast<double>(n) - c->Value());
+  }
 }
 
 void ApplyProbe::SetUnflushed(size_t batches, size_t bytes) {

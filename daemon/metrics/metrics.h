@@ -23,6 +23,8 @@ class Exposer;
 class Counter;
 class Gauge;
 class Histogram;
+template <typename T>
+class Family;
 }  // namespace prometheus
 
 namespace cdcview {
@@ -108,6 +110,10 @@ class ApplyProbe {
   // reads see and LMDB does not hold yet (write-back; 0 when off). The readiness ticker sets
   // them once a second.
   void SetUnflushed(size_t batches, size_t bytes);
+  // cdcview_store_errors_total{kind}: store errors (damaged pages, I/O errors; see
+  // daemon/store/lmdb_status.h) counted since the start, `counts` by kind name. The readiness
+  // ticker sets it once a second, every kind each time, so every series exists from the start.
+  void SetStoreErrors(const std::vector<std::pair<std::string, uint64_t>>& counts);
   // cdcview_view_items and cdcview_view_bytes of view `view`, cdcview_aggregate_groups of
   // aggregate `aggregate` (global indexes), outside a batch.
   void SetViewSize(size_t view, uint64_t items, uint64_t bytes);
@@ -161,6 +167,8 @@ class ApplyProbe {
   prometheus::Gauge* map_used_;
   prometheus::Gauge* map_size_;
   prometheus::Counter* batch_failures_;
+  prometheus::Family<prometheus::Counter>* store_errors_;
+  std::map<std::string, prometheus::Counter*> store_errors_by_kind_;  // created on first use
   prometheus::Gauge* change_log_entries_;
   prometheus::Gauge* unflushed_bytes_;
   prometheus::Gauge* unflushed_batches_;

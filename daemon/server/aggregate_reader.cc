@@ -10,7 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/decode/attribute_value_proto.h"
 #include "daemon/server/proto_convert.h"
+#include "daemon/server/store_damage.h"
 #include "daemon/server/view_reader.h"
+#include "daemon/store/lmdb_status.h"
 #include "index_builders/key_codec.h"
 #include "index_builders/number.h"
 
@@ -55,13 +57,14 @@ absl::Status Extremes(const Txn& txn, MDB_dbi extremes, std::string_view physica
                       std::optional<Decimal>* lowest, std::optional<Decimal>* highest) {
   const std::string prefix = ExtremePrefix(physical, m);
   auto cursor = txn.OpenCursor(extremes);
-  if (!cursor->Seek(prefix) || !cursor->key().starts_with(prefix)) {
-    return absl::DataLossError("aggregate measure has values but no min/max entries");
-  }
+  const bool found = cursor->Seek(prefix) && cursor->key().starts_with(prefix);
+  if (!cursor->status().ok()) return cursor->status();
+  if (!found) return absl::DataLossError("aggregate measure has values but no min/max entries");
   absl::StatusOr<Decimal> first = ParseKeyNumber(cursor->key().substr(prefix.size()));
   if (!first.ok()) return first.status();
   const std::string after = PrefixSuccessor(prefix);
   bool at = after.empty() ? cursor->SeekLast() : (cursor->Seek(after) ? cursor->Prev() : cursor->SeekLast());
+  if (!cursor->status().ok()) return cursor->status();
   if (!at || !cursor->key().starts_with(prefix)) {
     return absl::DataLossError("aggregate min/max entries vanished within a transaction");
   }
@@ -126,11 +129,19 @@ absl::StatusOr<GroupTotals> ReadPhysicalUnchecked(const Txn& txn, MDB_dbi extrem
 absl::StatusOr<GroupTotals> ReadPhysical(const Txn& txn, MDB_dbi extremes, const AggregateSpec& spec,
                                          std::string_view key, std::string_view value) {
   absl::StatusOr<GroupTotals> totals = ReadPhysicalUnchecked(txn, extremes, spec, key, value);
-  if (totals.ok()) return totals;
+  if (totals.ok() || IsStoreError(totals.status())) return totals;  // the caller names the range
   return absl::DataLossError(absl::StrCat(
       "aggregate ", spec.name, ", ", DescribeGroupKey(spec, key), ": ", totals.status().message(),
       "; the stored aggregate is damaged: to rebuild it from its table's items, remove it from "
       "the configuration, restart, add it back and restart again"));
+}
+
+// The end of a group's key range: after a complete component comes a shard part byte or
+// another component's tag, never FF.
+std::string AfterGroup(std::string_view group) {
+  std::string end(group);
+  end.push_back('\xFF');
+  return end;
 }
 
 // The physical group key as written: the logical key with the shard suffix put back.
@@ -240,7 +251,10 @@ absl::StatusOr<v1::AggregateGroup> ViewReader::GetAggregate(const v1::GetAggrega
     if (cursor->Seek(*physical) && cursor->key() == *physical) {
       absl::StatusOr<GroupTotals> shard = ReadPhysical(
           **txn, store_.aggregate_extremes(spec.name), spec, cursor->key(), cursor->value());
-      if (!shard.ok()) return shard.status();
+      if (!shard.ok()) {
+        return StoreDamageError(shard.status(), absl::StrCat("aggregate ", spec.name), *physical,
+                                AfterGroup(*physical));
+      }
       totals = *std::move(shard);
     }
     response.set_members(totals.members);
@@ -250,10 +264,18 @@ absl::StatusOr<v1::AggregateGroup> ViewReader::GetAggregate(const v1::GetAggrega
     if (absl::Status s = ReadGroup(**txn, store_.aggregate_extremes(spec.name), spec, cursor.get(),
                                    logical, &response);
         !s.ok()) {
-      return s;
+      return StoreDamageError(s, absl::StrCat("aggregate ", spec.name), logical,
+                              AfterGroup(logical));
     }
   }
-  AppliedIn(**txn, store_.meta(), response.mutable_applied());
+  const std::string& key = physical ? *physical : logical;
+  if (!cursor->status().ok()) {
+    return StoreDamageError(cursor->status(), absl::StrCat("aggregate ", spec.name), key,
+                            AfterGroup(key));
+  }
+  if (absl::Status s = AppliedIn(**txn, store_.meta(), response.mutable_applied()); !s.ok()) {
+    return s;
+  }
   return response;
 }
 
@@ -318,12 +340,19 @@ absl::StatusOr<v1::ListAggregatesResponse> ViewReader::ListAggregates(
     }
     if (absl::Status s = ReadGroup(**txn, extremes, spec, cursor.get(), logical, response.add_groups());
         !s.ok()) {
-      return s;
+      return StoreDamageError(s, absl::StrCat("aggregate ", spec.name), logical,
+                              AfterGroup(logical));
     }
     last = std::move(logical);
     ok = cursor->valid();
   }
-  AppliedIn(**txn, store_.meta(), response.mutable_applied());
+  if (!cursor->status().ok()) {
+    return StoreDamageError(cursor->status(), absl::StrCat("aggregate ", spec.name),
+                            last.empty() ? lower : last, upper);
+  }
+  if (absl::Status s = AppliedIn(**txn, store_.meta(), response.mutable_applied()); !s.ok()) {
+    return s;
+  }
   return response;
 }
 

@@ -14,6 +14,7 @@
 #include "daemon/server/proto_convert.h"
 #include "daemon/server/read_consistency.h"
 #include "daemon/server/readiness.h"
+#include "daemon/server/store_damage.h"
 #include "daemon/server/token_seal.h"
 #include "daemon/store/meta_keys.h"
 #include "daemon/store/stored_item.h"
@@ -106,6 +107,9 @@ absl::Status Walk(const Txn& txn, MDB_dbi dbi, const ViewSpec& view, std::string
     ++n;
     ok = backward ? cursor->Prev() && cursor->key() >= lower
                   : cursor->Next() && below_upper(cursor->key());
+  }
+  if (!cursor->status().ok()) {
+    return StoreDamageError(cursor->status(), absl::StrCat("view ", view.name), lower, upper);
   }
   if (ok) out->set_next_page_token(EncodePageToken(fingerprint, backward, last));
   return absl::OkStatus();
@@ -227,6 +231,10 @@ absl::StatusOr<v1::QueryResponse> QueryShards(const Store& store, const ViewRef&
       ok = ok && sc.cursor->key() >= lower;
       sc.bound = std::move(lower);
     }
+    if (!sc.cursor->status().ok()) {
+      return StoreDamageError(sc.cursor->status(), absl::StrCat("view ", spec.name),
+                              backward ? sc.bound : lower, backward ? upper : sc.bound);
+    }
     if (ok) open.push_back(std::move(sc));
   }
 
@@ -256,6 +264,12 @@ absl::StatusOr<v1::QueryResponse> QueryShards(const Store& store, const ViewRef&
                          : top->cursor->Next() && top->cursor->key() < top->bound;
     if (more) {
       std::push_heap(heap.begin(), heap.end(), after_in_order);
+    } else if (!top->cursor->status().ok()) {
+      // From the entry just read to the shard's bound.
+      std::string read(top->bound.substr(0, top->prefix_size));
+      read.append(last);
+      return StoreDamageError(top->cursor->status(), absl::StrCat("view ", spec.name),
+                              backward ? top->bound : read, backward ? read : top->bound);
     } else {
       heap.pop_back();
     }
@@ -264,15 +278,17 @@ absl::StatusOr<v1::QueryResponse> QueryShards(const Store& store, const ViewRef&
     response.set_next_page_token(
         EncodeMergedPageToken(view.fingerprint, backward, shards, logical_key, last));
   }
-  AppliedIn(**txn, store.meta(), response.mutable_applied());
+  if (absl::Status s = AppliedIn(**txn, store.meta(), response.mutable_applied()); !s.ok()) return s;
   return response;
 }
 
 // Entries per shard number over all logical keys, into `d`. Cost: one walk over the view's
 // keys, O(entries) with no value decoded; a partition's key is decoded once and its later
 // entries are recognised by a prefix compare; a partition key that is no physical key is
-// skipped with one seek.
-void DescribeShards(const Txn& txn, MDB_dbi dbi, const ShardSpec& shards, v1::ViewDescription* d) {
+// skipped with one seek. A store error met on the way, as StoreDamageError says.
+absl::Status DescribeShards(const Txn& txn, MDB_dbi dbi, const ViewSpec& spec,
+                            v1::ViewDescription* d) {
+  const ShardSpec& shards = spec.shards;
   std::vector<uint64_t> counts(shards.count, 0);
   auto cursor = txn.OpenCursor(dbi);
   std::string partition;  // enc(pk) of the current partition, if it is a physical key
@@ -306,6 +322,9 @@ void DescribeShards(const Txn& txn, MDB_dbi dbi, const ShardSpec& shards, v1::Vi
     ++*count;
     ok = cursor->Next();
   }
+  if (!cursor->status().ok()) {
+    return StoreDamageError(cursor->status(), absl::StrCat("view ", spec.name), partition, "");
+  }
   uint64_t total = 0, largest = 0;
   for (uint64_t c : counts) {
     d->add_shard_item_counts(c);
@@ -314,6 +333,7 @@ void DescribeShards(const Txn& txn, MDB_dbi dbi, const ShardSpec& shards, v1::Vi
   }
   const double mean = static_cast<double>(total) / shards.count;
   d->set_shard_skew(total == 0 ? 1.0 : static_cast<double>(largest) / mean);
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -375,15 +395,20 @@ absl::Status CheckToken(const ParsedToken& t, std::string_view fingerprint, bool
 
 }  // namespace
 
-void AppliedIn(const Txn& txn, MDB_dbi meta, v1::AppliedPosition* out) {
-  ForEachPosition(txn, meta,
-                  [&](std::string_view source, std::string_view partition, std::string_view at) {
-                    auto* e = out->add_entries();
-                    e->set_source(std::string(source));
-                    e->set_partition(std::string(partition));
-                    e->set_position(std::string(at));
-                  });
+absl::Status AppliedIn(const Txn& txn, MDB_dbi meta, v1::AppliedPosition* out) {
+  absl::Status s = ForEachPosition(
+      txn, meta, [&](std::string_view source, std::string_view partition, std::string_view at) {
+        auto* e = out->add_entries();
+        e->set_source(std::string(source));
+        e->set_partition(std::string(partition));
+        e->set_position(std::string(at));
+      });
+  if (!s.ok()) {
+    return StoreDamageError(s, "the applied positions (database meta)", kPositionPrefix,
+                            PrefixSuccessor(kPositionPrefix));
+  }
   out->set_token(EncodePositionToken(*out));
+  return absl::OkStatus();
 }
 
 std::string EncodePageToken(std::string_view fingerprint, bool backward, std::string_view last_key) {
@@ -546,7 +571,9 @@ absl::StatusOr<v1::QueryResponse> ViewReader::Query(const v1::QueryRequest& requ
       !s.ok()) {
     return s;
   }
-  AppliedIn(**txn, store_.meta(), response.mutable_applied());
+  if (absl::Status s = AppliedIn(**txn, store_.meta(), response.mutable_applied()); !s.ok()) {
+    return s;
+  }
   return response;
 }
 
@@ -575,7 +602,9 @@ absl::StatusOr<v1::ScanResponse> ViewReader::Scan(const v1::ScanRequest& request
       !s.ok()) {
     return s;
   }
-  AppliedIn(**txn, store_.meta(), response.mutable_applied());
+  if (absl::Status s = AppliedIn(**txn, store_.meta(), response.mutable_applied()); !s.ok()) {
+    return s;
+  }
   return response;
 }
 
@@ -596,8 +625,9 @@ absl::StatusOr<v1::GetItemResponse> ViewReader::GetItem(const v1::GetItemRequest
   auto txn = store_.BeginRead();
   if (!txn.ok()) return txn.status();
   v1::GetItemResponse response;
-  auto value = (*txn)->Get(store_.items(request.table()), builder.PrimaryKey(*key));
-  if (!value.ok()) return value.status();
+  const std::string pk = builder.PrimaryKey(*key);
+  auto value = (*txn)->Get(store_.items(request.table()), pk);
+  if (!value.ok()) return StoreDamageError(value.status(), absl::StrCat("table ", request.table()), pk, pk);
   if (*value) {
     auto stored = DecodeStoredItem(**value);
     if (!stored.ok()) return stored.status();
@@ -608,12 +638,13 @@ absl::StatusOr<v1::GetItemResponse> ViewReader::GetItem(const v1::GetItemRequest
       response.set_found(true);
     }
   }
-  AppliedIn(**txn, store_.meta(), response.mutable_applied());
+  if (absl::Status s = AppliedIn(**txn, store_.meta(), response.mutable_applied()); !s.ok()) {
+    return s;
+  }
   return response;
 }
 
-v1::ViewDescription ViewReader::Describe(const ViewRef& view, const Txn& txn,
-                                        bool shard_stats) const {
+v1::ViewDescription ViewReader::Describe(const ViewRef& view, const Txn& txn) const {
   const ViewSpec& spec = *view.spec;
   v1::ViewDescription d;
   d.set_name(spec.name);
@@ -647,7 +678,6 @@ v1::ViewDescription ViewReader::Describe(const ViewRef& view, const Txn& txn,
   if (spec.shards.enabled()) {
     d.set_shard_count(spec.shards.count);
     d.set_shard_suffix(spec.shards.suffix);
-    if (shard_stats) DescribeShards(txn, dbi, spec.shards, &d);
   }
   return d;
 }
@@ -657,7 +687,11 @@ absl::StatusOr<v1::ViewDescription> ViewReader::DescribeView(const std::string& 
   if (view == nullptr) return ReadyView(name).status();  // the NOT_FOUND message
   auto txn = store_.BeginRead();
   if (!txn.ok()) return txn.status();
-  return Describe(*view, **txn, /*shard_stats=*/true);
+  v1::ViewDescription d = Describe(*view, **txn);
+  if (view->spec->shards.enabled()) {
+    if (absl::Status s = DescribeShards(**txn, store_.view(name), *view->spec, &d); !s.ok()) return s;
+  }
+  return d;
 }
 
 absl::StatusOr<v1::ListViewsResponse> ViewReader::ListViews() const {
@@ -667,7 +701,7 @@ absl::StatusOr<v1::ListViewsResponse> ViewReader::ListViews() const {
   // Per-shard entry counts walk the whole view: one DescribeView's worth of work, not one per
   // view of every ListViews (which `cdcview advise` and dashboards call).
   for (const ViewRef& view : catalog_.views()) {
-    *response.add_views() = Describe(view, **txn, /*shard_stats=*/false);
+    *response.add_views() = Describe(view, **txn);
   }
   return response;
 }

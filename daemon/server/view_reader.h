@@ -93,9 +93,8 @@ class ViewReader : public ViewQueries {
 
  private:
   absl::StatusOr<const AggregateRef*> ReadyAggregate(const std::string& name) const;
-  // `shard_stats`: also shard_item_counts and shard_skew of a sharded view (a walk over all
-  // its entries).
-  v1::ViewDescription Describe(const ViewRef& view, const Txn& txn, bool shard_stats) const;
+  // Without shard_item_counts and shard_skew (DescribeView adds them, walking the entries).
+  v1::ViewDescription Describe(const ViewRef& view, const Txn& txn) const;
   // Why source `source` cannot advance (the writer's or the source's error), "" if it can.
   std::string SourceError(size_t source) const;
   absl::Status CheckStaleness(double max_staleness_seconds, size_t table,
@@ -126,7 +125,8 @@ class ViewReader : public ViewQueries {
 };
 
 // The stored source positions as seen by `txn`, so a response's position matches what it read.
-void AppliedIn(const Txn& txn, MDB_dbi meta, v1::AppliedPosition* out);
+// A store error as StoreDamageError says (store_damage.h).
+absl::Status AppliedIn(const Txn& txn, MDB_dbi meta, v1::AppliedPosition* out);
 
 // Page tokens (exposed for tests): opaque bytes binding a resume key to a view definition.
 std::string EncodePageToken(std::string_view fingerprint, bool backward, std::string_view last_key);

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/decode/attribute_value_proto.h"
 #include "daemon/server/proto_convert.h"
+#include "daemon/server/store_damage.h"
 #include "daemon/server/token_seal.h"
 #include "daemon/server/watch_snapshot.h"
 #include "daemon/store/change_log.h"

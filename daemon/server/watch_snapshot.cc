@@ -2,8 +2,11 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "daemon/server/proto_convert.h"
+#include "daemon/server/store_damage.h"
 #include "daemon/store/cursor.h"
+#include "index_builders/key_codec.h"
 
 namespace cdcview {
 
@@ -29,6 +32,11 @@ absl::StatusOr<size_t> WatchSnapshot::ReadChunk(const ViewSpec& view, const Txn&
       started_ = true;
       bytes += e.ByteSizeLong();
       if (bytes >= budget) return bytes;
+    }
+    if (!cursor->status().ok()) {
+      return StoreDamageError(cursor->status(), absl::StrCat("view ", view.name),
+                              started_ ? std::string_view(last_) : std::string_view(prefix),
+                              PrefixSuccessor(prefix));
     }
     ++prefix_;
     started_ = false;

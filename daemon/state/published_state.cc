@@ -143,6 +143,16 @@ void PublishedState::SetPrepareError(std::string error) {
   prepare_error_ = std::move(error);
 }
 
+void PublishedState::SetStoreError(std::string error) {
+  absl::MutexLock lock(&error_mu_);
+  store_error_ = std::move(error);
+}
+
+std::string PublishedState::StoreError() const {
+  absl::MutexLock lock(&error_mu_);
+  return store_error_;
+}
+
 void PublishedState::CountInFlight(size_t source, int64_t delta) {
   in_flight_[source].fetch_add(delta);
 }
@@ -186,6 +196,7 @@ uint64_t PublishedState::KeyTypeMismatches(size_t global_view) const {
 std::string PublishedState::WriterError() const {
   {
     absl::MutexLock lock(&error_mu_);
+    if (!store_error_.empty()) return store_error_;
     if (!commit_error_.empty()) return commit_error_;
     if (!prepare_error_.empty()) return prepare_error_;
   }
@@ -195,6 +206,7 @@ std::string PublishedState::WriterError() const {
 std::string PublishedState::WriterError(size_t source) const {
   {
     absl::MutexLock lock(&error_mu_);
+    if (!store_error_.empty()) return store_error_;  // nothing is applied any more
     if (!commit_error_.empty() &&
         (commit_error_source_ < 0 || static_cast<size_t>(commit_error_source_) == source)) {
       return commit_error_;

@@ -117,6 +117,10 @@ class PublishedState {
   // preparer's (it concerns all sources), kept apart so neither stage clears the other's.
   void SetCommitError(std::string error, int source);
   void SetPrepareError(std::string error);
+  // The writer met a store error (lmdb_status.h: a damaged page) and stopped for good: `error`
+  // says what and what to do. It stays set (WriterError says it first); health turns every
+  // service NOT_SERVING.
+  void SetStoreError(std::string error);
   // Records of `source` popped from the queue and not committed yet change by `delta`.
   void CountInFlight(size_t source, int64_t delta);
   // How many records of a source wait in the queue before the writer (null: none).
@@ -150,6 +154,8 @@ class PublishedState {
   // another source's dead letter does not).
   std::string WriterError() const;
   std::string WriterError(size_t source) const;
+  // SetStoreError's error, "" while the writer has met none.
+  std::string StoreError() const;
   // Whether records of `source` are read but not committed: in the watched queue, or in a
   // batch being prepared, applied or retried.
   bool HasUnapplied(size_t source) const;
@@ -192,6 +198,7 @@ class PublishedState {
   std::string commit_error_ ABSL_GUARDED_BY(error_mu_);
   int commit_error_source_ ABSL_GUARDED_BY(error_mu_) = -1;
   std::string prepare_error_ ABSL_GUARDED_BY(error_mu_);
+  std::string store_error_ ABSL_GUARDED_BY(error_mu_);
 
   // Set when the writer starts Run, read by HasUnapplied.
   mutable absl::Mutex queue_mu_;

@@ -55,12 +55,15 @@ absl::StatusOr<ChangeView> PopChange(std::string_view* block, uint64_t sequence)
 absl::StatusOr<std::optional<ChangeLogBounds>> ReadChangeLogBounds(const Txn& txn,
                                                                    MDB_dbi changes) {
   auto cursor = txn.OpenCursor(changes);
-  if (!cursor->SeekFirst()) return std::nullopt;
+  if (!cursor->SeekFirst()) {
+    if (!cursor->status().ok()) return cursor->status();
+    return std::nullopt;
+  }
   ChangeLogBounds b;
   auto oldest = ChangeSequence(cursor->key());
   if (!oldest.ok()) return oldest.status();
   b.oldest = *oldest;
-  cursor->SeekLast();
+  if (!cursor->SeekLast()) return cursor->status();
   auto first = ChangeSequence(cursor->key());
   if (!first.ok()) return first.status();
   b.newest = *first;
@@ -94,7 +97,10 @@ absl::StatusOr<bool> ChangeLogReader::Seek(uint64_t from) {
 absl::StatusOr<bool> ChangeLogReader::Next() { return Advance(); }
 
 absl::StatusOr<bool> ChangeLogReader::EnterBlock(bool valid) {
-  if (!valid) return false;
+  if (!valid) {
+    if (!cursor_->status().ok()) return cursor_->status();
+    return false;
+  }
   auto first = ChangeSequence(cursor_->key());
   if (!first.ok()) return first.status();
   if (next_sequence_ != 0 && *first != next_sequence_) {
@@ -173,10 +179,12 @@ absl::Status ChangeLogWriter::Trim(WriteTxn* txn) {
   while (pending_.next - pending_.oldest > retain_) {
     const uint64_t cut = pending_.next - retain_;  // the first change to keep
     auto cursor = txn->OpenCursor(dbi_);
-    if (!cursor->Seek(ChangeKey(pending_.oldest))) return absl::OkStatus();  // nothing written yet
+    if (!cursor->Seek(ChangeKey(pending_.oldest))) return cursor->status();  // OK: nothing written yet
     const std::string oldest_key(cursor->key());
     std::string_view oldest = cursor->value();
-    if (cursor->Next()) {
+    const bool next = cursor->Next();
+    if (!cursor->status().ok()) return cursor->status();
+    if (next) {
       auto second = ChangeSequence(cursor->key());
       if (!second.ok()) return second.status();
       if (*second <= cut) {  // the whole oldest block goes

@@ -1,11 +1,9 @@
 #include "daemon/store/cursor.h"
 
-#include <cstdlib>
 #include <iterator>
 #include <utility>
 
-#include "absl/strings/str_cat.h"
-#include "daemon/log/log.h"
+#include "daemon/store/lmdb_status.h"
 #include "daemon/store/store_internal.h"
 
 namespace cdcview {
@@ -14,18 +12,19 @@ using store_internal::Val;
 using store_internal::View;
 
 Cursor::Cursor(MDB_txn* txn, MDB_dbi dbi) {
-  int rc = mdb_cursor_open(txn, dbi, &cursor_);
-  if (rc != MDB_SUCCESS) {
-    // Only fails for an invalid txn/dbi: a programming error.
-    LogError(absl::StrCat("mdb_cursor_open failed: ", mdb_strerror(rc)));
-    abort();
-  }
+  // Fails with MDB_BAD_TXN once a read of the transaction met a damaged page: an error the
+  // caller reports, like a failing move.
+  status_ = LmdbStatus(mdb_cursor_open(txn, dbi, &cursor_), "opening a cursor");
+  if (!status_.ok()) cursor_ = nullptr;
 }
 Cursor::Cursor(MDB_txn* txn, MDB_dbi dbi, std::vector<const PendingLayer::Entries*> layers)
     : merged_(true) {
-  if (txn != nullptr && mdb_cursor_open(txn, dbi, &cursor_) != MDB_SUCCESS) {
-    LogError("mdb_cursor_open failed for a merged cursor");
-    abort();
+  if (txn != nullptr) {
+    status_ = LmdbStatus(mdb_cursor_open(txn, dbi, &cursor_), "opening a cursor");
+    if (!status_.ok()) {
+      cursor_ = nullptr;
+      return;  // no layers either: every move finds nothing
+    }
   }
   layers_.reserve(layers.size());
   for (const PendingLayer::Entries* entries : layers) layers_.push_back({entries, entries->end()});
@@ -35,8 +34,11 @@ Cursor::~Cursor() {
 }
 
 bool Cursor::Move(MDB_cursor_op op, std::string_view key) {
+  if (!status_.ok()) return valid_ = false;
   if (op == MDB_SET_RANGE) key_ = Val(key);
-  valid_ = mdb_cursor_get(cursor_, &key_, &value_, op) == MDB_SUCCESS;
+  const int rc = mdb_cursor_get(cursor_, &key_, &value_, op);
+  if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND) status_ = LmdbStatus(rc, "reading the store");
+  valid_ = rc == MDB_SUCCESS;
   return valid_;
 }
 
@@ -103,6 +105,7 @@ void Cursor::StepPast(std::string_view key, bool forward) {
 
 bool Cursor::Settle(bool forward) {
   forward_ = forward;
+  if (!status_.ok()) return valid_ = false;  // LMDB's part is unknown: no merged entry is right
   for (;;) {
     size_t best = Sources();
     for (size_t i = 0; i < Sources(); ++i) {

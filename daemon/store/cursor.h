@@ -1,6 +1,12 @@
 // Cursor: ordered iteration over one LMDB database, in either direction. Over pending layers
 // (write-back) it merges them with LMDB: the newest write of a key wins, a delete hides it.
 //
+// Errors: a positioning call returns false at the end of the data and on an LMDB error alike;
+// status() tells them apart. After an error (a damaged page: DATA_LOSS, see lmdb_status.h)
+// the cursor stays invalid, every later move returns false, and the transaction must end
+// (LMDB fails every later call in it with MDB_BAD_TXN). Callers that walk a range check
+// status() once the walk stops.
+//
 // Thread-safety: a cursor belongs to the thread using its transaction (Txn::OpenCursor), like
 // the transaction itself; it is not safe to use from two threads at once.
 // Ownership: valid within its transaction. key() and value() point into LMDB's map or into a
@@ -15,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "daemon/store/pending_layer.h"
 
 namespace cdcview {
@@ -36,6 +43,8 @@ class Cursor {
   bool Next();
   bool Prev();
   bool valid() const { return valid_; }
+  // OK, or the first LMDB error a move (or opening the cursor) met.
+  const absl::Status& status() const { return status_; }
   std::string_view key() const;
   std::string_view value() const;
 
@@ -63,6 +72,7 @@ class Cursor {
   void StepPast(std::string_view key, bool forward);
 
   MDB_cursor* cursor_ = nullptr;
+  absl::Status status_;
   MDB_val key_{}, value_{};
   bool valid_ = false;
   bool merged_ = false;

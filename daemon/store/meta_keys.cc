@@ -28,7 +28,7 @@ std::string TombstonesMetaKey(std::string_view table, std::string_view field) {
   return key;
 }
 
-void ForEachPosition(
+absl::Status ForEachPosition(
     const Txn& txn, MDB_dbi meta,
     const std::function<void(std::string_view, std::string_view, std::string_view)>& fn) {
   auto cursor = txn.OpenCursor(meta);
@@ -39,6 +39,7 @@ void ForEachPosition(
     if (slash == std::string_view::npos) continue;
     fn(rest.substr(0, slash), rest.substr(slash + 1), cursor->value());
   }
+  return cursor->status();
 }
 
 }  // namespace cdcview

@@ -27,10 +27,14 @@ std::string ViewMetaKey(std::string_view view, std::string_view field);
 std::string AggregateMetaKey(std::string_view aggregate, std::string_view field);
 // tombstones/<table>/<field>: the state of a table's tombstone index (TombstoneCompactor).
 std::string TombstonesMetaKey(std::string_view table, std::string_view field);
+// The values of a view's or aggregate's state.
+inline constexpr std::string_view kStateReady = "READY";
+inline constexpr std::string_view kStateBuilding = "BUILDING";
 
 // Calls fn(source, partition, position) for every stored source position, in key order.
-// The views point into LMDB's map: valid only during the call.
-void ForEachPosition(
+// The views point into LMDB's map: valid only during the call. A store error (DATA_LOSS, see
+// lmdb_status.h) if the walk met one.
+absl::Status ForEachPosition(
     const Txn& txn, MDB_dbi meta,
     const std::function<void(std::string_view, std::string_view, std::string_view)>& fn);
 

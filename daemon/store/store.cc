@@ -4,17 +4,22 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "daemon/log/log.h"
 #include "daemon/store/flusher.h"
+#include "daemon/store/lmdb_file.h"
 #include "daemon/store/lmdb_status.h"
 #include "daemon/store/meta_keys.h"
+#include "daemon/store/shutdown_marker.h"
 #include "daemon/store/store_internal.h"
+#include "daemon/store/store_verifier.h"
 
 namespace cdcview {
 namespace {
@@ -30,6 +35,68 @@ constexpr char kAggregateExtremesDbPrefix[] = "aggm/";
 // meta, two per table, one per view, two per aggregate: config validation does not bound
 // these counts, LMDB's cost per slot is small, and hitting the limit is a clear MDB_DBS_FULL.
 constexpr MDB_dbi kMaxDbs = 1024;
+// Problems a refused start lists (cdcviewd --verify-store lists them all).
+constexpr size_t kDamageLinesAtStart = 10;
+
+// The data file's used bytes per its current meta page, or nullopt if it cannot tell (no
+// file, or meta pages that do not read: a verify will say why).
+std::optional<uint64_t> UsedBytes(const std::string& data_path) {
+  absl::StatusOr<std::unique_ptr<LmdbFile>> file = LmdbFile::Open(data_path);
+  if (!file.ok()) return std::nullopt;
+  const int meta = (*file)->CurrentMeta();
+  if (meta < 0) return std::nullopt;
+  return ((*file)->Meta(meta).last_page + 1) * (*file)->page_size();
+}
+
+// storage.verify_at_start: refuses a damaged store before LMDB reads a page of it.
+absl::Status VerifyAtOpen(const StorageConfig& config, const std::vector<TableSpec>& tables) {
+  const std::string data = absl::StrCat(config.path, "/data.mdb");
+  if (config.verify_at_start == StorageConfig::Verify::kNever || access(data.c_str(), F_OK) != 0) {
+    return absl::OkStatus();
+  }
+  std::string why = "storage.verify_at_start is always";
+  if (config.verify_at_start == StorageConfig::Verify::kAuto) {
+    const std::optional<uint64_t> used = UsedBytes(data);
+    if (!ClosedCleanly(config.path)) {
+      why = "the last run did not close the store cleanly";
+    } else if (!used.has_value() || *used <= StorageConfig::kVerifyCheapBytes) {
+      why = "it is small";
+    } else {
+      LogInfo(absl::StrCat("not verifying the store (", *used >> 20,
+                           " MiB used, closed cleanly; storage.verify_at_start: always verifies "
+                           "every start)"));
+      return absl::OkStatus();
+    }
+  }
+  LogInfo(absl::StrCat("verifying the store in ", config.path, " (", why, ")"));
+  const auto started = std::chrono::steady_clock::now();
+  auto last_log = started;
+  VerifyOptions options;
+  options.tables = tables;
+  options.progress = [&](uint64_t done, uint64_t total) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_log < std::chrono::seconds(10)) return;
+    last_log = now;
+    LogInfo(absl::StrCat("verifying the store: ", done, " of ", total, " pages"));
+  };
+  absl::StatusOr<VerifyReport> report = VerifyStore(data, options);
+  if (!report.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot verify the store in \"", config.path,
+                                                      "\": ", report.status().message()));
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  if (!report->clean()) {
+    return absl::DataLossError(absl::StrCat(
+        "store \"", config.path, "\" is damaged (verified at start: ", why, "): ",
+        report->Summary(kDamageLinesAtStart),
+        "\nrestore it from a backup, or move it away so that the sources replay into a new "
+        "store; cdcviewd --verify-store lists every problem"));
+  }
+  LogInfo(absl::StrFormat("verified the store: %d pages, %d entries, %.2f s", report->pages,
+                          report->entries, seconds));
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -54,6 +121,11 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StorageConfig& config,
   auto lock = StoreLock::Acquire(config.path);
   if (!lock.ok()) return lock.status();
   store->lock_ = std::move(*lock);
+  if (absl::Status s = VerifyAtOpen(config, tables); !s.ok()) return s;
+  // From here until a clean close, a crash leaves no marker.
+  if (absl::Status s = ClearClosedCleanly(config.path); !s.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(s.message(), "; check storage.path and its permissions"));
+  }
   store->config_ = config;
   if (store->write_back()) {
     store->flusher_ =
@@ -102,12 +174,20 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StorageConfig& config,
     }
     store->flusher_->Start(last + 1);
   }
+  store->opened_ = true;
   return store;
 }
 
 Store::~Store() {
   flusher_.reset();  // flushes what is pending first
   if (env_ != nullptr) mdb_env_close(env_);
+  if (!opened_) return;
+  // A run that met a store error leaves no marker: the next start verifies the store.
+  const std::array<uint64_t, kStoreErrorKinds> errors = StoreErrorCounts();
+  if (std::any_of(errors.begin(), errors.end(), [](uint64_t n) { return n > 0; })) return;
+  if (absl::Status s = MarkClosedCleanly(config_.path); !s.ok()) {
+    LogWarning(absl::StrCat(s.message(), "; the next start verifies the store"));
+  }
 }
 
 absl::Status Store::OpenDatabases(const std::vector<TableSpec>& tables) {
@@ -169,6 +249,7 @@ absl::Status Store::OpenDatabases(const std::vector<TableSpec>& tables) {
         stale.emplace_back(name);
       }
     }
+    if (!c.status().ok()) return c.status();
   }
   for (const std::string& name : stale) {
     MDB_dbi dbi;
@@ -196,6 +277,7 @@ absl::Status Store::DropStaleAggregates(WriteTxn* txn, MDB_dbi main) {
         }
       }
     }
+    if (!c.status().ok()) return c.status();
   }
   for (const std::string& name : stale) {
     MDB_dbi dbi;

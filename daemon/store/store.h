@@ -20,6 +20,12 @@
 // the Store holds it until it is destroyed, so a second Store on the same path, in this process
 // or another, is refused until then.
 //
+// Verification: with the lock held and before LMDB reads a page, Open verifies the store
+// (store_verifier.h) as storage.verify_at_start says: by default after an unclean shutdown
+// (no clean-shutdown marker, shutdown_marker.h, which the Store writes when it closes after a
+// run without store errors) or when at most StorageConfig::kVerifyCheapBytes are used. A
+// damaged store is refused (DATA_LOSS naming what is damaged) instead of crashing a reader.
+//
 // Ownership: the caller owns the Store and ends every transaction before destroying it.
 // string_views returned by Get and Cursor point into LMDB's memory map and are valid only
 // until the transaction ends or the next write in it.
@@ -79,7 +85,8 @@ class Store {
   // Opens (creating if needed) the environment at config.path and every database the tables
   // and views need. Views (and aggregates) stored before but no longer configured are dropped.
   // Errors name the path and say what to do (permissions, disk, a newer schema, another
-  // process holding the store: see StoreLock::Acquire).
+  // process holding the store: see StoreLock::Acquire); DATA_LOSS for a store the verifier
+  // finds damaged, listing the first problems.
   static absl::StatusOr<std::unique_ptr<Store>> Open(const StorageConfig& config,
                                                      const std::vector<TableSpec>& tables);
   ~Store();
@@ -177,6 +184,7 @@ class Store {
   mutable MapResizeLock resize_mu_;
   std::unique_ptr<Flusher> flusher_;  // write-back only
   std::atomic<int64_t> last_lmdb_commit_us_{-1};  // -1: none yet
+  bool opened_ = false;  // Open succeeded: closing writes the clean-shutdown marker
 };
 
 }  // namespace cdcview

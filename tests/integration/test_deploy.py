@@ -960,7 +960,8 @@ def test_flags_override_environment_which_overrides_the_file(binaries):
                              "metrics": "127.0.0.1:7100", "ready_max_lag_seconds": 60,
                              **SERVER_LIMIT_DEFAULTS}
     assert got["storage"] == {"path": "/tmp/env-store", "map_size": "4GiB",
-                              "max_map_size": "64GiB", "write_map": True, "flush_interval_ms": 0}
+                              "max_map_size": "64GiB", "write_map": True, "flush_interval_ms": 0,
+                              "verify_at_start": "auto"}
     # The default dead-letter file moves with the store.
     assert got["sources"][0]["file"]["dead_letter_path"] == "/tmp/env-store/dead-letters/sample.ndjson"
     plain = yaml.safe_load(print_config(["--config", EXAMPLE_CONFIG]).stdout)
@@ -1026,7 +1027,8 @@ def test_any_field_from_set_flags_and_environment_variables(binaries):
     assert p.returncode == 0, p.stderr
     got = yaml.safe_load(p.stdout)
     assert got["storage"] == {"path": "./data", "map_size": "1GiB", "max_map_size": "8GiB",
-                              "write_map": False, "flush_interval_ms": 50}
+                              "write_map": False, "flush_interval_ms": 50,
+                              "verify_at_start": "auto"}
     assert got["server"]["ready_max_lag_seconds"] == 15
     # --set wins over the variable.
     assert got["apply"] == {"batch_size": 512, "max_delay_ms": 5, "queue_capacity": 8192,
@@ -1041,7 +1043,7 @@ def test_every_variable_in_help_sets_its_field(binaries):
     """--help lists a variable per settable field; each one really reaches that field (an
     invalid value is rejected naming the variable and the field)."""
     listed = re.findall(r"^\s+(CDCVIEW_[A-Z_]+)\s+\((\S+)\)$", help_text(), re.M)
-    assert len(listed) == 24, help_text()
+    assert len(listed) == 25, help_text()
     for name, path in listed:
         assert name == "CDCVIEW_" + path.upper().replace(".", "_")
         p = print_config(["--config", EXAMPLE_CONFIG], {name: "[]"})

@@ -125,7 +125,7 @@ TEST(ConfigToYamlTest, EverySourceKindAndViewFormRoundTrips) {
 TEST(ConfigToYamlTest, EveryFieldAtANonDefaultValueRoundTrips) {
   absl::StatusOr<Config> config = ParseConfig(
       "storage: { path: /srv/x, map_size: 1MiB, max_map_size: 2MiB, write_map: false,\n"
-      "           flush_interval_ms: 50 }\n"
+      "           flush_interval_ms: 50, verify_at_start: never }\n"
       "server: { grpc: \"0.0.0.0:7\", fast_reads: \"0.0.0.0:9\", metrics: \"0.0.0.0:8\",\n"
       "          ready_max_lag_seconds: 3 }\n"
       "apply: { batch_size: 5, max_delay_ms: 6, queue_capacity: 70, log_counts_seconds: 0,\n"
@@ -162,6 +162,7 @@ TEST(ConfigToYamlTest, EveryFieldAtANonDefaultValueRoundTrips) {
   EXPECT_NE(c.storage.max_map_size, storage.max_map_size);
   EXPECT_NE(c.storage.write_map, storage.write_map);
   EXPECT_NE(c.storage.flush_interval_ms, storage.flush_interval_ms);
+  EXPECT_NE(c.storage.verify_at_start, storage.verify_at_start);
   const ServerConfig server;
   EXPECT_NE(c.server.grpc, server.grpc);
   EXPECT_NE(c.server.fast_reads, server.fast_reads);
@@ -223,6 +224,7 @@ TEST(ConfigToYamlTest, PrintsEveryDefaultExactly) {
             "  max_map_size: \"64GiB\"\n"
             "  write_map: true\n"
             "  flush_interval_ms: 0\n"
+            "  verify_at_start: \"auto\"\n"
             "server:\n"
             "  grpc: \"127.0.0.1:50051\"\n"
             "  fast_reads: \"\"\n"

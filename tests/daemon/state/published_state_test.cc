@@ -125,6 +125,19 @@ TEST_F(PublishedStateTest, WriterErrorsConcernTheirSourceAndFlushErrorsAll) {
   EXPECT_EQ(published_->WriterError(), "");
 }
 
+TEST_F(PublishedStateTest, AStoreErrorStaysAndComesBeforeEveryOtherWriterError) {
+  EXPECT_EQ(published_->StoreError(), "");
+  published_->SetCommitError("dead letter of a failed", 0);
+  published_->SetStoreError("the writer stopped: the store is damaged");
+  EXPECT_EQ(published_->StoreError(), "the writer stopped: the store is damaged");
+  // It concerns every source: nothing is applied any more.
+  EXPECT_EQ(published_->WriterError(), "the writer stopped: the store is damaged");
+  EXPECT_EQ(published_->WriterError(0), "the writer stopped: the store is damaged");
+  EXPECT_EQ(published_->WriterError(1), "the writer stopped: the store is damaged");
+  published_->SetCommitError("", -1);  // a stage clearing its own error leaves it
+  EXPECT_EQ(published_->WriterError(1), "the writer stopped: the store is damaged");
+}
+
 TEST_F(PublishedStateTest, SourcesReportTheHealthTheyRegistered) {
   EXPECT_FALSE(published_->SourceHealthOf(0).has_value());
   EXPECT_EQ(published_->SourceKind(0), "");
