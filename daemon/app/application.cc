@@ -164,6 +164,7 @@ void Application::ReadinessMain() {
 void Application::UpdateViewHealth() {
   applier_->PublishHotKeyMetrics();
   apply_probe_->SetUnflushed(store_->pending_layers(), store_->pending_bytes());
+  apply_probe_->SetDiskFull(store_->disk_full());
   applier_->PublishFlushedSizes();
   for (size_t i = 0; i < sources_.size(); ++i) {
     apply_probe_->SetSourceState(i, ProgressOf(*published_, i).state);

@@ -108,6 +108,9 @@ class ApplyProbe {
   // reads see and LMDB does not hold yet (write-back; 0 when off). The readiness ticker sets
   // them once a second.
   void SetUnflushed(size_t batches, size_t bytes);
+  // cdcview_store_disk_full: 1 while the store cannot grow for want of disk (Store::disk_full).
+  // Set by the readiness ticker once a second.
+  void SetDiskFull(bool full);
   // cdcview_view_items and cdcview_view_bytes of view `view`, cdcview_aggregate_groups of
   // aggregate `aggregate` (global indexes), outside a batch.
   void SetViewSize(size_t view, uint64_t items, uint64_t bytes);
@@ -158,6 +161,7 @@ class ApplyProbe {
   prometheus::Gauge* change_log_entries_;
   prometheus::Gauge* unflushed_bytes_;
   prometheus::Gauge* unflushed_batches_;
+  prometheus::Gauge* disk_full_;
   std::vector<double> lag_bounds_;
   std::vector<prometheus::Gauge*> hot_key_share_;  // by global view index
   std::vector<prometheus::Gauge*> hot_key_rate_;

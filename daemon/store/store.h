@@ -28,9 +28,12 @@
 //
 // Write map (storage.write_map, on by default): with MDB_WRITEMAP a commit writes dirty pages
 // in the shared map and msyncs them, instead of copying every page with pwrite, which saves
-// the writer much of its LMDB work. The file is then as long as the map (sparse: only used
-// pages take disk), and running out of disk space raises SIGBUS (the process dies; the last
-// commit is intact) where pwrite would have failed the commit.
+// the writer much of its LMDB work. A write to a page the file system cannot allocate would
+// then be a SIGBUS, so the store reserves the file's blocks (fallocate) for the whole map
+// before LMDB may hand out its pages: at open, and before each growth. The file takes the
+// map's size on disk; a full disk (or a file size limit) fails the growth with
+// RESOURCE_EXHAUSTED, as a full map does, and the writer retries. Where the file system cannot
+// reserve (EOPNOTSUPP) the store opens without the write map and logs a warning.
 //
 // Write-back (storage.flush_interval_ms > 0): a batch becomes visible when it is applied in
 // memory, before it is in LMDB. BeginBuffered gives a WriteTxn that records its writes in a
@@ -121,9 +124,16 @@ class Store {
   static constexpr size_t kMaxPendingBytes = 128u << 20;
 
   // Doubles the map size, up to max_map_size; RESOURCE_EXHAUSTED when already there (the
-  // message says to raise storage.max_map_size). Call with no transaction of this thread open.
-  // With write-back it waits for a flush that is running.
+  // message says to raise storage.max_map_size) or, with the write map, when the file system
+  // cannot reserve the larger file (the message names the file and the system's error: no
+  // space, file too large). Call with no transaction of this thread open. With write-back it
+  // waits for a flush that is running.
   absl::Status GrowMap() ABSL_LOCKS_EXCLUDED(resize_mu_);
+  // True from a growth that failed for want of disk until one succeeds.
+  bool disk_full() const { return disk_full_.load(); }
+  // Whether commits write through the map: storage.write_map, unless the file system could
+  // not reserve the file (see the header comment).
+  bool write_map() const { return config_.write_map; }
 
   MDB_dbi meta() const { return meta_; }
   MDB_dbi changes() const { return changes_; }
@@ -147,6 +157,11 @@ class Store {
   friend class Flusher;
   friend class WriteTxn;
   Store() = default;
+  // Creates and opens env_ at config_.path with config_'s map size and flags.
+  absl::Status OpenEnv();
+  // Allocates data.mdb's blocks up to `bytes` (extending it): RESOURCE_EXHAUSTED naming the
+  // file and errno (ENOSPC, EFBIG, EDQUOT), UNIMPLEMENTED where the file system cannot.
+  absl::Status ReserveFile(uint64_t bytes);
   absl::Status OpenDatabases(const std::vector<TableSpec>& tables);
   absl::StatusOr<std::unique_ptr<WriteTxn>> BeginLmdbWrite();
   // Begins `txn`'s LMDB read snapshot (under resize_mu_, which the transaction holds shared
@@ -173,6 +188,7 @@ class Store {
   mutable MapResizeLock resize_mu_;
   std::unique_ptr<Flusher> flusher_;  // write-back only
   std::atomic<int64_t> last_lmdb_commit_us_{-1};  // -1: none yet
+  std::atomic<bool> disk_full_{false};
 };
 
 }  // namespace cdcview
