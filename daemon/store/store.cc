@@ -60,23 +60,28 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StorageConfig& config,
         std::make_unique<Flusher>(store.get(), std::chrono::milliseconds(config.flush_interval_ms));
   }
   if (absl::Status s = store->OpenEnv(); !s.ok()) return s;
-  if (store->config_.write_map) {
+  {
     MDB_envinfo info;
     mdb_env_info(store->env_, &info);
     absl::Status reserved = store->ReserveFile(info.me_mapsize);
     if (absl::IsUnimplemented(reserved)) {
-      // Without a reservation a full disk would be a SIGBUS on a fresh page: pwrite instead,
-      // whose commit fails with an error.
-      LogWarning(absl::StrCat("storage.write_map is off for \"", config.path, "\": ",
-                              reserved.message()));
-      mdb_env_close(store->env_);
-      store->env_ = nullptr;
-      store->config_.write_map = false;
-      if (absl::Status s = store->OpenEnv(); !s.ok()) return s;
+      store->reserve_ = false;
+      if (store->config_.write_map) {
+        // Without a reservation a full disk would be a SIGBUS on a fresh page of the map:
+        // pwrite instead, whose commit fails with an error.
+        LogWarning(absl::StrCat("storage.write_map is off for \"", config.path, "\": ",
+                                reserved.message(), "; a full disk would be a SIGBUS with it"));
+        mdb_env_close(store->env_);
+        store->env_ = nullptr;
+        store->config_.write_map = false;
+        if (absl::Status s = store->OpenEnv(); !s.ok()) return s;
+      } else {
+        LogWarning(absl::StrCat(reserved.message(), "; a full disk fails commits instead"));
+      }
     } else if (!reserved.ok()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "cannot open the LMDB store in \"", config.path, "\": ", reserved.message(),
-          "; free disk space, lower storage.map_size or set storage.write_map: false"));
+          "; free disk space or lower storage.map_size"));
     }
   }
   // LMDB maps at least what the file already uses, whatever map_size says; a map grown by
@@ -140,11 +145,7 @@ absl::Status Store::ReserveFile(uint64_t bytes) {
   const int error = errno;
   const std::string what = absl::StrCat("cannot reserve ", bytes, " bytes of disk for \"",
                                         config_.path, "/data.mdb\": ", std::strerror(error));
-  if (error == EOPNOTSUPP) {
-    return absl::UnimplementedError(absl::StrCat(
-        what, "; without a reservation a full disk would kill the process (SIGBUS), so commits "
-              "write with pwrite instead"));
-  }
+  if (error == EOPNOTSUPP) return absl::UnimplementedError(what);
   return absl::ResourceExhaustedError(what);
 }
 
@@ -355,9 +356,7 @@ absl::Status Store::GrowMapLocked() {
         " bytes); raise storage.max_map_size or free disk space"));
   }
   uint64_t next = std::min<uint64_t>(current * 2, config_.max_map_size);
-  if (config_.write_map) {
-    // The map is written in place: every page it can hand out must have disk behind it, or
-    // the first write to a page the file system cannot allocate is a SIGBUS.
+  if (reserve_) {
     if (absl::Status s = ReserveFile(next); !s.ok()) {
       int fd = -1;
       // Whatever the failed call allocated past the map goes back: the file is the map's size.

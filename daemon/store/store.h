@@ -29,12 +29,16 @@
 // Write map (storage.write_map, on by default): with MDB_WRITEMAP a commit writes dirty pages
 // in the shared map and msyncs them, instead of copying every page with pwrite, which saves
 // the writer much of its LMDB work. A write to a page the file system cannot allocate would
-// then be a SIGBUS, so the store reserves the file's blocks (fallocate) for the whole map
-// before LMDB may hand out its pages: at open, and before each growth. The file takes the
-// map's size on disk; a full disk (or a file size limit) fails the growth with
-// RESOURCE_EXHAUSTED, as a full map does, and the writer retries. Where the file system cannot
-// reserve (EOPNOTSUPP) the store opens without the write map and logs a warning.
+// then be a SIGBUS.
 //
+// Disk reservation (either mode): the store allocates data.mdb's blocks (fallocate) for the
+// whole map before LMDB may hand out its pages: at open, and before each growth. The file
+// takes the map's size on disk; a full disk (or a file size limit) fails the growth with
+// RESOURCE_EXHAUSTED, as a full map does, and the writer retries; a commit never runs out of
+// space (pwrite) or touches a page without disk (write map). Where the file system cannot
+// reserve (EOPNOTSUPP) the store logs a warning and goes without: with pwrite, so that a full
+// disk fails a commit rather than killing the process.
+
 // Write-back (storage.flush_interval_ms > 0): a batch becomes visible when it is applied in
 // memory, before it is in LMDB. BeginBuffered gives a WriteTxn that records its writes in a
 // PendingLayer (pending_layer.h) instead of writing LMDB; its Commit publishes the layer.
@@ -124,15 +128,15 @@ class Store {
   static constexpr size_t kMaxPendingBytes = 128u << 20;
 
   // Doubles the map size, up to max_map_size; RESOURCE_EXHAUSTED when already there (the
-  // message says to raise storage.max_map_size) or, with the write map, when the file system
-  // cannot reserve the larger file (the message names the file and the system's error: no
+  // message says to raise storage.max_map_size) or when the file system cannot reserve disk
+  // for the larger file (the message names the file and the system's error: no
   // space, file too large). Call with no transaction of this thread open. With write-back it
   // waits for a flush that is running.
   absl::Status GrowMap() ABSL_LOCKS_EXCLUDED(resize_mu_);
   // True from a growth that failed for want of disk until one succeeds.
   bool disk_full() const { return disk_full_.load(); }
-  // Whether commits write through the map: storage.write_map, unless the file system could
-  // not reserve the file (see the header comment).
+  // Whether commits write through the map: storage.write_map, unless the file system cannot
+  // reserve disk for the file (see the header comment).
   bool write_map() const { return config_.write_map; }
 
   MDB_dbi meta() const { return meta_; }
@@ -189,6 +193,7 @@ class Store {
   std::unique_ptr<Flusher> flusher_;  // write-back only
   std::atomic<int64_t> last_lmdb_commit_us_{-1};  // -1: none yet
   std::atomic<bool> disk_full_{false};
+  bool reserve_ = true;  // false where the file system cannot reserve disk (EOPNOTSUPP)
 };
 
 }  // namespace cdcview
