@@ -93,8 +93,9 @@ absl::Status Application::Init() {
   watch_probe_ = std::make_unique<WatchProbe>(*metrics_, view_names);
   watch_hub_ = std::make_unique<WatchHub>(*catalog_, *store_, *published_, *reader_, config_.watch,
                                           watch_probe_.get());
+  admin_ = std::make_unique<AdminService>(store_.get(), config_.storage.backup_dir);
   auto server = ViewServer::Start(config_.server.grpc, *reader_, query_probe_.get(),
-                                  watch_hub_.get());
+                                  watch_hub_.get(), admin_.get());
   if (!server.ok()) return InPhase("starting the gRPC server", server.status());
   server_ = std::move(*server);
   // Views start NOT_SERVING (not unknown) so a probe on a view name waits instead of failing.

@@ -38,6 +38,10 @@ struct StorageConfig {
   // commit's sync is slow (a disk). See docs/ARCHITECTURE.md, "Write-back".
   uint32_t flush_interval_ms = 0;
   static constexpr uint32_t kMaxFlushIntervalMs = 60000;
+  // Where AdminService.Backup (`cdcview backup --to DIR`) may write: each backup is a new
+  // directory inside it. Empty (the default): backups are off, so no client can make the
+  // daemon write anywhere.
+  std::string backup_dir;
 
   bool operator==(const StorageConfig&) const = default;
 };

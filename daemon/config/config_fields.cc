@@ -79,6 +79,7 @@ const FieldTable<StorageConfig>& StorageFields() {
       Flag("write_map", &S::write_map),
       // At most a minute: what is not flushed is lost at a crash and replayed.
       Whole("flush_interval_ms", &S::flush_interval_ms, 0, S::kMaxFlushIntervalMs),
+      Text("backup_dir", &S::backup_dir),
   };
   return table;
 }

@@ -377,6 +377,12 @@ absl::Status Store::GrowMapLocked() {
   return absl::OkStatus();
 }
 
+absl::Status Store::CopyTo(int fd) {
+  if (absl::Status s = Flush(); !s.ok()) return s;
+  MapResizeLock::Shared lock(&resize_mu_);  // the copy's read snapshot is inside the map
+  return LmdbStatus(mdb_env_copyfd2(env_, fd, MDB_CP_COMPACT), "copying the store");
+}
+
 MDB_dbi Store::items(std::string_view table) const { return items_.find(table)->second; }
 MDB_dbi Store::view(std::string_view name) const { return views_.find(name)->second; }
 bool Store::has_view(std::string_view name) const { return views_.count(name) > 0; }

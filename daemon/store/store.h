@@ -139,6 +139,13 @@ class Store {
   // reserve disk for the file (see the header comment).
   bool write_map() const { return config_.write_map; }
 
+  // Writes a compacted copy of the store (mdb_env_copyfd2 with MDB_CP_COMPACT, from one read
+  // snapshot) to `fd`: with write-back, what is applied is flushed first. The copy holds the
+  // snapshot's source positions, so a store restored from it resumes there. A growth of the map
+  // waits for the copy to end (the copy's snapshot holds resize_mu_ shared); the writer goes on
+  // otherwise. Errors: the flush's, or LMDB's (the system's, for a write to `fd`).
+  absl::Status CopyTo(int fd) ABSL_LOCKS_EXCLUDED(resize_mu_);
+
   MDB_dbi meta() const { return meta_; }
   MDB_dbi changes() const { return changes_; }
   // NOT_FOUND-free lookups: the names were validated by the config.
@@ -150,6 +157,7 @@ class Store {
   MDB_dbi aggregate_extremes(std::string_view name) const;
 
   size_t max_key_size() const { return max_key_size_; }
+  const std::string& path() const { return config_.path; }
   // Both read LMDB's meta pages, inside the map, so they wait for a GrowMap that is running:
   // call them with no transaction of this thread open.
   uint64_t map_size() const ABSL_LOCKS_EXCLUDED(resize_mu_);

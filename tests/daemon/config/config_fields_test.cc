@@ -78,7 +78,7 @@ TEST(ConfigFieldsTest, EnvironmentSettablePathsAreTheSectionsFields) {
   EXPECT_EQ(EnvironmentSettablePaths(),
             (std::vector<std::string>{
                 "storage.map_size", "storage.max_map_size", "storage.write_map",
-                "storage.flush_interval_ms", "server.fast_reads", "server.ready_max_lag_seconds",
+                "storage.flush_interval_ms", "storage.backup_dir", "server.fast_reads", "server.ready_max_lag_seconds",
                 "apply.batch_size", "apply.max_delay_ms", "apply.queue_capacity",
                 "apply.log_counts_seconds", "watch.retain_changes", "watch.max_lag_changes"}));
 }
