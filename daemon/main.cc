@@ -114,6 +114,9 @@ int main(int argc, char** argv) {
   }
   if (verify_store) return cdcview::VerifyStoreCommand(*config, std::cout, std::cerr);
 
+  // A file size limit (RLIMIT_FSIZE) fails the write that crosses it with EFBIG, which the
+  // store and the dead-letter files report, instead of killing the process.
+  signal(SIGXFSZ, SIG_IGN);
   // Block the stop signals in every thread; this one waits for them.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);

@@ -94,8 +94,9 @@ absl::Status Application::Init() {
   watch_probe_ = std::make_unique<WatchProbe>(*metrics_, view_names);
   watch_hub_ = std::make_unique<WatchHub>(*catalog_, *store_, *published_, *reader_, config_.watch,
                                           watch_probe_.get());
+  admin_ = std::make_unique<AdminService>(store_.get(), config_.storage.backup_dir);
   auto server = ViewServer::Start(config_.server.grpc, *reader_, query_probe_.get(),
-                                  watch_hub_.get());
+                                  watch_hub_.get(), admin_.get());
   if (!server.ok()) return InPhase("starting the gRPC server", server.status());
   server_ = std::move(*server);
   // Views start NOT_SERVING (not unknown) so a probe on a view name waits instead of failing.
@@ -175,6 +176,7 @@ void Application::UpdateViewHealth() {
   }
   apply_probe_->SetStoreErrors(store_errors);
   apply_probe_->SetUnflushed(store_->pending_layers(), store_->pending_bytes());
+  apply_probe_->SetDiskFull(store_->disk_full());
   applier_->PublishFlushedSizes();
   for (size_t i = 0; i < sources_.size(); ++i) {
     apply_probe_->SetSourceState(i, ProgressOf(*published_, i).state);

@@ -30,6 +30,7 @@
 #include "daemon/metrics/connection_probe.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/metrics/watch_probe.h"
+#include "daemon/server/admin_service.h"
 #include "daemon/server/h2_read_server.h"
 #include "daemon/server/view_reader.h"
 #include "daemon/server/view_service.h"
@@ -92,6 +93,7 @@ class Application {
   std::unique_ptr<ViewReader> reader_;
   std::unique_ptr<WatchProbe> watch_probe_;
   std::unique_ptr<WatchHub> watch_hub_;  // outlives server_, whose Watch handlers use it
+  std::unique_ptr<AdminService> admin_;   // outlives server_, which serves it
   std::unique_ptr<ViewServer> server_;
   std::unique_ptr<ConnectionProbe> fast_reads_connections_;  // outlives fast_reads_
   std::unique_ptr<H2ReadServer> fast_reads_;  // server.fast_reads; null when off

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "CLI/CLI.hpp"
+#include "cdcview/v1/admin_service.grpc.pb.h"
 #include "cdcview/v1/view_service.grpc.pb.h"
 #include "daemon/cli/advisor.h"
 #include "daemon/cli/json_output.h"
@@ -94,6 +95,8 @@ struct Options {
   double max_staleness = 0;
   bool print_position = false;
   double timeout_seconds = 30;
+  bool timeout_given = false;  // --timeout on the command line (backup has no deadline without)
+  std::string backup_to;
 };
 
 // A context with the client's deadline for one call (--timeout). The server stops a
@@ -276,6 +279,22 @@ int RunViews(v1::ViewService::Stub& stub, const Options& o) {
     }
     std::cout << "}\n";
   }
+  return 0;
+}
+
+// The manifest on stdout, where the backup is and its size on stderr.
+int RunBackup(v1::AdminService::Stub& stub, const Options& o) {
+  grpc::ClientContext plain;
+  std::unique_ptr<grpc::ClientContext> timed = o.timeout_given ? Context(o) : nullptr;
+  v1::BackupRequest req;
+  req.set_directory(o.backup_to);
+  v1::BackupResponse resp;
+  if (grpc::Status s = stub.Backup(timed ? timed.get() : &plain, req, &resp); !s.ok()) {
+    return Fail(s, o.addr);
+  }
+  std::cout << resp.manifest();
+  std::cerr << "cdcview: backup in " << resp.directory() << " (data.mdb: " << resp.data_bytes()
+            << " bytes)\n";
   return 0;
 }
 
@@ -468,7 +487,9 @@ int main(int argc, char** argv) {
   cli.fallthrough();
   cli.add_option("--addr", o.addr, "cdcviewd gRPC address host:port")->capture_default_str();
   cli.add_flag("--ddb-json", o.ddb_json, "print DynamoDB JSON ({\"S\": ...}) instead of plain JSON");
-  cli.add_option("--timeout", o.timeout_seconds, "seconds each call may take (a --min-position wait included)")
+  CLI::Option* timeout = cli.add_option("--timeout", o.timeout_seconds,
+                                        "seconds each call may take (a --min-position wait "
+                                        "included; a backup has no deadline without it)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   // The options every read subcommand takes.
@@ -538,6 +559,13 @@ int main(int argc, char** argv) {
   watch->add_flag("--snapshot", o.snapshot, "first print the current entries");
   watch->add_option("--from", o.watch_from, "resume after this event position (hex)");
 
+  CLI::App* backup = cli.add_subcommand(
+      "backup", "an online copy of the store in a new directory inside the daemon's "
+                "storage.backup_dir; prints its manifest (positions, view fingerprints)");
+  backup->add_option("--to", o.backup_to, "the backup's directory, on the daemon's machine "
+                                          "(relative to storage.backup_dir, or inside it)")
+      ->required();
+
   try {
     cli.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -548,7 +576,12 @@ int main(int argc, char** argv) {
     std::cerr << "cdcview: " << e.what() << " (see cdcview --help)\n";
     return 2;
   }
+  o.timeout_given = timeout->count() > 0;
   auto channel = grpc::CreateChannel(o.addr, grpc::InsecureChannelCredentials());
+  if (backup->parsed()) {
+    auto admin = v1::AdminService::NewStub(channel);
+    return RunBackup(*admin, o);
+  }
   auto stub = v1::ViewService::NewStub(channel);
   if (query->parsed()) return RunQuery(*stub, o);
   if (scan->parsed()) return RunScan(*stub, o);

@@ -26,9 +26,9 @@ struct StorageConfig {
   // 64-bit Linux process has 128 TiB of it (47-bit addresses on x86-64 and arm64).
   static constexpr uint64_t kMaxMapSize = 64ull << 40;
   // MDB_WRITEMAP: commits write pages in the map instead of copying them with pwrite (a large
-  // share of a commit's cost). Costs: a disk (or tmpfs) that fills up kills the process with
-  // SIGBUS instead of failing the commit, data.mdb is as long as the map (sparse), and a stray
-  // pointer write could reach the map. See docs/ARCHITECTURE.md, "Write map".
+  // share of a commit's cost). Cost: a stray pointer write could reach the map. Either way
+  // data.mdb's disk is reserved for the whole map, so a full disk fails a growth (retried)
+  // instead of a write to the map raising SIGBUS. See docs/ARCHITECTURE.md, "Write map".
   bool write_map = true;
   // Write-back: 0 (the default), a batch is visible once committed to LMDB. N > 0, a batch is
   // visible once applied in memory, and a background thread commits what was applied to LMDB
@@ -44,6 +44,10 @@ struct StorageConfig {
   enum class Verify { kAuto, kAlways, kNever };
   Verify verify_at_start = Verify::kAuto;
   static constexpr uint64_t kVerifyCheapBytes = 1ull << 30;
+  // Where AdminService.Backup (`cdcview backup --to DIR`) may write: each backup is a new
+  // directory inside it. Empty (the default): backups are off, so no client can make the
+  // daemon write anywhere.
+  std::string backup_dir;
 
   bool operator==(const StorageConfig&) const = default;
 };

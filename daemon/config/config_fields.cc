@@ -89,6 +89,7 @@ const FieldTable<StorageConfig>& StorageFields() {
       Whole("flush_interval_ms", &S::flush_interval_ms, 0, S::kMaxFlushIntervalMs),
       Choice("verify_at_start", &S::verify_at_start,
              {{"auto", S::Verify::kAuto}, {"always", S::Verify::kAlways}, {"never", S::Verify::kNever}}),
+      Text("backup_dir", &S::backup_dir),
   };
   return table;
 }

@@ -241,6 +241,12 @@ ApplyProbe::ApplyProbe(MetricsRegistry& metrics, const Config& config)
                             .Help("Applied batches that reads see and LMDB does not hold yet.")
                             .Register(registry_)
                             .Add({});
+  disk_full_ = &BuildGauge()
+                    .Name("cdcview_store_disk_full")
+                    .Help("1 while the LMDB map cannot grow because its file cannot have the disk "
+                          "space (no space, a file size limit); the writer retries.")
+                    .Register(registry_)
+                    .Add({});
   change_log_entries_ = &BuildGauge()
                              .Name("cdcview_change_log_entries")
                              .Help("Entry changes kept in the change log Watch streams read and "
@@ -366,6 +372,8 @@ void ApplyProbe::SetUnflushed(size_t batches, size_t bytes) {
   unflushed_batches_->Set(static_cast<double>(batches));
   unflushed_bytes_->Set(static_cast<double>(bytes));
 }
+
+void ApplyProbe::SetDiskFull(bool full) { disk_full_->Set(full ? 1 : 0); }
 
 void ApplyProbe::SetViewSize(size_t view, uint64_t items, uint64_t bytes) {
   if (view >= views_.size()) return;

@@ -114,6 +114,9 @@ class ApplyProbe {
   // daemon/store/lmdb_status.h) counted since the start, `counts` by kind name. The readiness
   // ticker sets it once a second, every kind each time, so every series exists from the start.
   void SetStoreErrors(const std::vector<std::pair<std::string, uint64_t>>& counts);
+  // cdcview_store_disk_full: 1 while the store cannot grow for want of disk (Store::disk_full).
+  // Set by the readiness ticker once a second.
+  void SetDiskFull(bool full);
   // cdcview_view_items and cdcview_view_bytes of view `view`, cdcview_aggregate_groups of
   // aggregate `aggregate` (global indexes), outside a batch.
   void SetViewSize(size_t view, uint64_t items, uint64_t bytes);
@@ -172,6 +175,7 @@ class ApplyProbe {
   prometheus::Gauge* change_log_entries_;
   prometheus::Gauge* unflushed_bytes_;
   prometheus::Gauge* unflushed_batches_;
+  prometheus::Gauge* disk_full_;
   std::vector<double> lag_bounds_;
   std::vector<prometheus::Gauge*> hot_key_share_;  // by global view index
   std::vector<prometheus::Gauge*> hot_key_rate_;

@@ -126,7 +126,8 @@ class ViewServer::Service final : public v1::ViewService::Service {
 absl::StatusOr<std::unique_ptr<ViewServer>> ViewServer::Start(const std::string& address,
                                                               const ViewQueries& reader,
                                                               QueryProbe* probe,
-                                                              WatchHub* watch) {
+                                                              WatchHub* watch,
+                                                              grpc::Service* admin) {
   std::unique_ptr<ViewServer> server(new ViewServer());
   server->service_ = std::make_unique<Service>(reader, probe, watch);
   grpc::EnableDefaultHealthCheckService(true);
@@ -134,6 +135,7 @@ absl::StatusOr<std::unique_ptr<ViewServer>> ViewServer::Start(const std::string&
   grpc::ServerBuilder builder;
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &server->port_);
   builder.RegisterService(server->service_.get());
+  if (admin != nullptr) builder.RegisterService(admin);
   // gRPC's sync server keeps between MIN_POLLERS (1) and MAX_POLLERS (2) idle handler threads by
   // default: when the last idle one takes a call it starts a new thread, and a thread that
   // finishes a call while two others are idle exits. Under a steady stream of concurrent calls

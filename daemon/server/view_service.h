@@ -1,5 +1,5 @@
 // ViewServer: the gRPC server: cdcview.v1.ViewService over a ViewQueries, the standard health
-// service and server reflection.
+// service, server reflection and, if given, cdcview.v1.AdminService.
 //
 // Thread-safe: gRPC calls handlers from its own thread pool; ViewQueries is thread-safe.
 // This file is the one place that translates absl::Status into grpc::Status.
@@ -14,6 +14,7 @@
 
 namespace grpc {
 class Server;
+class Service;
 }
 
 namespace cdcview {
@@ -24,11 +25,13 @@ class ViewServer {
  public:
   // Listens on `address` (host:port; port 0 picks one). UNAVAILABLE naming the address when
   // it cannot listen. Health starts NOT_SERVING: call SetServing once views are loaded.
-  // `watch` serves Watch (UNIMPLEMENTED without one); it must outlive the server.
+  // `watch` serves Watch (UNIMPLEMENTED without one); `admin` (cdcview.v1.AdminService, see
+  // admin_service.h) is served beside ViewService if given. Both must outlive the server.
   static absl::StatusOr<std::unique_ptr<ViewServer>> Start(const std::string& address,
                                                            const ViewQueries& reader,
                                                            QueryProbe* probe,
-                                                           WatchHub* watch = nullptr);
+                                                           WatchHub* watch = nullptr,
+                                                           grpc::Service* admin = nullptr);
   ~ViewServer();
 
   int port() const { return port_; }

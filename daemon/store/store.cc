@@ -1,5 +1,6 @@
 #include "daemon/store/store.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -131,27 +132,30 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StorageConfig& config,
     store->flusher_ =
         std::make_unique<Flusher>(store.get(), std::chrono::milliseconds(config.flush_interval_ms));
   }
-  int rc = mdb_env_create(&store->env_);
-  if (rc != MDB_SUCCESS) return LmdbStatus(rc, "creating the LMDB environment");
-  mdb_env_set_maxdbs(store->env_, kMaxDbs);
-  mdb_env_set_maxreaders(store->env_, 1022);
-  rc = mdb_env_set_mapsize(store->env_, config.map_size);
-  if (rc != MDB_SUCCESS) return LmdbStatus(rc, "setting the LMDB map size");
-  // MDB_NOTLS: read transactions are not bound to a thread (gRPC handlers hop threads).
-  // MDB_NOMETASYNC: see the header; durable up to the last commits, never corrupt.
-  // MDB_WRITEMAP (storage.write_map): see the header.
-  rc = mdb_env_open(store->env_, config.path.c_str(), StoreEnvFlags(config), 0644);
-  if (rc == EFBIG) {
-    // With MDB_WRITEMAP, LMDB sets the file's length to the map's at open.
-    return absl::FailedPreconditionError(absl::StrCat(
-        "cannot open the LMDB store in \"", config.path, "\": storage.map_size (",
-        config.map_size, " bytes) is larger than its file system allows for one file; lower "
-        "storage.map_size (the map grows up to storage.max_map_size as needed)"));
-  }
-  if (rc != MDB_SUCCESS) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "cannot open the LMDB store in \"", config.path, "\": ", mdb_strerror(rc),
-        rc == EAGAIN || rc == EBUSY ? "; is another cdcviewd using it?" : "; check storage.path"));
+  if (absl::Status s = store->OpenEnv(); !s.ok()) return s;
+  {
+    MDB_envinfo info;
+    mdb_env_info(store->env_, &info);
+    absl::Status reserved = store->ReserveFile(info.me_mapsize);
+    if (absl::IsUnimplemented(reserved)) {
+      store->reserve_ = false;
+      if (store->config_.write_map) {
+        // Without a reservation a full disk would be a SIGBUS on a fresh page of the map:
+        // pwrite instead, whose commit fails with an error.
+        LogWarning(absl::StrCat("storage.write_map is off for \"", config.path, "\": ",
+                                reserved.message(), "; a full disk would be a SIGBUS with it"));
+        mdb_env_close(store->env_);
+        store->env_ = nullptr;
+        store->config_.write_map = false;
+        if (absl::Status s = store->OpenEnv(); !s.ok()) return s;
+      } else {
+        LogWarning(absl::StrCat(reserved.message(), "; a full disk fails commits instead"));
+      }
+    } else if (!reserved.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot open the LMDB store in \"", config.path, "\": ", reserved.message(),
+          "; free disk space or lower storage.map_size"));
+    }
   }
   // LMDB maps at least what the file already uses, whatever map_size says; a map grown by
   // GrowMap in an earlier run starts again from map_size and grows again when needed.
@@ -176,6 +180,47 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StorageConfig& config,
   }
   store->opened_ = true;
   return store;
+}
+
+absl::Status Store::OpenEnv() {
+  int rc = mdb_env_create(&env_);
+  if (rc != MDB_SUCCESS) return LmdbStatus(rc, "creating the LMDB environment");
+  mdb_env_set_maxdbs(env_, kMaxDbs);
+  mdb_env_set_maxreaders(env_, 1022);
+  rc = mdb_env_set_mapsize(env_, config_.map_size);
+  if (rc != MDB_SUCCESS) return LmdbStatus(rc, "setting the LMDB map size");
+  // MDB_NOTLS: read transactions are not bound to a thread (gRPC handlers hop threads).
+  // MDB_NOMETASYNC: see the header; durable up to the last commits, never corrupt.
+  // MDB_WRITEMAP (storage.write_map): see the header.
+  rc = mdb_env_open(env_, config_.path.c_str(), StoreEnvFlags(config_), 0644);
+  if (rc == EFBIG) {
+    // With MDB_WRITEMAP, LMDB sets the file's length to the map's at open.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot open the LMDB store in \"", config_.path, "\": storage.map_size (",
+        config_.map_size, " bytes) is larger than its file system allows for one file; lower "
+        "storage.map_size (the map grows up to storage.max_map_size as needed)"));
+  }
+  if (rc != MDB_SUCCESS) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot open the LMDB store in \"", config_.path, "\": ", mdb_strerror(rc),
+        rc == EAGAIN || rc == EBUSY ? "; is another cdcviewd using it?" : "; check storage.path"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Store::ReserveFile(uint64_t bytes) {
+  int fd = -1;
+  if (int rc = mdb_env_get_fd(env_, &fd); rc != MDB_SUCCESS) return LmdbStatus(rc, "reserving disk");
+  int rc;
+  do {
+    rc = fallocate(fd, 0, 0, static_cast<off_t>(bytes));
+  } while (rc != 0 && errno == EINTR);
+  if (rc == 0) return absl::OkStatus();
+  const int error = errno;
+  const std::string what = absl::StrCat("cannot reserve ", bytes, " bytes of disk for \"",
+                                        config_.path, "/data.mdb\": ", std::strerror(error));
+  if (error == EOPNOTSUPP) return absl::UnimplementedError(what);
+  return absl::ResourceExhaustedError(what);
 }
 
 Store::~Store() {
@@ -396,10 +441,31 @@ absl::Status Store::GrowMapLocked() {
         " bytes); raise storage.max_map_size or free disk space"));
   }
   uint64_t next = std::min<uint64_t>(current * 2, config_.max_map_size);
+  if (reserve_) {
+    if (absl::Status s = ReserveFile(next); !s.ok()) {
+      int fd = -1;
+      // Whatever the failed call allocated past the map goes back: the file is the map's size.
+      if (mdb_env_get_fd(env_, &fd) == MDB_SUCCESS && ftruncate(fd, static_cast<off_t>(current)) != 0) {
+        LogWarning(absl::StrCat("cannot trim \"", config_.path, "/data.mdb\" back to ", current,
+                                " bytes: ", std::strerror(errno)));
+      }
+      disk_full_.store(true);
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "cannot grow the LMDB map to ", next, " bytes: ", s.message(),
+          "; free disk space (or raise the file size limit) for storage.path, the writer retries"));
+    }
+  }
   int rc = mdb_env_set_mapsize(env_, next);
   if (rc != MDB_SUCCESS) return LmdbStatus(rc, "growing the LMDB map");
   config_.map_size = next;
+  disk_full_.store(false);
   return absl::OkStatus();
+}
+
+absl::Status Store::CopyTo(int fd) {
+  if (absl::Status s = Flush(); !s.ok()) return s;
+  MapResizeLock::Shared lock(&resize_mu_);  // the copy's read snapshot is inside the map
+  return LmdbStatus(mdb_env_copyfd2(env_, fd, MDB_CP_COMPACT), "copying the store");
 }
 
 MDB_dbi Store::items(std::string_view table) const { return items_.find(table)->second; }

@@ -36,10 +36,17 @@
 //
 // Write map (storage.write_map, on by default): with MDB_WRITEMAP a commit writes dirty pages
 // in the shared map and msyncs them, instead of copying every page with pwrite, which saves
-// the writer much of its LMDB work. The file is then as long as the map (sparse: only used
-// pages take disk), and running out of disk space raises SIGBUS (the process dies; the last
-// commit is intact) where pwrite would have failed the commit.
+// the writer much of its LMDB work. A write to a page the file system cannot allocate would
+// then be a SIGBUS.
 //
+// Disk reservation (either mode): the store allocates data.mdb's blocks (fallocate) for the
+// whole map before LMDB may hand out its pages: at open, and before each growth. The file
+// takes the map's size on disk; a full disk (or a file size limit) fails the growth with
+// RESOURCE_EXHAUSTED, as a full map does, and the writer retries; a commit never runs out of
+// space (pwrite) or touches a page without disk (write map). Where the file system cannot
+// reserve (EOPNOTSUPP) the store logs a warning and goes without: with pwrite, so that a full
+// disk fails a commit rather than killing the process.
+
 // Write-back (storage.flush_interval_ms > 0): a batch becomes visible when it is applied in
 // memory, before it is in LMDB. BeginBuffered gives a WriteTxn that records its writes in a
 // PendingLayer (pending_layer.h) instead of writing LMDB; its Commit publishes the layer.
@@ -130,9 +137,23 @@ class Store {
   static constexpr size_t kMaxPendingBytes = 128u << 20;
 
   // Doubles the map size, up to max_map_size; RESOURCE_EXHAUSTED when already there (the
-  // message says to raise storage.max_map_size). Call with no transaction of this thread open.
-  // With write-back it waits for a flush that is running.
+  // message says to raise storage.max_map_size) or when the file system cannot reserve disk
+  // for the larger file (the message names the file and the system's error: no
+  // space, file too large). Call with no transaction of this thread open. With write-back it
+  // waits for a flush that is running.
   absl::Status GrowMap() ABSL_LOCKS_EXCLUDED(resize_mu_);
+  // True from a growth that failed for want of disk until one succeeds.
+  bool disk_full() const { return disk_full_.load(); }
+  // Whether commits write through the map: storage.write_map, unless the file system cannot
+  // reserve disk for the file (see the header comment).
+  bool write_map() const { return config_.write_map; }
+
+  // Writes a compacted copy of the store (mdb_env_copyfd2 with MDB_CP_COMPACT, from one read
+  // snapshot) to `fd`: with write-back, what is applied is flushed first. The copy holds the
+  // snapshot's source positions, so a store restored from it resumes there. A growth of the map
+  // waits for the copy to end (the copy's snapshot holds resize_mu_ shared); the writer goes on
+  // otherwise. Errors: the flush's, or LMDB's (the system's, for a write to `fd`).
+  absl::Status CopyTo(int fd) ABSL_LOCKS_EXCLUDED(resize_mu_);
 
   MDB_dbi meta() const { return meta_; }
   MDB_dbi changes() const { return changes_; }
@@ -146,6 +167,7 @@ class Store {
   MDB_dbi aggregate_extremes(std::string_view name) const;
 
   size_t max_key_size() const { return max_key_size_; }
+  const std::string& path() const { return config_.path; }
   // Both read LMDB's meta pages, inside the map, so they wait for a GrowMap that is running:
   // call them with no transaction of this thread open.
   uint64_t map_size() const ABSL_LOCKS_EXCLUDED(resize_mu_);
@@ -157,6 +179,11 @@ class Store {
   friend class Flusher;
   friend class WriteTxn;
   Store() = default;
+  // Creates and opens env_ at config_.path with config_'s map size and flags.
+  absl::Status OpenEnv();
+  // Allocates data.mdb's blocks up to `bytes` (extending it): RESOURCE_EXHAUSTED naming the
+  // file and errno (ENOSPC, EFBIG, EDQUOT), UNIMPLEMENTED where the file system cannot.
+  absl::Status ReserveFile(uint64_t bytes);
   absl::Status OpenDatabases(const std::vector<TableSpec>& tables);
   absl::StatusOr<std::unique_ptr<WriteTxn>> BeginLmdbWrite();
   // Begins `txn`'s LMDB read snapshot (under resize_mu_, which the transaction holds shared
@@ -185,6 +212,8 @@ class Store {
   std::unique_ptr<Flusher> flusher_;  // write-back only
   std::atomic<int64_t> last_lmdb_commit_us_{-1};  // -1: none yet
   bool opened_ = false;  // Open succeeded: closing writes the clean-shutdown marker
+  std::atomic<bool> disk_full_{false};
+  bool reserve_ = true;  // false where the file system cannot reserve disk (EOPNOTSUPP)
 };
 
 }  // namespace cdcview

@@ -3,12 +3,25 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "daemon/config/config.h"
 #include "daemon/store/store.h"
 
 namespace cdcview::test {
+
+// Table "App" (partition key PK) with one view, `view`: what the store itself looks at.
+inline std::vector<TableSpec> OneViewTable(const std::string& view) {
+  TableSpec table;
+  table.name = "App";
+  table.key.partition = "PK";
+  ViewSpec spec;
+  spec.name = view;
+  spec.table = "App";
+  table.views.push_back(spec);
+  return {table};
+}
 
 // Parses `yaml` into `config` with its storage at `dir` and a 16 MiB map (tests grow it by
 // MDB_MAP_FULL like the daemon), then opens `store` there.

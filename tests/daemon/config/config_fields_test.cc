@@ -78,7 +78,7 @@ TEST(ConfigFieldsTest, EnvironmentSettablePathsAreTheSectionsFields) {
   EXPECT_EQ(EnvironmentSettablePaths(),
             (std::vector<std::string>{
                 "storage.map_size", "storage.max_map_size", "storage.write_map",
-                "storage.flush_interval_ms", "storage.verify_at_start", "server.fast_reads", "server.ready_max_lag_seconds",
+                "storage.flush_interval_ms", "storage.verify_at_start", "storage.backup_dir", "server.fast_reads", "server.ready_max_lag_seconds",
                 "server.max_wait_ms", "server.fast_reads_max_request_bytes",
                 "server.fast_reads_max_buffered_per_connection",
                 "server.fast_reads_max_buffered_bytes", "server.fast_reads_max_waits_per_connection",

@@ -3,6 +3,7 @@
 #include <lmdb.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -55,6 +56,13 @@ StorageConfig Storage(const std::string& path, uint64_t map_size = 8 * kMiB,
   config.map_size = map_size;
   config.max_map_size = max_map_size;
   return config;
+}
+
+// Disk blocks the file holds (st_blocks counts 512-byte units).
+uint64_t AllocatedBytes(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return 0;
+  return static_cast<uint64_t>(st.st_blocks) * 512;
 }
 
 std::unique_ptr<Store> OpenOrDie(const StorageConfig& config, const std::vector<TableSpec>& tables) {
@@ -133,6 +141,7 @@ TEST(StoreTest, WriteMapSizesTheFileToTheMapAndEitherModeReadsTheOther) {
     ASSERT_NE(store, nullptr);
     ASSERT_TRUE(PutAndCommit(*store, store->items("App"), {{"k1", "written with the map"}}).ok());
     EXPECT_EQ(std::filesystem::file_size(dir.path() + "/data.mdb"), 8 * kMiB);
+    EXPECT_EQ(AllocatedBytes(dir.path() + "/data.mdb"), 8 * kMiB);  // reserved, not sparse
   }
   config.write_map = false;
   EXPECT_EQ(StoreEnvFlags(config), unsigned{MDB_NOTLS | MDB_NOMETASYNC});
@@ -579,6 +588,54 @@ TEST(StoreTest, GrowMapAtTheMaximumFromTheStart) {
   EXPECT_EQ(Text(s),
             "the LMDB map is full at storage.max_map_size (1048576 bytes); raise "
             "storage.max_map_size or free disk space");
+}
+
+// A growth reserves the larger file's disk first, in either write mode: where the file system
+// refuses (here RLIMIT_FSIZE, as a full disk would with ENOSPC) the growth fails like a full
+// map, the file and the map stay as they were, and a later growth succeeds once there is room.
+TEST(StoreTest, GrowthTheFileSystemCannotHoldFailsUntilThereIsRoom) {
+  for (bool write_map : {true, false}) {
+    SCOPED_TRACE(write_map ? "write map" : "pwrite");
+    TempDir dir;
+    StorageConfig config = Storage(dir.path(), 1 * kMiB, 8 * kMiB);
+    config.write_map = write_map;
+    std::unique_ptr<Store> store = OpenOrDie(config, Tables({}));
+    ASSERT_NE(store, nullptr);
+    EXPECT_EQ(store->write_map(), write_map);
+    EXPECT_EQ(AllocatedBytes(dir.path() + "/data.mdb"), 1 * kMiB);
+    absl::Status full;
+    const int first = FillUntilFull(*store, store->items("App"), &full);
+    ASSERT_EQ(full.code(), absl::StatusCode::kResourceExhausted) << full;
+
+    struct rlimit saved;
+    ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &saved), 0);
+    struct rlimit small = saved;
+    small.rlim_cur = 1536 * 1024;
+    ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+    void (*saved_handler)(int) = signal(SIGXFSZ, SIG_IGN);
+    absl::Status grown = store->GrowMap();
+    const bool disk_full = store->disk_full();
+    signal(SIGXFSZ, saved_handler);
+    ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &saved), 0);
+    EXPECT_EQ(grown.code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_EQ(Text(grown), "cannot grow the LMDB map to 2097152 bytes: cannot reserve 2097152 "
+                           "bytes of disk for \"" + dir.path() + "/data.mdb\": File too large; "
+                           "free disk space (or raise the file size limit) for storage.path, the "
+                           "writer retries");
+    EXPECT_TRUE(disk_full);
+    EXPECT_EQ(store->map_size(), 1 * kMiB);
+    EXPECT_EQ(std::filesystem::file_size(dir.path() + "/data.mdb"), 1 * kMiB);
+
+    ASSERT_TRUE(store->GrowMap().ok());  // room again
+    EXPECT_FALSE(store->disk_full());
+    EXPECT_EQ(store->map_size(), 2 * kMiB);
+    EXPECT_EQ(AllocatedBytes(dir.path() + "/data.mdb"), 2 * kMiB);
+    const int second = FillUntilFull(*store, store->items("App"), &full);
+    EXPECT_GT(second, 0);
+    auto txn = store->BeginRead();
+    ASSERT_TRUE(txn.ok());
+    EXPECT_EQ((*txn)->Entries(store->items("App")), static_cast<uint64_t>(first + second));
+  }
 }
 
 // ---- Readers and the writer

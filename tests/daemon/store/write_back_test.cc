@@ -18,22 +18,14 @@
 #include "daemon/store/store.h"
 #include "gtest/gtest.h"
 #include "tests/fakes/temp_dir.h"
+#include "tests/fakes/test_store.h"
 
 namespace cdcview {
 namespace {
 
 constexpr uint64_t kMiB = 1 << 20;
 
-std::vector<TableSpec> Tables() {
-  TableSpec table;
-  table.name = "App";
-  table.key.partition = "PK";
-  ViewSpec view;
-  view.name = "V";
-  view.table = "App";
-  table.views.push_back(view);
-  return {table};
-}
+std::vector<TableSpec> Tables() { return test::OneViewTable("V"); }
 
 StorageConfig Storage(const std::string& path, uint32_t flush_interval_ms,
                       uint64_t map_size = 8 * kMiB, uint64_t max_map_size = 64 * kMiB) {

@@ -1,0 +1,42 @@
+#include "daemon/server/admin_service.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/log/log.h"
+#include "daemon/server/error_text.h"
+#include "daemon/store/backup.h"
+
+namespace cdcview {
+namespace {
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), BoundStatusMessage(s.message()));
+}
+
+}  // namespace
+
+grpc::Status AdminService::Backup(grpc::ServerContext*, const v1::BackupRequest* request,
+                                  v1::BackupResponse* response) {
+  absl::StatusOr<std::filesystem::path> target = ResolveBackupTarget(backup_dir_, request->directory());
+  if (!target.ok()) return ToGrpc(target.status());
+  if (!backup_mu_.TryLock()) {
+    return grpc::Status(grpc::StatusCode::ABORTED,
+                        "another backup is running; try again once it has finished");
+  }
+  LogInfo(absl::StrCat("backup to \"", target->string(), "\" started"));
+  absl::StatusOr<BackupResult> result = BackupStore(*store_, *target, absl::Now());
+  backup_mu_.Unlock();
+  if (!result.ok()) {
+    LogError(absl::StrCat("backup to \"", target->string(), "\" failed: ", result.status().message()));
+    return ToGrpc(result.status());
+  }
+  LogInfo(absl::StrCat("backup to \"", result->directory, "\" done: ", result->data_bytes,
+                       " bytes"));
+  response->set_directory(result->directory);
+  response->set_data_bytes(result->data_bytes);
+  response->set_manifest(result->manifest);
+  return grpc::Status::OK;
+}
+
+}  // namespace cdcview

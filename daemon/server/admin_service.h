@@ -1,0 +1,34 @@
+// AdminService: cdcview.v1.AdminService, the operations on the daemon itself, served on the
+// main gRPC port beside ViewService (ViewServer registers it). Backup writes an online copy
+// of the store into a new directory inside storage.backup_dir (store/backup.h).
+//
+// Thread-safety: gRPC calls it from its handler threads; one backup runs at a time, a second
+// request meanwhile is ABORTED. Ownership: borrows the Store, which must outlive it.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "cdcview/v1/admin_service.grpc.pb.h"
+#include "daemon/store/store.h"
+
+namespace cdcview {
+
+class AdminService final : public v1::AdminService::Service {
+ public:
+  // `backup_dir` is storage.backup_dir (empty: Backup is refused with FAILED_PRECONDITION).
+  AdminService(Store* store, std::string backup_dir)
+      : store_(store), backup_dir_(std::move(backup_dir)) {}
+
+  grpc::Status Backup(grpc::ServerContext* context, const v1::BackupRequest* request,
+                      v1::BackupResponse* response) override;
+
+ private:
+  Store* const store_;
+  const std::string backup_dir_;
+  absl::Mutex backup_mu_;  // held for a backup's duration; TryLock refuses a second one
+};
+
+}  // namespace cdcview
