@@ -81,7 +81,10 @@ absl::StatusOr<Applier::Outcome> Applier::PrepareEvent(const ReadTxn& snapshot, 
           "sources replay into a new one"));
     }
     had_record = true;
+    // A stored sequence number longer than any valid one was accepted before decoders
+    // checked lengths: it orders nothing, so the item's real changes replace its state.
     if (!event.sequence_number.empty() && !stored->sequence_number.empty() &&
+        stored->sequence_number.size() <= kMaxSequenceNumberDigits &&
         CompareSequenceNumbers(event.sequence_number, stored->sequence_number) <= 0) {
       return Outcome::kSkipped;
     }
