@@ -51,6 +51,7 @@ struct ServerConfig {
   // A view's health service ("cdcview.view.<name>") is SERVING only while the view is READY
   // and every source of its table is at most this far behind (finished/caught-up sources: 0).
   uint32_t ready_max_lag_seconds = 60;
+  static constexpr uint32_t kMaxReadyLagSeconds = 86400;  // a day
 
   bool operator==(const ServerConfig&) const = default;
 };
@@ -68,6 +69,8 @@ struct ApplyConfig {
   // Every this many seconds, one info line per source with its event counts (applied,
   // skipped, rejected: since the last line and in total) and lag; 0: none.
   uint32_t log_counts_seconds = 30;
+  static constexpr uint32_t kMaxDelayMs = 60000;            // max_delay_ms: a minute
+  static constexpr uint32_t kMaxLogCountsSeconds = 86400;   // log_counts_seconds: a day
 
   bool operator==(const ApplyConfig&) const = default;
 };
@@ -131,6 +134,12 @@ struct DynamoDbSourceConfig {
   uint32_t scan_read_capacity_percent = 50;  // 1..100, of provisioned ReadCapacityUnits
   uint32_t scan_read_units_per_second = 0;   // on-demand tables; 0: unthrottled
   std::string dead_letter_path;              // default: <storage.path>/dead-letters/<source>.ndjson
+
+  // The bounds of the fields above (config_fields.cc says why in its messages).
+  static constexpr uint32_t kMaxPollIntervalMs = 60000;         // a minute
+  static constexpr uint32_t kMaxDiscoveryIntervalMs = 3600000;  // an hour
+  static constexpr uint32_t kMaxThreads = 1024;  // shard_concurrency, scan_segments
+  static constexpr uint32_t kMaxScanReadUnitsPerSecond = 1000000;
 
   bool operator==(const DynamoDbSourceConfig&) const = default;
 };
