@@ -26,7 +26,8 @@ absl::StatusOr<std::unique_ptr<ChangeSource>> MakeSource(uint32_t index, const S
                                                          MetricsRegistry* metrics) {
   switch (config.kind) {
     case SourceConfig::Kind::kFile:
-      return std::make_unique<FileSource>(index, config);
+      return std::make_unique<FileSource>(index, config,
+                                          std::make_unique<FileProbe>(*metrics, config.name));
     case SourceConfig::Kind::kDynamoDb:
       // The config loader checked that the source's table is declared.
       return std::make_unique<DynamoDbSource>(index, config, *all.FindTable(config.table), metrics);

@@ -91,8 +91,14 @@ struct WatchConfig {
 
 struct FileSourceConfig {
   std::string path;
-  bool follow = false;              // keep reading as the file grows (tail -f)
+  // Keep reading as the file grows, and follow it when it is truncated or replaced (tail -F).
+  bool follow = false;
   std::string dead_letter_path;     // default: <storage.path>/dead-letters/<source>.ndjson
+  // A longer line is rejected (record_too_large), its first 4 KiB dead-lettered, and reading
+  // goes on after it. A line is held in memory whole while it is read; a DynamoDB stream
+  // record is at most about 800 KB (two 400 KB images).
+  uint64_t max_line_bytes = 16ull << 20;
+  static constexpr uint64_t kMaxLineBytes = 256ull << 20;  // max_line_bytes at most
 
   bool operator==(const FileSourceConfig&) const = default;
 };

@@ -149,6 +149,8 @@ const FieldTable<FileSourceConfig>& FileSourceFields() {
       Required(Text("path", &S::path)),
       Flag("follow", &S::follow),
       Text("dead_letter_path", &S::dead_letter_path),
+      Size("max_line_bytes", &S::max_line_bytes, S::kMaxLineBytes,
+           "each line is held in memory whole while it is read"),
   };
   return table;
 }

@@ -7,6 +7,7 @@ the tests only read from it.
 
 import json
 import math
+import os
 import re
 import time
 from decimal import Decimal
@@ -489,7 +490,7 @@ def test_cli_scan_get_views_status(sample, model):
     assert status == {
         "source": "sample", "kind": "file", "table": "App", "state": "finished",
         "applied": 3134, "skipped": 0, "rejected": 0, "lag_seconds": 0,
-        "positions": {"": f"{size}:3135"}}
+        "positions": {"": f"{size}:3135:0:{os.stat(SAMPLE).st_ino}"}}
 
 
 def test_cli_errors(sample):

@@ -460,7 +460,12 @@ TEST(ConfigErrorTest, SourceTypes) {
                     "  - { name: x, table: App, file: { path: a, folow: true } }\n"
                     "tables: [ { name: App, key: { partition: PK } } ]\n"),
             "t.yaml:2: sources[0].file: unknown field \"folow\" (expected one of path, follow, "
-            "dead_letter_path)");
+            "dead_letter_path, max_line_bytes)");
+  EXPECT_EQ(ErrorOf("sources:\n"
+                    "  - { name: x, table: App, file: { path: a, max_line_bytes: 257MiB } }\n"
+                    "tables: [ { name: App, key: { partition: PK } } ]\n"),
+            "t.yaml:2: sources[0].file.max_line_bytes: 257MiB is larger than this system allows "
+            "(at most 256MiB: each line is held in memory whole while it is read)");
   EXPECT_EQ(ErrorOf("sources:\n"
                     "  - { name: x, table: App, file: { path: a, follow: maybe } }\n"
                     "tables: [ { name: App, key: { partition: PK } } ]\n"),

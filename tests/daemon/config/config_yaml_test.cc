@@ -231,6 +231,7 @@ TEST(ConfigToYamlTest, PrintsEveryDefaultExactly) {
             "      path: \"in.ndjson\"\n"
             "      follow: false\n"
             "      dead_letter_path: \"./data/dead-letters/s.ndjson\"\n"
+            "      max_line_bytes: \"16MiB\"\n"
             "tables:\n"
             "  - name: \"T\"\n"
             "    key:\n"
