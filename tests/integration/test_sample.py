@@ -563,7 +563,7 @@ def test_get_status(sample):
     assert (s.name, s.kind, s.table, s.state, s.error) == ("sample", "file", "App", "finished", "")
     assert (s.events_applied, s.events_skipped, s.events_rejected) == (3134, 0, 0)
     assert [(p.source, p.partition, p.position) for p in s.positions] == [
-        ("sample", "", f"{size}:3135")]
+        ("sample", "", f"{size}:3135:0:{os.stat(SAMPLE).st_ino}")]
     # Finished: nothing more to read, so not behind (as readiness counts it), although its
     # last batch's events were created long before they were applied (the metric says so).
     assert s.lag_seconds == 0
