@@ -2,9 +2,11 @@
 // Debezium envelope, cdcview.v1.ChangeEvent protobuf). A plain value type.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "index_builders/attribute_value.h"
 
@@ -29,5 +31,11 @@ std::string_view ChangeKindName(ChangeEvent::Kind kind);  // "INSERT", "MODIFY",
 
 // Compares two sequence numbers (decimal digit strings, no sign) numerically.
 int CompareSequenceNumbers(std::string_view a, std::string_view b);
+
+// The most digits a sequence number may have: DynamoDB's have 21 to 40. Decoders reject a
+// longer one: it would order after every real change of its item, so that each of them
+// would be skipped as already applied. Shorter ones are accepted (hand-written files, other
+// producers).
+inline constexpr size_t kMaxSequenceNumberDigits = 40;
 
 }  // namespace cdcview

@@ -27,7 +27,8 @@ absl::StatusOr<std::unique_ptr<ChangeSource>> MakeSource(uint32_t index, const S
                                                          MetricsRegistry* metrics) {
   switch (config.kind) {
     case SourceConfig::Kind::kFile:
-      return std::make_unique<FileSource>(index, config);
+      return std::make_unique<FileSource>(index, config,
+                                          std::make_unique<FileProbe>(*metrics, config.name));
     case SourceConfig::Kind::kDynamoDb:
       // The config loader checked that the source's table is declared.
       return std::make_unique<DynamoDbSource>(index, config, *all.FindTable(config.table), metrics);
@@ -132,6 +133,7 @@ absl::Status Application::Init() {
   readiness_ = std::thread([this] { ReadinessMain(); });
   LogInfo(absl::StrCat("cdcviewd serving gRPC on port ", server_->port(), ", metrics on port ",
                        metrics_->port(), ", store in ", config_.storage.path));
+  started_ = true;
   return absl::OkStatus();
 }
 
@@ -246,12 +248,18 @@ void Application::Shutdown() {
     server_->Shutdown(grace_ms);
   }
   if (fast_reads_drain.joinable()) fast_reads_drain.join();
+  const auto elapsed_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::steady_clock::now() - drain_start)
+                              .count();
+  if (!started_) {
+    // Nothing was read or served: what Start opened before its failure is closed, and the
+    // failure itself is what the caller reports.
+    LogInfo(absl::StrCat("cdcviewd did not start; closed what it had opened in ", elapsed_ms,
+                         " ms"));
+    return;
+  }
   // The drain time is what terminationGracePeriodSeconds must exceed (deploy/k8s).
-  LogInfo(absl::StrCat("cdcviewd stopped; drained in ",
-                       std::chrono::duration_cast<std::chrono::milliseconds>(
-                           std::chrono::steady_clock::now() - drain_start)
-                           .count(),
-                       " ms"));
+  LogInfo(absl::StrCat("cdcviewd stopped; drained in ", elapsed_ms, " ms"));
 }
 
 Application::~Application() { Shutdown(); }

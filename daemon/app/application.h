@@ -108,6 +108,8 @@ class Application {
   std::vector<EventCounts> logged_counts_;
   std::vector<std::optional<SourceState>> logged_states_;
   bool shut_down_ = false;
+  // Init got through every phase: only then did it read or serve anything to drain.
+  bool started_ = false;
 };
 
 }  // namespace cdcview

@@ -90,7 +90,10 @@ absl::StatusOr<Applier::Outcome> Applier::PrepareEvent(const ReadTxn& snapshot, 
     }
     had_record = true;
     if (!replaced_removed_ms) replaced_removed_ms = stored->removed_ms;
+    // A stored sequence number longer than any valid one orders nothing, so the item's real
+    // changes replace its state.
     if (!event.sequence_number.empty() && !stored->sequence_number.empty() &&
+        stored->sequence_number.size() <= kMaxSequenceNumberDigits &&
         CompareSequenceNumbers(event.sequence_number, stored->sequence_number) <= 0) {
       return Outcome::kSkipped;
     }

@@ -203,9 +203,11 @@ class Loader {
   absl::StatusOr<std::string> ReadUniqueName(const Fields& fields, const char* kind,
                                              std::map<std::string, int, std::less<>>* lines) const;
   absl::StatusOr<bool> ReadBool(const Fields::Entry& entry, std::string_view path) const;
+  // `why_max`, where given, is appended to the message: why `max` is the limit.
   absl::StatusOr<uint32_t> ReadUint32(const Fields::Entry& entry, std::string_view path,
                                       uint32_t min,
-                                      uint32_t max = std::numeric_limits<uint32_t>::max()) const;
+                                      uint32_t max = std::numeric_limits<uint32_t>::max(),
+                                      std::string_view why_max = {}) const;
   absl::StatusOr<uint64_t> ReadSize(const Fields::Entry& entry, std::string_view path,
                                     uint64_t max, std::string_view why_max) const;
   absl::StatusOr<AttrType> ReadKeyType(const Fields::Entry& entry, std::string_view path) const;
@@ -397,13 +399,15 @@ absl::StatusOr<bool> Loader::ReadBool(const Fields::Entry& entry, std::string_vi
 }
 
 absl::StatusOr<uint32_t> Loader::ReadUint32(const Fields::Entry& entry, std::string_view path,
-                                            uint32_t min, uint32_t max) const {
+                                            uint32_t min, uint32_t max,
+                                            std::string_view why_max) const {
   uint32_t value = 0;
   if (!entry.value.IsScalar() || !absl::SimpleAtoi(entry.value.Scalar(), &value) ||
       value < min || value > max || !absl::ascii_isdigit(entry.value.Scalar().front())) {
     return Error(ValueNode(entry), path,
                  Cat("expected a whole number from ", min, " to ", max, ", got ",
-                     Describe(entry.value)));
+                     Describe(entry.value),
+                     why_max.empty() ? std::string() : Cat(" (at most ", max, ": ", why_max, ")")));
   }
   return value;
 }
@@ -538,7 +542,7 @@ absl::Status Loader::ReadField(const Fields::Entry& entry, std::string_view path
           },
           [&](const FlagRule<S>& r) { return store(ReadBool(entry, path), block->*r.member); },
           [&](const WholeRule<S>& r) {
-            absl::StatusOr<uint32_t> n = ReadUint32(entry, path, r.min, r.max);
+            absl::StatusOr<uint32_t> n = ReadUint32(entry, path, r.min, r.max, r.why_max);
             if (n.ok() && r.check != nullptr) {
               if (std::string_view problem = r.check(*n); !problem.empty()) {
                 return Error(entry.value, path, problem);

@@ -61,6 +61,7 @@ struct ServerConfig {
   // A view's health service ("cdcview.view.<name>") is SERVING only while the view is READY
   // and every source of its table is at most this far behind (finished/caught-up sources: 0).
   uint32_t ready_max_lag_seconds = 60;
+  static constexpr uint32_t kMaxReadyLagSeconds = 86400;  // a day
   // A read that waits for a position (ReadConsistency) without a deadline of its own waits at
   // most this long, on both ports, then answers DEADLINE_EXCEEDED.
   uint32_t max_wait_ms = 10000;
@@ -106,6 +107,8 @@ struct ApplyConfig {
   // Every this many seconds, one info line per source with its event counts (applied,
   // skipped, rejected: since the last line and in total) and lag; 0: none.
   uint32_t log_counts_seconds = 30;
+  static constexpr uint32_t kMaxDelayMs = 60000;            // max_delay_ms: a minute
+  static constexpr uint32_t kMaxLogCountsSeconds = 86400;   // log_counts_seconds: a day
   // Tombstones a compaction step drops at most (see TombstoneCompactor): the step is a write
   // transaction between two batches, so this bounds how long it can hold the next batch up.
   uint32_t tombstone_compaction_step = 1000;
@@ -154,9 +157,15 @@ inline constexpr uint32_t kKafkaDefaultRetentionSeconds = 7 * 24 * 3600;
 
 struct FileSourceConfig {
   std::string path;
-  bool follow = false;              // keep reading as the file grows (tail -f)
+  // Keep reading as the file grows, and follow it when it is truncated or replaced (tail -F).
+  bool follow = false;
   std::string dead_letter_path;     // default: <storage.path>/dead-letters/<source>.ndjson
   uint32_t tombstone_horizon_seconds = kStreamsRetentionSeconds;
+  // A longer line is rejected (record_too_large), its first 4 KiB dead-lettered, and reading
+  // goes on after it. A line is held in memory whole while it is read; a DynamoDB stream
+  // record is at most about 800 KB (two 400 KB images).
+  uint64_t max_line_bytes = 16ull << 20;
+  static constexpr uint64_t kMaxLineBytes = 256ull << 20;  // max_line_bytes at most
 
   bool operator==(const FileSourceConfig&) const = default;
 };
@@ -200,6 +209,12 @@ struct DynamoDbSourceConfig {
   uint32_t scan_read_units_per_second = 0;   // on-demand tables; 0: unthrottled
   std::string dead_letter_path;              // default: <storage.path>/dead-letters/<source>.ndjson
   uint32_t tombstone_horizon_seconds = kStreamsRetentionSeconds;
+
+  // The bounds of the fields above (config_fields.cc says why in its messages).
+  static constexpr uint32_t kMaxPollIntervalMs = 60000;         // a minute
+  static constexpr uint32_t kMaxDiscoveryIntervalMs = 3600000;  // an hour
+  static constexpr uint32_t kMaxThreads = 1024;  // shard_concurrency, scan_segments
+  static constexpr uint32_t kMaxScanReadUnitsPerSecond = 1000000;
 
   bool operator==(const DynamoDbSourceConfig&) const = default;
 };

@@ -33,7 +33,14 @@ Field<S> Flag(std::string_view key, bool S::*member) {
 template <typename S>
 Field<S> Whole(std::string_view key, uint32_t S::*member, uint32_t min, uint32_t max = kNoMax,
                std::string_view (*check)(uint32_t) = nullptr) {
-  return {key, WholeRule<S>{member, min, max, check}};
+  return {key, WholeRule<S>{member, min, max, check, {}}};
+}
+
+// A whole number from `min` to `max`, where the message says why `max` is the limit.
+template <typename S>
+Field<S> Bounded(std::string_view key, uint32_t S::*member, uint32_t min, uint32_t max,
+                 std::string_view why_max) {
+  return {key, WholeRule<S>{member, min, max, nullptr, why_max}};
 }
 
 template <typename S>
@@ -102,7 +109,9 @@ const FieldTable<ServerConfig>& ServerFields() {
       HostPort("grpc", &S::grpc, "50051", /*may_disable=*/false),
       HostPort("fast_reads", &S::fast_reads, "50052", /*may_disable=*/true),
       HostPort("metrics", &S::metrics, "9464", /*may_disable=*/true),
-      Whole("ready_max_lag_seconds", &S::ready_max_lag_seconds, 0),
+      Bounded("ready_max_lag_seconds", &S::ready_max_lag_seconds, 0, S::kMaxReadyLagSeconds,
+              "a view a day behind is not ready by any measure, and DynamoDB Streams keeps "
+              "records only 24 hours"),
       Whole("max_wait_ms", &S::max_wait_ms, 1, S::kMaxWaitMs),
       Size("fast_reads_max_request_bytes", &S::fast_reads_max_request_bytes,
            S::kMaxFastReadsRequestBytes, kWhyMaxRequests),
@@ -129,9 +138,12 @@ const FieldTable<ApplyConfig>& ApplyFields() {
   // would never move. No count lines is a valid choice too.
   static const FieldTable<S> table = {
       Whole("batch_size", &S::batch_size, 1, S::kMaxEventsInMemory),
-      Whole("max_delay_ms", &S::max_delay_ms, 0),
+      Bounded("max_delay_ms", &S::max_delay_ms, 0, S::kMaxDelayMs,
+              "a partial batch waits this long for more events, and no read sees them "
+              "meanwhile"),
       Whole("queue_capacity", &S::queue_capacity, 1, S::kMaxEventsInMemory),
-      Whole("log_counts_seconds", &S::log_counts_seconds, 0),
+      Bounded("log_counts_seconds", &S::log_counts_seconds, 0, S::kMaxLogCountsSeconds,
+              "a count line at least once a day; 0 turns them off"),
       // At least one tombstone per step, or compaction never moves.
       Whole("tombstone_compaction_step", &S::tombstone_compaction_step, 1,
             S::kMaxTombstoneCompactionStep),
@@ -178,6 +190,8 @@ const FieldTable<FileSourceConfig>& FileSourceFields() {
       Text("dead_letter_path", &S::dead_letter_path),
       Whole("tombstone_horizon_seconds", &S::tombstone_horizon_seconds, 0, kNoMax,
             CheckTombstoneHorizon),
+      Size("max_line_bytes", &S::max_line_bytes, S::kMaxLineBytes,
+           "each line is held in memory whole while it is read"),
   };
   return table;
 }
@@ -213,17 +227,23 @@ const FieldTable<DynamoDbSourceConfig>& DynamoDbSourceFields() {
       Text("endpoint", &S::endpoint),
       Choice("start", &S::start,
              {{"trim_horizon", S::Start::kTrimHorizon}, {"latest", S::Start::kLatest}}),
-      Whole("poll_interval_ms", &S::poll_interval_ms, 0),
-      Whole("shard_concurrency", &S::shard_concurrency, 1),
-      Whole("discovery_interval_ms", &S::discovery_interval_ms, 100),
+      Bounded("poll_interval_ms", &S::poll_interval_ms, 0, S::kMaxPollIntervalMs,
+              "a new record on an idle shard waits this long to be read"),
+      Bounded("shard_concurrency", &S::shard_concurrency, 1, S::kMaxThreads,
+              "one thread each"),
+      Bounded("discovery_interval_ms", &S::discovery_interval_ms, 100, S::kMaxDiscoveryIntervalMs,
+              "the records of a new shard wait this long to be found, and DynamoDB Streams "
+              "keeps them only 24 hours"),
       Choice("snapshot", &S::snapshot,
              {{"none", S::Snapshot::kNone}, {"scan", S::Snapshot::kScan}}),
-      Whole("scan_segments", &S::scan_segments, 1),
+      Bounded("scan_segments", &S::scan_segments, 1, S::kMaxThreads, "one thread each"),
       Whole("scan_read_capacity_percent", &S::scan_read_capacity_percent, 1, kNoMax,
             [](uint32_t n) -> std::string_view {
               return n <= 100 ? "" : "expected a percentage of the table's read capacity, 1 to 100";
             }),
-      Whole("scan_read_units_per_second", &S::scan_read_units_per_second, 0),
+      Bounded("scan_read_units_per_second", &S::scan_read_units_per_second, 0,
+              S::kMaxScanReadUnitsPerSecond,
+              "25 times DynamoDB's default read quota of a table, 40,000 units per second"),
       Text("dead_letter_path", &S::dead_letter_path),
       Whole("tombstone_horizon_seconds", &S::tombstone_horizon_seconds, 0, kNoMax,
             CheckTombstoneHorizon),

@@ -48,12 +48,14 @@ struct FlagRule {
 
 // A whole number from `min` to `max`. `check`, where set, says what is wrong with a number in
 // that range ("" when nothing is): for the values the range alone would explain badly.
+// `why_max`, where set, says in the message why `max` is the limit.
 template <typename S>
 struct WholeRule {
   uint32_t S::*member;
   uint32_t min;
   uint32_t max;
   std::string_view (*check)(uint32_t);
+  std::string_view why_max;
 };
 
 // A byte size above 0: "4GiB", "512MiB", "1048576" (see ParseByteSize); printed in the

@@ -330,6 +330,12 @@ absl::Status CheckSequenceNumber(std::string_view text) {
     return PathError("dynamodb.SequenceNumber",
                      absl::StrCat("expected decimal digits, got ", Quoted(text)));
   }
+  if (text.size() > kMaxSequenceNumberDigits) {
+    return PathError("dynamodb.SequenceNumber",
+                     absl::StrCat("expected at most ", kMaxSequenceNumberDigits,
+                                  " decimal digits (DynamoDB's have 21 to 40), got ",
+                                  text.size()));
+  }
   return absl::OkStatus();
 }
 

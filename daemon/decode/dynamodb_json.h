@@ -16,6 +16,7 @@
 //   dynamodb.NewImage.x: unknown attribute type "Q"
 //   dynamodb.Keys.PK: invalid base64
 //   dynamodb.SequenceNumber: expected decimal digits, got "12a"
+//   dynamodb.SequenceNumber: expected at most 40 decimal digits (DynamoDB's have 21 to 40), got 1000
 // Fields the decoder does not use (eventVersion, tableName, ...) are ignored, so newer
 // stream formats keep working.
 #pragma once

@@ -55,6 +55,10 @@ absl::Status CheckSequenceNumber(const std::string& text) {
                        absl::StrCat("expected decimal digits, got \"", absl::CHexEscape(text), "\""));
     }
   }
+  if (text.size() > kMaxSequenceNumberDigits) {
+    return PathError("sequence_number", absl::StrCat("expected at most ", kMaxSequenceNumberDigits,
+                                                     " decimal digits, got ", text.size()));
+  }
   return absl::OkStatus();
 }
 

@@ -9,6 +9,7 @@
 //   new_image: is required for INSERT
 //   new_image.total: number "abc" is not a valid number
 //   sequence_number: expected decimal digits, got "12a"
+//   sequence_number: expected at most 40 decimal digits, got 1000
 // Pure functions; thread-safe. Decoded events own their data.
 #pragma once
 

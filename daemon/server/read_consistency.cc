@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -51,12 +52,23 @@ int ShardRank(std::string_view p) {
   return -1;
 }
 
-// The byte offset of a file position "<byte offset>:<line>".
-bool FileOffset(std::string_view p, uint64_t* offset) {
-  size_t colon = p.find(':');
-  uint64_t line;
-  return colon != std::string_view::npos && ParseUnsigned(p.substr(0, colon), offset) &&
-         ParseUnsigned(p.substr(colon + 1), &line);
+// Where a file position "<byte offset>:<line>:<generation>:<inode>" (or the older
+// "<byte offset>:<line>", generation 0) is, in the order the source reads: (generation, offset).
+bool FilePlace(std::string_view p, std::pair<uint64_t, uint64_t>* place) {
+  uint64_t fields[4] = {0, 0, 0, 0};
+  size_t n = 0;
+  for (size_t start = 0; n < 4; ++n) {
+    const size_t colon = p.find(':', start);
+    if (!ParseUnsigned(p.substr(start, colon == std::string_view::npos ? colon : colon - start),
+                       &fields[n])) {
+      return false;
+    }
+    if (colon == std::string_view::npos) break;
+    start = colon + 1;
+  }
+  if (n != 1 && n != 3) return false;  // 2 or 4 fields
+  *place = {fields[2], fields[0]};
+  return true;
 }
 
 }  // namespace
@@ -160,9 +172,11 @@ absl::StatusOr<bool> PositionReached(SourceConfig::Kind kind, std::string_view p
       return ParseUnsigned(applied, &have) && have >= want;
     }
     case SourceConfig::Kind::kFile: {
-      uint64_t want, have;
-      if (!FileOffset(wanted, &want)) return bad("a file position <byte offset>:<line>");
-      return FileOffset(applied, &have) && have >= want;
+      std::pair<uint64_t, uint64_t> want, have;
+      if (!FilePlace(wanted, &want)) {
+        return bad("a file position <byte offset>:<line>:<generation>:<inode>");
+      }
+      return FilePlace(applied, &have) && have >= want;
     }
     case SourceConfig::Kind::kDynamoDb: {
       if (partition.starts_with("scan/")) return applied == wanted || applied == "DONE";

@@ -53,7 +53,9 @@ absl::StatusOr<std::vector<v1::AppliedPosition::Entry>> DecodePositionToken(
 // Whether a partition's stored next position `applied` is at or past `wanted`, for a source
 // of `kind`:
 //   kafka     next offsets, decimal: numeric order;
-//   file      "<byte offset>:<line>": byte offsets in numeric order;
+//   file      "<byte offset>:<line>:<generation>:<inode>" (or the older "<byte offset>:<line>",
+//             generation 0): (generation, byte offset) in numeric order, a generation counting
+//             the times the source went back to the start of a truncated or rotated file;
 //   dynamodb  shard: "" < "TRIM_HORIZON" < sequence numbers (decimal strings of any length,
 //             numeric order) < "END"; scan segment ("scan/<i>"): its LastEvaluatedKeys have no
 //             order we know, so only the same key or "DONE" reach it.

@@ -6,12 +6,15 @@
 // source resumes from those positions. Implementations are thread-safe for Start/Stop/Health.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "daemon/state/source_health.h"
@@ -43,6 +46,9 @@ struct SourceRecord {
   std::string reason;             // metric label for a rejection: "malformed_json", "bad_record", ...
   std::string locator;            // where it came from, for messages: "line 17", "orders/3@1234"
   std::string raw;                // the record as read, for the dead-letter sink
+  // The record's size when it was too large to keep: `raw` then holds only its first
+  // kOversizedRecordHeadBytes (RecordHead). 0 when `raw` is the whole record.
+  uint64_t raw_bytes = 0;
   // Kafka: the message's offset (-1 for other sources). The writer skips a record whose
   // offset is below its partition's stored next offset: a partition revoked and assigned
   // again is read again from the stored offset while older reads may still be queued.
@@ -56,6 +62,20 @@ struct SourceRecord {
   // (cdcview_arrival_lag_seconds) and cdcviewd's own (cdcview_apply_delay_seconds).
   int64_t received_ms = 0;
 };
+
+// How much of a record too large to apply is kept for its dead letter: enough to tell what
+// it is and where it came from, without holding or writing megabytes per rejection.
+inline constexpr size_t kOversizedRecordHeadBytes = 4096;
+
+// The first kOversizedRecordHeadBytes of `raw`, cut before a UTF-8 continuation byte so that
+// a UTF-8 record stays UTF-8 (and readable) in its dead letter.
+inline std::string RecordHead(std::string_view raw) {
+  size_t n = std::min(raw.size(), kOversizedRecordHeadBytes);
+  if (n < raw.size()) {
+    while (n > 0 && (static_cast<unsigned char>(raw[n]) & 0xC0) == 0x80) --n;
+  }
+  return std::string(raw.substr(0, n));
+}
 
 // The writer's current stored positions of one source (partition -> next_position). Must be
 // callable from the source's threads at any time.

@@ -135,6 +135,46 @@ void OnDelivery(rd_kafka_t*, const rd_kafka_message_t* message, void*) {
   delete holder;
 }
 
+// Produces one dead letter of `record` with `value` to `dlt` and waits for its delivery;
+// `value_bytes`, where not 0, is the original value's size (header cdcview.value.bytes).
+rd_kafka_resp_err_t ProduceDeadLetter(rd_kafka_t* rk, const std::string& dlt,
+                                      const SourceRecord& record, const std::string& reason,
+                                      std::string_view value, uint64_t value_bytes) {
+  std::string topic;
+  int32_t partition = -1;
+  if (!ParsePartitionKey(record.partition, &topic, &partition)) topic = record.partition;
+  const std::string partition_text = std::to_string(partition);
+  const std::string offset_text = std::to_string(record.offset);
+
+  rd_kafka_headers_t* headers = rd_kafka_headers_new(5);
+  auto add = [headers](const char* name, const std::string& text) {
+    rd_kafka_header_add(headers, name, -1, text.data(), static_cast<ssize_t>(text.size()));
+  };
+  add("cdcview.source.topic", topic);
+  add("cdcview.source.partition", partition_text);
+  add("cdcview.source.offset", offset_text);
+  add("cdcview.reason", reason);
+  if (value_bytes > 0) add("cdcview.value.bytes", std::to_string(value_bytes));
+
+  auto delivery = std::make_shared<Delivery>();
+  auto* holder = new std::shared_ptr<Delivery>(delivery);
+  rd_kafka_resp_err_t err = rd_kafka_producev(
+      rk, RD_KAFKA_V_TOPIC(dlt.c_str()),
+      RD_KAFKA_V_KEY(record.raw_key.data(), record.raw_key.size()),
+      RD_KAFKA_V_VALUE(const_cast<char*>(value.data()), value.size()),
+      RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(headers),
+      RD_KAFKA_V_OPAQUE(holder), RD_KAFKA_V_END);
+  if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    rd_kafka_headers_destroy(headers);  // not enqueued: still ours, and no callback will come
+    delete holder;
+    return err;
+  }
+  // Waits for this message's acknowledgement (or its failure after message.timeout.ms).
+  rd_kafka_flush(rk, kDeadLetterTimeoutMs + 5000);
+  absl::MutexLock done_lock(&delivery->mu);
+  return delivery->done ? delivery->err : RD_KAFKA_RESP_ERR__TIMED_OUT;
+}
+
 }  // namespace
 
 KafkaDeadLetterSink::KafkaDeadLetterSink(std::string source_name, const KafkaSourceConfig& config,
@@ -185,42 +225,21 @@ absl::Status KafkaDeadLetterSink::Write(const SourceRecord& record, const absl::
   if (producer_ == nullptr) {
     if (absl::Status s = CreateProducerLocked(); !s.ok()) return s;
   }
-  std::string topic;
-  int32_t partition = -1;
-  if (!ParsePartitionKey(record.partition, &topic, &partition)) topic = record.partition;
-  const std::string partition_text = std::to_string(partition);
-  const std::string offset_text = std::to_string(record.offset);
   const std::string reason(why.message().data(), why.message().size());
   const std::string& dlt = config_.dead_letter_topic;
-
-  auto delivery = std::make_shared<Delivery>();
-  auto* holder = new std::shared_ptr<Delivery>(delivery);
-  rd_kafka_resp_err_t err = rd_kafka_producev(
-      producer_->rk, RD_KAFKA_V_TOPIC(dlt.c_str()),
-      RD_KAFKA_V_KEY(record.raw_key.data(), record.raw_key.size()),
-      RD_KAFKA_V_VALUE(const_cast<char*>(record.raw.data()), record.raw.size()),
-      RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-      RD_KAFKA_V_HEADER("cdcview.source.topic", topic.data(), static_cast<ssize_t>(topic.size())),
-      RD_KAFKA_V_HEADER("cdcview.source.partition", partition_text.data(),
-                        static_cast<ssize_t>(partition_text.size())),
-      RD_KAFKA_V_HEADER("cdcview.source.offset", offset_text.data(),
-                        static_cast<ssize_t>(offset_text.size())),
-      RD_KAFKA_V_HEADER("cdcview.reason", reason.data(), static_cast<ssize_t>(reason.size())),
-      RD_KAFKA_V_OPAQUE(holder), RD_KAFKA_V_END);
-  if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-    delete holder;  // not enqueued: no callback will come
-  } else {
-    // Waits for this message's acknowledgement (or its failure after message.timeout.ms).
-    rd_kafka_flush(producer_->rk, kDeadLetterTimeoutMs + 5000);
-    absl::MutexLock done_lock(&delivery->mu);
-    err = delivery->done ? delivery->err : RD_KAFKA_RESP_ERR__TIMED_OUT;
+  rd_kafka_resp_err_t err =
+      ProduceDeadLetter(producer_->rk, dlt, record, reason, record.raw, record.raw_bytes);
+  if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) {
+    // Too large for this producer or topic: its head still says what it was and where from.
+    err = ProduceDeadLetter(producer_->rk, dlt, record, reason, RecordHead(record.raw),
+                            record.raw_bytes > 0 ? record.raw_bytes : record.raw.size());
   }
   if (err == RD_KAFKA_RESP_ERR_NO_ERROR) return absl::OkStatus();
   if (probe_ != nullptr) probe_->RecordError("dead_letter");
   return absl::UnavailableError(absl::StrCat(
       "cannot deliver the dead letter of ", record.locator, " to topic ", dlt, ": ",
-      rd_kafka_err2str(err), "; check that the topic exists and the brokers ", config_.brokers,
-      " are up"));
+      rd_kafka_err2str(err),
+      "; check that the topic exists and the brokers ", config_.brokers, " are up"));
 }
 
 // ---- KafkaSource ----

@@ -55,8 +55,11 @@ namespace cdcview {
 // Produces each rejected message to the dead-letter topic: key = the original key, value = the
 // original value, headers cdcview.source.topic, cdcview.source.partition,
 // cdcview.source.offset (decimal text) and cdcview.reason (what is wrong, with the locator).
-// Write waits until the broker acknowledged the message (acks=all), at most ~10 s. Thread-safe;
-// the producer is created by the first Write.
+// A value too large for the producer or the dead-letter topic (MSG_SIZE_TOO_LARGE: the
+// source topic may allow larger messages than the dead-letter one) is sent again cut to its
+// first kOversizedRecordHeadBytes, with header cdcview.value.bytes (its size), so that no
+// message can stop its source for good. Write waits until the broker acknowledged the message
+// (acks=all), at most ~10 s. Thread-safe; the producer is created by the first Write.
 class KafkaDeadLetterSink : public DeadLetterSink {
  public:
   KafkaDeadLetterSink(std::string source_name, const KafkaSourceConfig& config, KafkaProbe* probe);

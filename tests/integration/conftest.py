@@ -125,10 +125,12 @@ def ref_tuple(entry):
 
 # ---------------------------------------------------------------- the daemon
 
-def expected_position(path):
-    """The file source's position after the last record of `path`: "<offset>:<next line>"."""
+def expected_position(path, generation=0):
+    """The file source's position after the last record of `path`:
+    "<offset>:<next line>:<generation>:<inode>"."""
     with open(path, "rb") as f:
         data = f.read()
+        inode = os.fstat(f.fileno()).st_ino
     position, offset = "0:1", 0
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
@@ -140,7 +142,7 @@ def expected_position(path):
         last = number == len(lines)
         offset += len(line) + (0 if last and not complete else 1)
         if line.strip(b" \t\r"):
-            position = f"{offset}:{number + 1}"
+            position = f"{offset}:{number + 1}:{generation}:{inode}"
     return position
 
 

@@ -7,6 +7,7 @@ the tests only read from it.
 
 import json
 import math
+import os
 import re
 import time
 from decimal import Decimal
@@ -489,7 +490,7 @@ def test_cli_scan_get_views_status(sample, model):
     assert status == {
         "source": "sample", "kind": "file", "table": "App", "state": "finished",
         "applied": 3134, "skipped": 0, "rejected": 0, "lag_seconds": 0,
-        "positions": {"": f"{size}:3135"}}
+        "positions": {"": f"{size}:3135:0:{os.stat(SAMPLE).st_ino}"}}
 
 
 def test_cli_errors(sample):
@@ -562,7 +563,7 @@ def test_get_status(sample):
     assert (s.name, s.kind, s.table, s.state, s.error) == ("sample", "file", "App", "finished", "")
     assert (s.events_applied, s.events_skipped, s.events_rejected) == (3134, 0, 0)
     assert [(p.source, p.partition, p.position) for p in s.positions] == [
-        ("sample", "", f"{size}:3135")]
+        ("sample", "", f"{size}:3135:0:{os.stat(SAMPLE).st_ino}")]
     # Finished: nothing more to read, so not behind (as readiness counts it), although its
     # last batch's events were created long before they were applied (the metric says so).
     assert s.lag_seconds == 0

@@ -460,7 +460,12 @@ TEST(ConfigErrorTest, SourceTypes) {
                     "  - { name: x, table: App, file: { path: a, folow: true } }\n"
                     "tables: [ { name: App, key: { partition: PK } } ]\n"),
             "t.yaml:2: sources[0].file: unknown field \"folow\" (expected one of path, follow, "
-            "dead_letter_path, tombstone_horizon_seconds)");
+            "dead_letter_path, tombstone_horizon_seconds, max_line_bytes)");
+  EXPECT_EQ(ErrorOf("sources:\n"
+                    "  - { name: x, table: App, file: { path: a, max_line_bytes: 257MiB } }\n"
+                    "tables: [ { name: App, key: { partition: PK } } ]\n"),
+            "t.yaml:2: sources[0].file.max_line_bytes: 257MiB is larger than this system allows "
+            "(at most 256MiB: each line is held in memory whole while it is read)");
   EXPECT_EQ(ErrorOf("sources:\n"
                     "  - { name: x, table: App, file: { path: a, follow: maybe } }\n"
                     "tables: [ { name: App, key: { partition: PK } } ]\n"),
@@ -725,6 +730,72 @@ TEST(ConfigTest, ServerLimitsHaveSafeDefaultsAndBounds) {
   EXPECT_EQ(error("fast_reads_request_timeout_ms: 86400001"),
             "t.yaml:1: server.fast_reads_request_timeout_ms: expected a whole number from 100 "
             "to 86400000, got \"86400001\"");
+}
+
+// Each of these counts time, threads or a rate: the message says why its maximum is the one.
+TEST(ConfigErrorTest, IntervalsThreadsAndRatesHaveAMaximumThatSaysWhy) {
+  const std::string tables = "tables: [ { name: App, key: { partition: PK } } ]\n";
+  auto dynamodb = [&](const std::string& field) {
+    return "sources:\n  - name: x\n    table: App\n    dynamodb: { table_name: App, " + field +
+           " }\n" + tables;
+  };
+  EXPECT_EQ(ErrorOf("apply: { max_delay_ms: 60001 }\n" + tables),
+            "t.yaml:1: apply.max_delay_ms: expected a whole number from 0 to 60000, got "
+            "\"60001\" (at most 60000: a partial batch waits this long for more events, and no "
+            "read sees them meanwhile)");
+  EXPECT_EQ(ErrorOf("apply: { log_counts_seconds: 86401 }\n" + tables),
+            "t.yaml:1: apply.log_counts_seconds: expected a whole number from 0 to 86400, got "
+            "\"86401\" (at most 86400: a count line at least once a day; 0 turns them off)");
+  EXPECT_EQ(ErrorOf("server: { ready_max_lag_seconds: 4000000000 }\n" + tables),
+            "t.yaml:1: server.ready_max_lag_seconds: expected a whole number from 0 to 86400, "
+            "got \"4000000000\" (at most 86400: a view a day behind is not ready by any "
+            "measure, and DynamoDB Streams keeps records only 24 hours)");
+  const std::pair<std::string, std::string> dynamodb_fields[] = {
+      {"poll_interval_ms: 60001",
+       "poll_interval_ms: expected a whole number from 0 to 60000, got \"60001\" (at most "
+       "60000: a new record on an idle shard waits this long to be read)"},
+      {"shard_concurrency: 1025",
+       "shard_concurrency: expected a whole number from 1 to 1024, got \"1025\" (at most "
+       "1024: one thread each)"},
+      {"discovery_interval_ms: 3600001",
+       "discovery_interval_ms: expected a whole number from 100 to 3600000, got \"3600001\" "
+       "(at most 3600000: the records of a new shard wait this long to be found, and DynamoDB "
+       "Streams keeps them only 24 hours)"},
+      {"scan_segments: 100000",
+       "scan_segments: expected a whole number from 1 to 1024, got \"100000\" (at most 1024: "
+       "one thread each)"},
+      {"scan_read_units_per_second: 1000001",
+       "scan_read_units_per_second: expected a whole number from 0 to 1000000, got "
+       "\"1000001\" (at most 1000000: 25 times DynamoDB's default read quota of a table, "
+       "40,000 units per second)"},
+  };
+  for (const auto& [field, message] : dynamodb_fields) {
+    EXPECT_EQ(ErrorOf(dynamodb(field)), "t.yaml:4: sources[0].dynamodb." + message);
+  }
+  // The reason explains the maximum whatever is wrong with the value.
+  EXPECT_EQ(ErrorOf(dynamodb("shard_concurrency: many")),
+            "t.yaml:4: sources[0].dynamodb.shard_concurrency: expected a whole number from 1 to "
+            "1024, got \"many\" (at most 1024: one thread each)");
+
+  // Each maximum itself is accepted.
+  absl::StatusOr<Config> largest = Parse(
+      "server: { ready_max_lag_seconds: 86400 }\n"
+      "apply: { max_delay_ms: 60000, log_counts_seconds: 86400 }\n"
+      "sources:\n  - name: x\n    table: App\n"
+      "    dynamodb: { table_name: App, poll_interval_ms: 60000, shard_concurrency: 1024,\n"
+      "                discovery_interval_ms: 3600000, scan_segments: 1024,\n"
+      "                scan_read_units_per_second: 1000000 }\n" +
+      tables);
+  ASSERT_TRUE(largest.ok()) << largest.status();
+  EXPECT_EQ(largest->server.ready_max_lag_seconds, 86400u);
+  EXPECT_EQ(largest->apply.max_delay_ms, 60000u);
+  EXPECT_EQ(largest->apply.log_counts_seconds, 86400u);
+  const DynamoDbSourceConfig& d = largest->sources.at(0).dynamodb;
+  EXPECT_EQ(d.poll_interval_ms, 60000u);
+  EXPECT_EQ(d.shard_concurrency, 1024u);
+  EXPECT_EQ(d.discovery_interval_ms, 3600000u);
+  EXPECT_EQ(d.scan_segments, 1024u);
+  EXPECT_EQ(d.scan_read_units_per_second, 1000000u);
 }
 
 TEST(ConfigErrorTest, AddressesLookLikeHostPort) {

@@ -258,6 +258,7 @@ TEST(ConfigToYamlTest, PrintsEveryDefaultExactly) {
             "      follow: false\n"
             "      dead_letter_path: \"./data/dead-letters/s.ndjson\"\n"
             "      tombstone_horizon_seconds: 86400\n"
+            "      max_line_bytes: \"16MiB\"\n"
             "tables:\n"
             "  - name: \"T\"\n"
             "    key:\n"
@@ -284,8 +285,9 @@ TEST(ReadyMaxLagTest, DefaultsTo60AndTakesAWholeNumber) {
   absl::StatusOr<Config> bad = ParseConfig("server: { ready_max_lag_seconds: -1 }\n" + tables, "t.yaml");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(Text(bad.status()),
-            "t.yaml:1: server.ready_max_lag_seconds: expected a whole number from 0 to "
-            "4294967295, got \"-1\"");
+            "t.yaml:1: server.ready_max_lag_seconds: expected a whole number from 0 to 86400, "
+            "got \"-1\" (at most 86400: a view a day behind is not ready by any measure, and "
+            "DynamoDB Streams keeps records only 24 hours)");
   absl::StatusOr<Config> unknown = ParseConfig("server: { ready_lag: 5 }\n" + tables, "t.yaml");
   ASSERT_FALSE(unknown.ok());
   EXPECT_EQ(Text(unknown.status()),

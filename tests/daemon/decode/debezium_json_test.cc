@@ -56,6 +56,18 @@ TEST_F(DebeziumJsonTest, CreateMapsEveryJsonTypeToAnAttribute) {
   EXPECT_EQ(e.sequence_number, "");
 }
 
+// Debezium's own ordering fields (source.lsn, source.sequence) are per connector, not per
+// item: none becomes a sequence number, however long, so no message can make the item's later
+// changes look already applied. Order comes from the Kafka partition.
+TEST_F(DebeziumJsonTest, ConnectorOrderingFieldsAreNotSequenceNumbers) {
+  const std::string huge(1000, '9');
+  ChangeEvent e = MustDecode(kKey, R"({"op":"u","before":{"a":1},"after":{"a":2},)"
+                                   R"("source":{"lsn":33227720,"sequence":")" + huge +
+                                       R"("},"ts_ms":5})");
+  EXPECT_EQ(e.sequence_number, "");
+  EXPECT_EQ(e.kind, ChangeEvent::Kind::kModify);
+}
+
 TEST_F(DebeziumJsonTest, NumbersKeepTheirExactText) {
   ChangeEvent e = MustDecode(kKey, R"({"op":"c","after":{"x":0.1,"y":1E+2,"z":-0.000}})");
   EXPECT_EQ(e.new_image->at("x"), N("0.1"));

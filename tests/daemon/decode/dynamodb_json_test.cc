@@ -235,6 +235,27 @@ TEST_F(DynamoDbJsonTest, ReportsEachProblemWithItsPath) {
             "dynamodb.SequenceNumber: expected decimal digits, got \"12a\"");
 }
 
+// A sequence number longer than DynamoDB's would order after every real change of its item;
+// leading zeros count as digits too, so no length hides behind them.
+TEST_F(DynamoDbJsonTest, SequenceNumbersHaveAtMost40Digits) {
+  auto with_sequence = [](const std::string& digits) {
+    return Record("REMOVE", std::string(kKeys) + R"(,"SequenceNumber":")" + digits + "\"");
+  };
+  EXPECT_EQ(ErrorOf(with_sequence(std::string(1000, '9'))),
+            "dynamodb.SequenceNumber: expected at most 40 decimal digits (DynamoDB's have 21 to "
+            "40), got 1000");
+  EXPECT_EQ(ErrorOf(with_sequence(std::string(40, '0') + "1")),
+            "dynamodb.SequenceNumber: expected at most 40 decimal digits (DynamoDB's have 21 to "
+            "40), got 41");
+  EXPECT_EQ(ErrorOf(with_sequence("")), "dynamodb.SequenceNumber: expected decimal digits, got \"\"");
+  for (const std::string& ok : {std::string(40, '9'), std::string("100000000000000000015"),
+                                std::string("7")}) {
+    absl::StatusOr<ChangeEvent> e = decoder_.Decode(with_sequence(ok));
+    ASSERT_TRUE(e.ok()) << e.status();
+    EXPECT_EQ(e->sequence_number, ok);
+  }
+}
+
 TEST_F(DynamoDbJsonTest, ReportsMoreProblems) {
   EXPECT_EQ(ErrorOf(R"({"dynamodb":{"Keys":{"PK":{"S":"a"}}}})"), "eventName: is required");
   EXPECT_EQ(ErrorOf(R"({"eventName":"REMOVE"})"), "dynamodb: is required");

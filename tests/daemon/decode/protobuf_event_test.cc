@@ -106,6 +106,15 @@ TEST(ProtobufEventTest, ErrorsNameTheField) {
   m.set_sequence_number("12a");
   EXPECT_EQ(ErrorOf(m), "sequence_number: expected decimal digits, got \"12a\"");
   m = Insert();
+  m.set_sequence_number(std::string(1000, '9'));
+  EXPECT_EQ(ErrorOf(m), "sequence_number: expected at most 40 decimal digits, got 1000");
+  m = Insert();
+  m.set_sequence_number(std::string(40, '0') + "1");
+  EXPECT_EQ(ErrorOf(m), "sequence_number: expected at most 40 decimal digits, got 41");
+  m = Insert();
+  m.set_sequence_number(std::string(40, '9'));
+  ASSERT_TRUE(DecodeProtobufEvent(m.SerializeAsString()).ok());
+  m = Insert();
   m.set_creation_time_ms(-5);
   EXPECT_EQ(ErrorOf(m), "creation_time_ms: must not be negative, got -5");
 }

@@ -124,6 +124,12 @@ TEST(PositionReachedTest, ComparesPositionsPerSourceKind) {
   EXPECT_FALSE(reached(Kind::kKafka, "t/0", "", "1"));  // a partition not seen yet
   EXPECT_TRUE(reached(Kind::kFile, "", "1200:31", "999:30"));
   EXPECT_FALSE(reached(Kind::kFile, "", "999:30", "1200:31"));
+  // After a truncation or rotation the offset starts again, one generation up.
+  EXPECT_TRUE(reached(Kind::kFile, "", "10:2:1:77", "1200:31:0:76"));
+  EXPECT_FALSE(reached(Kind::kFile, "", "1200:31:0:76", "10:2:1:77"));
+  EXPECT_TRUE(reached(Kind::kFile, "", "1200:31:0:76", "999:30"));
+  EXPECT_TRUE(reached(Kind::kFile, "", "1200:31:0:76", "1200:31:0:76"));
+  EXPECT_FALSE(reached(Kind::kFile, "", "1200:31", "10:2:1:77"));
   EXPECT_TRUE(reached(Kind::kDynamoDb, "shard-1", "TRIM_HORIZON", ""));
   EXPECT_TRUE(reached(Kind::kDynamoDb, "shard-1", "TRIM_HORIZON", "TRIM_HORIZON"));
   EXPECT_FALSE(reached(Kind::kDynamoDb, "shard-1", "TRIM_HORIZON", "100"));
@@ -142,7 +148,11 @@ TEST(PositionReachedTest, ComparesPositionsPerSourceKind) {
   EXPECT_EQ(Text(PositionReached(Kind::kKafka, "t/0", "1", "x1").status()),
             "position \"x1\" of partition \"t/0\" is not a Kafka next offset");
   EXPECT_EQ(Text(PositionReached(Kind::kFile, "", "1:1", "12").status()),
-            "position \"12\" of partition \"\" is not a file position <byte offset>:<line>");
+            "position \"12\" of partition \"\" is not a file position <byte "
+            "offset>:<line>:<generation>:<inode>");
+  EXPECT_EQ(Text(PositionReached(Kind::kFile, "", "1:1", "1:2:3").status()),
+            "position \"1:2:3\" of partition \"\" is not a file position <byte "
+            "offset>:<line>:<generation>:<inode>");
   EXPECT_EQ(Text(PositionReached(Kind::kDynamoDb, "s", "1", "LATEST").status()),
             "position \"LATEST\" of partition \"s\" is not a DynamoDB shard position "
             "(TRIM_HORIZON, a sequence number, END)");

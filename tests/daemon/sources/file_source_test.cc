@@ -1,6 +1,7 @@
 #include "daemon/sources/file_source.h"
 
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
@@ -8,11 +9,14 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "daemon/metrics/file_probe.h"
+#include "daemon/metrics/metrics.h"
 #include "daemon/sources/record_queue.h"
 #include "gtest/gtest.h"
 
@@ -29,8 +33,16 @@ std::string Line(int n) {
          std::to_string(n) + R"("}})";
 }
 
-std::string Pos(size_t offset, int line) {
-  return std::to_string(offset) + ":" + std::to_string(line);
+uint64_t InodeOf(const std::string& path) {
+  struct stat st {};
+  EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
+  return st.st_ino;
+}
+
+// A position "<byte offset>:<line>:<generation>:<inode>" in the file at `path` now.
+std::string PosIn(const std::string& path, size_t offset, int line, int generation = 0) {
+  return std::to_string(offset) + ":" + std::to_string(line) + ":" + std::to_string(generation) +
+         ":" + std::to_string(InodeOf(path));
 }
 
 // Waits (at most 20 s, so a hang fails instead of blocking) until `done` holds.
@@ -89,6 +101,10 @@ class FileSourceTest : public ::testing::Test {
     std::vector<SourceRecord> out;
     queue.PopBatchFor(1000, milliseconds(0), &out);
     return out;
+  }
+
+  std::string Pos(size_t offset, int line, int generation = 0) const {
+    return PosIn(path_, offset, line, generation);
   }
 
   std::string dir_;
@@ -264,7 +280,7 @@ TEST_F(FileSourceTest, RejectsPositionsThatDoNotFitTheFile) {
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_EQ(status.message(),
               "stored position \"abc\" of source \"sample\" is not \"<byte offset>:<line "
-              "number>\"");
+              "number>:<generation>:<inode>\"");
     EXPECT_EQ(SourceStateName(source.Health().state), "error");
   }
   {
@@ -353,7 +369,265 @@ TEST_F(FileSourceTest, ReadsTheBundledSampleWithoutRejections) {
     ttl_deletes += r.event->ttl_delete ? 1 : 0;
   }
   EXPECT_GT(ttl_deletes, 0u);
-  EXPECT_EQ(records.back().next_position, Pos(text.size(), static_cast<int>(lines) + 1));
+  EXPECT_EQ(records.back().next_position,
+            PosIn(sample, text.size(), static_cast<int>(lines) + 1));
+}
+
+
+// The line of `n` bytes: '{' then 'x's (not JSON, but only its size matters here).
+std::string LongLine(size_t n) { return "{" + std::string(n - 1, 'x'); }
+
+TEST_F(FileSourceTest, ALineOverTheLimitIsRejectedWithItsHeadAndReadingGoesOn) {
+  // One over the limit in a single read; one spanning several reads (the reader keeps only its
+  // head); an unterminated one at the end.
+  const std::string l1 = Line(1), whole = LongLine(6000), spanning = LongLine(600000);
+  const std::string l4 = Line(4), last = LongLine(5001);
+  Write(l1 + "\n" + whole + "\n" + spanning + "\n" + l4 + "\n" + last);
+  SourceConfig config = Config();
+  config.file.max_line_bytes = 5000;
+  FileSource source(0, config);
+  RecordQueue queue(100);
+  ASSERT_TRUE(source.Start({}, &queue).ok());
+  ASSERT_TRUE(WaitFor([&] { return SourceStateName(source.Health().state) == "finished"; }));
+  std::vector<SourceRecord> records;
+  queue.PopBatchFor(100, milliseconds(0), &records);
+  ASSERT_EQ(records.size(), 5u);
+  EXPECT_EQ(PkOf(records[0]), "P#1");
+  size_t offset = l1.size() + 1;
+  struct Want {
+    const std::string* line;
+    int number;
+    size_t line_end;
+  };
+  for (const Want& want : {Want{&whole, 2, 1}, Want{&spanning, 3, 1}, Want{&last, 5, 0}}) {
+    const SourceRecord& r = records[want.number - 1];
+    const std::string n = std::to_string(want.line->size());
+    EXPECT_FALSE(r.event.has_value());
+    EXPECT_EQ(r.reason, "record_too_large");
+    EXPECT_EQ(r.locator, "line " + std::to_string(want.number));
+    EXPECT_EQ(r.rejection.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(r.rejection.message(),
+              "line " + std::to_string(want.number) + ": the line is " + n +
+                  " bytes, longer than file.max_line_bytes (5000); only its first 4096 bytes "
+                  "are kept. Is the file NDJSON, one stream record per line?");
+    EXPECT_EQ(r.raw, want.line->substr(0, 4096));
+    EXPECT_EQ(r.raw_bytes, want.line->size());
+    offset += want.line->size() + want.line_end;
+    EXPECT_EQ(r.next_position, Pos(offset, want.number + 1));
+    if (want.number == 3) offset += l4.size() + 1;
+  }
+  EXPECT_EQ(PkOf(records[3]), "P#4");
+  EXPECT_EQ(records[3].next_position, Pos(l1.size() + whole.size() + spanning.size() + l4.size() + 4, 5));
+}
+
+TEST_F(FileSourceTest, TheDefaultLimitIs16MiB) {
+  const std::string at_limit = LongLine(16 << 20), over = LongLine((16 << 20) + 1);
+  Write(at_limit + "\n" + over + "\n" + Line(3) + "\n");
+  std::vector<SourceRecord> records = ReadAll();
+  ASSERT_EQ(records.size(), 3u);
+  EXPECT_EQ(records[0].reason, "malformed_json");  // at the limit: read and decoded
+  EXPECT_EQ(records[0].raw_bytes, 0u);
+  EXPECT_EQ(records[1].reason, "record_too_large");
+  EXPECT_EQ(records[1].raw_bytes, (16u << 20) + 1);
+  EXPECT_EQ(records[1].rejection.message(),
+            "line 2: the line is 16777217 bytes, longer than file.max_line_bytes (16777216); "
+            "only its first 4096 bytes are kept. Is the file NDJSON, one stream record per "
+            "line?");
+  EXPECT_EQ(PkOf(records[2]), "P#3");
+}
+
+TEST_F(FileSourceTest, AnOversizedLinesHeadIsCutBeforeAUtf8Character) {
+  // "é" is two bytes: the 4096th byte would split one.
+  std::string line = "{" + std::string(4094, 'x');
+  for (int i = 0; i < 3000; ++i) line += "é";
+  Write(line + "\n");
+  SourceConfig config = Config();
+  config.file.max_line_bytes = 5000;
+  FileSource source(0, config);
+  RecordQueue queue(10);
+  ASSERT_TRUE(source.Start({}, &queue).ok());
+  std::vector<SourceRecord> records = Take(&queue, 1);
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].raw, line.substr(0, 4095));
+  EXPECT_EQ(records[0].raw_bytes, line.size());
+}
+
+TEST_F(FileSourceTest, DeadLetterOfAnOversizedRecordHoldsItsHeadAndSize) {
+  FileSource source(0, Config());
+  SourceRecord record;
+  record.locator = "line 3";
+  record.raw = "{\"eventName\":";
+  record.raw_bytes = 20000000;
+  ASSERT_TRUE(source.dead_letters()->Write(record, absl::InvalidArgumentError("line 3: big")).ok());
+  EXPECT_EQ(ReadFile(dir_ + "/dead/sample.ndjson"),
+            "{\"source\":\"sample\",\"locator\":\"line 3\",\"reason\":\"line 3: big\","
+            "\"record\":\"{\\\"eventName\\\":\",\"record_bytes\":20000000}\n");
+}
+
+// A source following the file, with its metrics.
+class FollowTest : public FileSourceTest {
+ protected:
+  void SetUp() override {
+    FileSourceTest::SetUp();
+    auto metrics = MetricsRegistry::Start("");
+    ASSERT_TRUE(metrics.ok()) << metrics.status();
+    metrics_ = std::move(*metrics);
+  }
+
+  std::unique_ptr<FileSource> Follow() {
+    return std::make_unique<FileSource>(0, Config(/*follow=*/true),
+                                        std::make_unique<FileProbe>(*metrics_, "sample"));
+  }
+
+  // cdcview_source_file_reopened_total's two series: "<truncated> <rotated>".
+  std::string Reopened() const {
+    std::istringstream text(metrics_->Render());
+    std::string truncated = "?", rotated = "?";
+    for (std::string line; std::getline(text, line);) {
+      const std::string family = "cdcview_source_file_reopened_total{";
+      if (!line.starts_with(family)) continue;
+      const std::string value = line.substr(line.rfind(' ') + 1);
+      (line.find("reason=\"truncated\"") != std::string::npos ? truncated : rotated) = value;
+    }
+    return truncated + " " + rotated;
+  }
+
+  std::unique_ptr<MetricsRegistry> metrics_;
+};
+
+TEST_F(FollowTest, ATruncatedFileIsReadAgainFromItsStart) {
+  const std::string l1 = Line(1), l2 = Line(2);
+  Write(l1 + "\n" + l2 + "\n");
+  auto source = Follow();
+  RecordQueue queue(100);
+  ASSERT_TRUE(source->Start({}, &queue).ok());
+  std::vector<SourceRecord> first = Take(&queue, 2);
+  ASSERT_EQ(first.size(), 2u);
+  EXPECT_EQ(first[1].next_position, Pos(l1.size() + l2.size() + 2, 3));
+  ASSERT_TRUE(WaitFor([&] { return SourceStateName(source->Health().state) == "caught_up"; }));
+  EXPECT_EQ(Reopened(), "0 0");
+
+  const std::string l3 = Line(3);
+  Write(l3 + "\n");  // truncates, then writes a shorter content: same inode
+  std::vector<SourceRecord> after = Take(&queue, 1);
+  ASSERT_EQ(after.size(), 1u);
+  EXPECT_EQ(PkOf(after[0]), "P#3");
+  EXPECT_EQ(after[0].locator, "line 1");
+  EXPECT_EQ(after[0].next_position, Pos(l3.size() + 1, 2, /*generation=*/1));
+  EXPECT_EQ(Reopened(), "1 0");
+  ASSERT_TRUE(WaitFor([&] { return SourceStateName(source->Health().state) == "caught_up"; }));
+  source->Stop();
+  EXPECT_EQ(queue.size(), 0u);
+
+  // A restart resumes in the new generation.
+  Write(Line(4) + "\n", std::ios::app);
+  auto again = Follow();
+  ASSERT_TRUE(again->Start({{"", after[0].next_position}}, &queue).ok());
+  std::vector<SourceRecord> resumed = Take(&queue, 1);
+  ASSERT_EQ(resumed.size(), 1u);
+  EXPECT_EQ(PkOf(resumed[0]), "P#4");
+  EXPECT_EQ(resumed[0].next_position, Pos(l3.size() + Line(4).size() + 2, 3, 1));
+}
+
+TEST_F(FollowTest, ARotatedFileIsReadToItsEndThenTheNewOneFromItsStart) {
+  const std::string l1 = Line(1), l2 = Line(2), l3 = Line(3), l4 = Line(4);
+  Write(l1 + "\n");
+  auto source = Follow();
+  RecordQueue queue(100);
+  ASSERT_TRUE(source->Start({}, &queue).ok());
+  ASSERT_EQ(Take(&queue, 1).size(), 1u);
+  ASSERT_TRUE(WaitFor([&] { return SourceStateName(source->Health().state) == "caught_up"; }));
+
+  // Renamed away with a line and an unterminated one still to read; a new file at the path.
+  const std::string rotated = dir_ + "/stream.ndjson.1";
+  const uint64_t old_inode = InodeOf(path_);
+  Write(l2 + "\n" + l3, std::ios::app);
+  std::filesystem::rename(path_, rotated);
+  Write(l4 + "\n");
+  ASSERT_NE(InodeOf(path_), old_inode);
+
+  std::vector<SourceRecord> records = Take(&queue, 3);
+  ASSERT_EQ(records.size(), 3u);
+  EXPECT_EQ(PkOf(records[0]), "P#2");
+  EXPECT_EQ(records[0].next_position, PosIn(rotated, l1.size() + l2.size() + 2, 3));
+  EXPECT_EQ(PkOf(records[1]), "P#3");  // complete: its file ended
+  EXPECT_EQ(records[1].next_position, PosIn(rotated, l1.size() + l2.size() + l3.size() + 2, 4));
+  EXPECT_EQ(PkOf(records[2]), "P#4");
+  EXPECT_EQ(records[2].locator, "line 1");
+  EXPECT_EQ(records[2].next_position, Pos(l4.size() + 1, 2, /*generation=*/1));
+  EXPECT_EQ(Reopened(), "0 1");
+  ASSERT_TRUE(WaitFor([&] { return SourceStateName(source->Health().state) == "caught_up"; }));
+  EXPECT_EQ(queue.size(), 0u);
+}
+
+TEST_F(FollowTest, ARestartFindsTheRotatedFileBesideThePathAndReadsItsRestFirst) {
+  const std::string l1 = Line(1), l2 = Line(2), l3 = Line(3);
+  Write(l1 + "\n" + l2 + "\n");
+  const std::string stored = Pos(l1.size() + 1, 2);  // l1 applied, l2 not
+  const std::string rotated = dir_ + "/stream.ndjson.1";
+  std::filesystem::rename(path_, rotated);
+  Write(l3 + "\n");
+  auto source = Follow();
+  RecordQueue queue(100);
+  ASSERT_TRUE(source->Start({{"", stored}}, &queue).ok());
+  std::vector<SourceRecord> records = Take(&queue, 2);
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_EQ(PkOf(records[0]), "P#2");
+  EXPECT_EQ(records[0].next_position, PosIn(rotated, l1.size() + l2.size() + 2, 3));
+  EXPECT_EQ(PkOf(records[1]), "P#3");
+  EXPECT_EQ(records[1].next_position, Pos(l3.size() + 1, 2, 1));
+  EXPECT_EQ(Reopened(), "0 1");
+}
+
+TEST_F(FollowTest, ARestartWithoutTheRotatedFileReadsThePathFromItsStart) {
+  const std::string l1 = Line(1), l2 = Line(2);
+  Write(l1 + "\n");
+  const std::string stored = Pos(l1.size() + 1, 2);
+  std::filesystem::rename(path_, dir_ + "/elsewhere");
+  Write(l2 + "\n");  // created while the old file still exists: another inode
+  std::filesystem::remove(dir_ + "/elsewhere");
+  auto source = Follow();
+  RecordQueue queue(100);
+  ASSERT_TRUE(source->Start({{"", stored}}, &queue).ok());
+  std::vector<SourceRecord> records = Take(&queue, 1);
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(PkOf(records[0]), "P#2");
+  EXPECT_EQ(records[0].next_position, Pos(l2.size() + 1, 2, 1));
+  EXPECT_EQ(Reopened(), "0 1");
+}
+
+TEST_F(FollowTest, ARestartAfterATruncationReadsFromTheStart) {
+  const std::string l1 = Line(1), l2 = Line(2);
+  Write(l1 + "\n" + l2 + "\n");
+  const std::string stored = Pos(l1.size() + l2.size() + 2, 3);
+  Write(Line(3) + "\n");
+  auto source = Follow();
+  RecordQueue queue(100);
+  ASSERT_TRUE(source->Start({{"", stored}}, &queue).ok());
+  std::vector<SourceRecord> records = Take(&queue, 1);
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(PkOf(records[0]), "P#3");
+  EXPECT_EQ(records[0].next_position, Pos(Line(3).size() + 1, 2, 1));
+  EXPECT_EQ(Reopened(), "1 0");
+}
+
+TEST_F(FileSourceTest, WithoutFollowAReplacedFileIsAnError) {
+  const std::string l1 = Line(1);
+  Write(l1 + "\n" + Line(2) + "\n");
+  const std::string stored = Pos(l1.size() + 1, 2);
+  std::filesystem::rename(path_, dir_ + "/old");
+  Write(l1 + "\n" + Line(2) + "\n");
+  FileSource source(0, Config());
+  RecordQueue queue(10);
+  absl::Status status = source.Start({{"", stored}}, &queue);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(status.message(), "\"" + path_ + "\" (inode " + std::to_string(InodeOf(path_)) +
+                                  ") is not the file stored position \"" + stored +
+                                  "\" was read from: it was replaced; restore it, set follow: "
+                                  "true to read the new file from its start, or start a new "
+                                  "store");
+  EXPECT_EQ(SourceStateName(source.Health().state), "error");
+  EXPECT_EQ(queue.size(), 0u);
 }
 
 }  // namespace

@@ -407,24 +407,18 @@ TEST_F(KafkaSourceTest, CommitsTheWritersPositionsToTheGroup) {
   }));
 }
 
-TEST_F(KafkaSourceTest, DeadLetterTopicGetsTheMessageWithItsOrigin) {
-  const std::string topic = Topic();
-  kafka_.CreateTopic(topic, 1);
-  kafka_.CreateTopic("dlt", 1);
-  SourceConfig config = Config(topic, topic);
-  config.kafka.dead_letter_topic = "dlt";
-  KafkaSource source(0, config, nullptr);
-  SourceRecord record;
-  record.partition = "orders/4";
-  record.offset = 17;
-  record.locator = "orders/4@17";
-  record.raw = "{\"eventName\":";
-  record.raw_key = "key-1";
-  ASSERT_TRUE(source.dead_letters()->Write(record, absl::InvalidArgumentError("orders/4@17: bad")).ok());
+// The first message of topic "dlt": its value, key and the headers named.
+struct DeadLetterMessage {
+  std::string value;
+  std::string key;
+  std::map<std::string, std::string> headers;
+};
 
+DeadLetterMessage ReadDeadLetter(const std::string& bootstrap,
+                                 const std::vector<std::string>& header_names) {
   char error[512];
   rd_kafka_conf_t* conf = rd_kafka_conf_new();
-  rd_kafka_conf_set(conf, "bootstrap.servers", kafka_.bootstrap().c_str(), error, sizeof error);
+  rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap.c_str(), error, sizeof error);
   rd_kafka_conf_set(conf, "group.id", "reader", error, sizeof error);
   rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, error, sizeof error);
   rd_kafka_topic_partition_list_t* list = rd_kafka_topic_partition_list_new(1);
@@ -440,26 +434,79 @@ TEST_F(KafkaSourceTest, DeadLetterTopicGetsTheMessageWithItsOrigin) {
     }
     return m != nullptr;
   });
-  ASSERT_NE(m, nullptr);
-  EXPECT_EQ(std::string(static_cast<const char*>(m->payload), m->len), record.raw);
-  EXPECT_EQ(std::string(static_cast<const char*>(m->key), m->key_len), "key-1");
-  rd_kafka_headers_t* headers = nullptr;
-  ASSERT_EQ(rd_kafka_message_headers(m, &headers), RD_KAFKA_RESP_ERR_NO_ERROR);
-  auto header = [&](const char* name) {
-    const void* value = nullptr;
-    size_t size = 0;
-    if (rd_kafka_header_get_last(headers, name, &value, &size) != RD_KAFKA_RESP_ERR_NO_ERROR) {
-      return std::string("<missing>");
+  DeadLetterMessage out;
+  EXPECT_NE(m, nullptr);
+  if (m != nullptr) {
+    out.value.assign(static_cast<const char*>(m->payload), m->len);
+    out.key.assign(static_cast<const char*>(m->key), m->key_len);
+    rd_kafka_headers_t* headers = nullptr;
+    EXPECT_EQ(rd_kafka_message_headers(m, &headers), RD_KAFKA_RESP_ERR_NO_ERROR);
+    for (const std::string& name : header_names) {
+      const void* value = nullptr;
+      size_t size = 0;
+      out.headers[name] =
+          headers != nullptr && rd_kafka_header_get_last(headers, name.c_str(), &value, &size) ==
+                                    RD_KAFKA_RESP_ERR_NO_ERROR
+              ? std::string(static_cast<const char*>(value), size)
+              : "<missing>";
     }
-    return std::string(static_cast<const char*>(value), size);
-  };
-  EXPECT_EQ(header("cdcview.source.topic"), "orders");
-  EXPECT_EQ(header("cdcview.source.partition"), "4");
-  EXPECT_EQ(header("cdcview.source.offset"), "17");
-  EXPECT_EQ(header("cdcview.reason"), "orders/4@17: bad");
-  rd_kafka_message_destroy(m);
+    rd_kafka_message_destroy(m);
+  }
   rd_kafka_consumer_close(rk);
   rd_kafka_destroy(rk);
+  return out;
+}
+
+// A rejected record of partition orders/4 at `offset`.
+SourceRecord Rejected(int64_t offset, std::string raw, std::string key) {
+  SourceRecord record;
+  record.partition = "orders/4";
+  record.offset = offset;
+  record.locator = "orders/4@" + std::to_string(offset);
+  record.raw = std::move(raw);
+  record.raw_key = std::move(key);
+  return record;
+}
+
+TEST_F(KafkaSourceTest, DeadLetterTopicGetsTheMessageWithItsOrigin) {
+  kafka_.CreateTopic("dlt", 1);
+  SourceConfig config = Config(Topic(), "group");
+  config.kafka.dead_letter_topic = "dlt";
+  KafkaSource source(0, config, nullptr);
+  const SourceRecord record = Rejected(17, "{\"eventName\":", "key-1");
+  ASSERT_TRUE(source.dead_letters()->Write(record, absl::InvalidArgumentError("orders/4@17: bad")).ok());
+
+  DeadLetterMessage m = ReadDeadLetter(
+      kafka_.bootstrap(), {"cdcview.source.topic", "cdcview.source.partition",
+                           "cdcview.source.offset", "cdcview.reason", "cdcview.value.bytes"});
+  EXPECT_EQ(m.value, record.raw);
+  EXPECT_EQ(m.key, "key-1");
+  EXPECT_EQ(m.headers, (std::map<std::string, std::string>{
+                           {"cdcview.source.topic", "orders"},
+                           {"cdcview.source.partition", "4"},
+                           {"cdcview.source.offset", "17"},
+                           {"cdcview.reason", "orders/4@17: bad"},
+                           {"cdcview.value.bytes", "<missing>"}}));
+}
+
+// A message the source topic allowed but the producer (message.max.bytes, 1,000,000 by
+// default) or the dead-letter topic refuses would fail its batch for ever: its head goes
+// instead, with its size.
+TEST_F(KafkaSourceTest, ADeadLetterTooLargeToProduceGoesCutToItsHeadWithItsSize) {
+  kafka_.CreateTopic("dlt", 1);
+  SourceConfig config = Config(Topic(), "group");
+  config.kafka.dead_letter_topic = "dlt";
+  KafkaSource source(0, config, nullptr);
+  const SourceRecord record = Rejected(18, "{\"eventName\":\"" + std::string(2000000, 'x'), "key-2");
+  ASSERT_TRUE(source.dead_letters()->Write(record, absl::InvalidArgumentError("orders/4@18: bad")).ok());
+
+  DeadLetterMessage m =
+      ReadDeadLetter(kafka_.bootstrap(), {"cdcview.source.offset", "cdcview.value.bytes"});
+  EXPECT_EQ(m.value, record.raw.substr(0, 4096));
+  EXPECT_EQ(m.key, "key-2");
+  EXPECT_EQ(m.headers, (std::map<std::string, std::string>{
+                           {"cdcview.source.offset", "18"},
+                           {"cdcview.value.bytes", std::to_string(record.raw.size())}}));
 }
 
 TEST_F(KafkaSourceTest, WithoutADeadLetterTopicRejectionsGoToTheFile) {
