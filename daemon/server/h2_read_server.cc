@@ -33,6 +33,7 @@
 #include "cdcview/v1/view_service.grpc.pb.h"
 #include "daemon/log/log.h"
 #include "daemon/server/error_text.h"
+#include "daemon/server/listen_address.h"
 #include "index_builders/coding.h"
 #include "daemon/server/read_consistency.h"
 
@@ -287,27 +288,11 @@ nghttp2_nv Header(std::string_view name, std::string_view value) {
 
 // "host:port" or "[v6]:port" -> a bound, listening, non-blocking socket.
 absl::StatusOr<int> Listen(const std::string& address) {
-  size_t colon = address.rfind(':');
-  std::string host = colon == std::string::npos ? "" : address.substr(0, colon);
-  std::string port = colon == std::string::npos ? "" : address.substr(colon + 1);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  uint32_t port_number = 0;
-  if (host.empty() || !absl::SimpleAtoi(port, &port_number) || port_number > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("\"", address, "\" is not host:port (e.g. 127.0.0.1:50052 or [::1]:50052)"));
-  }
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  if (int rv = getaddrinfo(host.c_str(), port.c_str(), &hints, &found); rv != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot resolve ", address, ": ", gai_strerror(rv)));
-  }
+  absl::StatusOr<AddressList> found = ListenAddresses(address, "50052");
+  if (!found.ok()) return found.status();
   std::string why = "no address";
   int fd = -1;
-  for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
+  for (addrinfo* a = found->get(); a != nullptr && fd < 0; a = a->ai_next) {
     fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
     if (fd < 0) {
       why = std::strerror(errno);
@@ -321,7 +306,6 @@ absl::StatusOr<int> Listen(const std::string& address) {
       fd = -1;
     }
   }
-  freeaddrinfo(found);
   if (fd < 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", address, ": ", why));
   return fd;
 }
