@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "daemon/decode/base64.h"
 #include "daemon/decode/json_escape.h"
+#include "daemon/log/log.h"
 #include "daemon/sources/record_queue.h"
 
 namespace cdcview {
@@ -92,6 +93,12 @@ absl::Status FileDeadLetterSink::OpenLocked() {
                                      std::strerror(e)));
   }
   return absl::OkStatus();
+}
+
+absl::Status FileDeadLetterSink::Open() {
+  absl::MutexLock lock(&mu_);
+  if (file_ != nullptr || path_.empty()) return absl::OkStatus();
+  return OpenLocked();
 }
 
 absl::Status FileDeadLetterSink::Write(const SourceRecord& record, const absl::Status& why) {
@@ -198,6 +205,11 @@ absl::Status FileSource::Start(const std::map<std::string, std::string>& positio
   if (absl::Status status = Open(cursor, &fd); !status.ok()) {
     SetError(std::string(ToStd(status.message())));
     return status;
+  }
+  if (absl::Status status = dead_letters_.Open(); !status.ok()) {
+    // Not fatal yet: the source may never dead-letter, and the first Write tries again.
+    LogWarning(absl::StrCat("source \"", config_.name, "\": ", status.message(),
+                            "; trying again at the first dead letter"));
   }
   {
     absl::MutexLock lock(&mu_);
