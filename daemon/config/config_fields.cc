@@ -90,6 +90,17 @@ const FieldTable<ServerConfig>& ServerFields() {
       HostPort("fast_reads", &S::fast_reads, "50052", /*may_disable=*/true),
       HostPort("metrics", &S::metrics, "9464", /*may_disable=*/true),
       Whole("ready_max_lag_seconds", &S::ready_max_lag_seconds, 0),
+      Whole("grpc_max_connections", &S::grpc_max_connections, 1, S::kMaxConnections),
+      Whole("grpc_max_connection_idle_seconds", &S::grpc_max_connection_idle_seconds, 0,
+            S::kMaxGrpcSeconds),
+      Whole("grpc_max_connection_age_seconds", &S::grpc_max_connection_age_seconds, 0,
+            S::kMaxGrpcSeconds),
+      Whole("grpc_max_connection_age_grace_seconds", &S::grpc_max_connection_age_grace_seconds,
+            0, S::kMaxGrpcSeconds),
+      Whole("grpc_min_ping_interval_seconds", &S::grpc_min_ping_interval_seconds, 0,
+            S::kMaxGrpcSeconds),
+      Whole("grpc_max_ping_strikes", &S::grpc_max_ping_strikes, 0, 1000),
+      Whole("fd_reserve", &S::fd_reserve, 0, S::kMaxConnections),
   };
   return table;
 }

@@ -79,7 +79,11 @@ TEST(ConfigFieldsTest, EnvironmentSettablePathsAreTheSectionsFields) {
             (std::vector<std::string>{
                 "storage.map_size", "storage.max_map_size", "storage.write_map",
                 "storage.flush_interval_ms", "server.fast_reads", "server.ready_max_lag_seconds",
-                "apply.batch_size", "apply.max_delay_ms", "apply.queue_capacity",
+                "server.grpc_max_connections", "server.grpc_max_connection_idle_seconds",
+                "server.grpc_max_connection_age_seconds",
+                "server.grpc_max_connection_age_grace_seconds",
+                "server.grpc_min_ping_interval_seconds", "server.grpc_max_ping_strikes",
+                "server.fd_reserve", "apply.batch_size", "apply.max_delay_ms", "apply.queue_capacity",
                 "apply.log_counts_seconds", "watch.retain_changes", "watch.max_lag_changes"}));
 }
 
