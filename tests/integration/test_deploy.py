@@ -942,6 +942,15 @@ def print_config(args, env=None, cwd=REPO):
     return p
 
 
+# server's fields that neither the example nor these tests set: the main port's connection
+# limits and the descriptors kept from connections.
+SERVER_LIMITS = {"grpc_max_connections": 1000, "grpc_max_connection_idle_seconds": 300,
+                 "grpc_max_connection_age_seconds": 3600,
+                 "grpc_max_connection_age_grace_seconds": 300,
+                 "grpc_min_ping_interval_seconds": 300, "grpc_max_ping_strikes": 2,
+                 "fd_reserve": 256}
+
+
 def test_flags_override_environment_which_overrides_the_file(binaries):
     env = {"CDCVIEW_GRPC": "127.0.0.1:7000", "CDCVIEW_METRICS": "127.0.0.1:7100",
            "CDCVIEW_STORAGE_PATH": "/tmp/env-store", "CDCVIEW_SERVER_FAST_READS": "127.0.0.1:7200"}
@@ -949,7 +958,8 @@ def test_flags_override_environment_which_overrides_the_file(binaries):
     assert p.returncode == 0, p.stderr
     got = yaml.safe_load(p.stdout)
     assert got["server"] == {"grpc": "127.0.0.1:7001", "fast_reads": "127.0.0.1:7200",
-                             "metrics": "127.0.0.1:7100", "ready_max_lag_seconds": 60}
+                             "metrics": "127.0.0.1:7100", "ready_max_lag_seconds": 60,
+                             **SERVER_LIMITS}
     assert got["storage"] == {"path": "/tmp/env-store", "map_size": "4GiB",
                               "max_map_size": "64GiB", "write_map": True, "flush_interval_ms": 0}
     # The default dead-letter file moves with the store.
@@ -961,7 +971,8 @@ def test_flags_override_environment_which_overrides_the_file(binaries):
     quiet = print_config(["--config", EXAMPLE_CONFIG, "--metrics", ""], {"CDCVIEW_GRPC": ""})
     assert quiet.returncode == 0, quiet.stderr
     assert yaml.safe_load(quiet.stdout)["server"] == {
-        "grpc": "127.0.0.1:50051", "fast_reads": "", "metrics": "", "ready_max_lag_seconds": 60}
+        "grpc": "127.0.0.1:50051", "fast_reads": "", "metrics": "", "ready_max_lag_seconds": 60,
+        **SERVER_LIMITS}
 
 
 def test_config_path_from_the_environment_and_print_config_round_trips(binaries, tmp_path):
