@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "daemon/server/grpc_listener.h"
 #include "daemon/server/readiness.h"
 #include "daemon/log/log.h"
 #include "daemon/sources/dynamodb_source.h"
@@ -57,6 +58,16 @@ absl::StatusOr<std::unique_ptr<Application>> Application::Start(Config config) {
 }
 
 absl::Status Application::Init() {
+  // Container runtimes often start processes with a soft limit of 1024 and a far higher hard
+  // one; every connection and Kafka socket takes a descriptor.
+  auto fd_limit = RaiseFdLimit();
+  if (!fd_limit.ok()) return InPhase("raising the open-files limit", fd_limit.status());
+  fd_limit_ = *fd_limit;
+  LogInfo(absl::StrCat("open-files limit (RLIMIT_NOFILE): soft ", fd_limit_.soft_at_start,
+                       fd_limit_.soft != fd_limit_.soft_at_start
+                           ? absl::StrCat(" raised to ", fd_limit_.soft)
+                           : std::string(),
+                       ", hard ", fd_limit_.hard));
   auto store = Store::Open(config_.storage, config_.tables);
   if (!store.ok()) return InPhase("opening the store", store.status());
   store_ = std::move(*store);
@@ -96,8 +107,13 @@ absl::Status Application::Init() {
   watch_hub_ = std::make_unique<WatchHub>(*catalog_, *store_, *published_, *reader_, config_.watch,
                                           watch_probe_.get());
   admin_ = std::make_unique<AdminService>(store_.get(), config_.storage.backup_dir);
+  fd_probe_ = std::make_unique<FdProbe>(*metrics_);
+  fd_probe_->SetLimit(fd_limit_.soft);
+  grpc_connections_ = std::make_unique<ConnectionProbe>(
+      *metrics_, "grpc", std::vector<std::string>{GrpcListener::kClosedReason});
   auto server = ViewServer::Start(config_.server.grpc, *reader_, query_probe_.get(),
-                                  watch_hub_.get(), admin_.get());
+                                  watch_hub_.get(), config_.server, grpc_connections_.get(),
+                                  admin_.get());
   if (!server.ok()) return InPhase("starting the gRPC server", server.status());
   server_ = std::move(*server);
   // Views start NOT_SERVING (not unknown) so a probe on a view name waits instead of failing.
@@ -129,11 +145,40 @@ absl::Status Application::Init() {
       LogError(absl::StrCat("source ", config_.sources[i].name, ": ", s.message()));
     }
   }
+  if (absl::Status s = ClampConnectionCaps(); !s.ok()) return InPhase("budgeting file descriptors", s);
   writer_ = std::thread([this] { WriterMain(); });
   readiness_ = std::thread([this] { ReadinessMain(); });
   LogInfo(absl::StrCat("cdcviewd serving gRPC on port ", server_->port(), ", metrics on port ",
                        metrics_->port(), ", store in ", config_.storage.path));
   started_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status Application::ClampConnectionCaps() {
+  auto open = CountOpenFds();
+  if (!open.ok()) return open.status();
+  fd_probe_->SetOpen(*open);
+  const uint64_t budget = ConnectionBudget(fd_limit_.soft, *open, config_.server.fd_reserve);
+  fd_probe_->SetConnectionBudget(budget);
+  if (budget == 0) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the open-files limit ", fd_limit_.soft, " leaves no descriptor for connections: ", *open,
+        " are open and server.fd_reserve keeps ", config_.server.fd_reserve,
+        "; raise the limit (ulimit -n, the container's nofile) or lower server.fd_reserve"));
+  }
+  const uint32_t grpc_wanted = config_.server.grpc_max_connections;
+  std::vector<uint32_t> wanted = {grpc_wanted};
+  if (fast_reads_ != nullptr) wanted.push_back(config_.server.fast_reads_max_connections);
+  const std::vector<uint32_t> caps = ShareConnectionBudget(budget, wanted);
+  server_->SetMaxConnections(caps[0]);
+  if (fast_reads_ != nullptr) fast_reads_->SetMaxConnections(caps[1]);
+  LogInfo(absl::StrCat(
+      "file descriptors: limit ", fd_limit_.soft, ", ", *open, " open, server.fd_reserve ",
+      config_.server.fd_reserve, ": connections may hold ", budget, "; the gRPC port takes at most ",
+      caps[0], fast_reads_ != nullptr ? absl::StrCat(", the fast read port ", caps[1]) : "",
+      caps != wanted ? " (server.grpc_max_connections and server.fast_reads_max_connections ask "
+                       "for more than the limit leaves)"
+                     : ""));
   return absl::OkStatus();
 }
 
@@ -170,6 +215,7 @@ void Application::UpdateViewHealth() {
   // The writer stopped on a damaged store: reads still answer what they can, but no probe may
   // take this process for healthy. Every view is NOT_SERVING below (WriterError says why).
   if (!published_->StoreError().empty()) server_->SetServing(false);
+  if (auto open = CountOpenFds(); open.ok()) fd_probe_->SetOpen(*open);
   applier_->PublishHotKeyMetrics();
   std::vector<std::pair<std::string, uint64_t>> store_errors;
   const std::array<uint64_t, kStoreErrorKinds> counts = StoreErrorCounts();

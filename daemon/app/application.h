@@ -1,11 +1,13 @@
 // Application: wires the daemon together and walks its phases.
 //
-//   Start:    open the store -> metrics -> catalog, published state (sources register their
-//             health) -> applier.Recover (positions, view states)
+//   Start:    raise the soft open-files limit -> open the store -> metrics -> catalog,
+//             published state (sources register their health) -> applier.Recover (positions,
+//             view states)
 //             -> gRPC server (health SERVING once the view states are loaded), and the fast
 //             read port if server.fast_reads is set
-//             -> sources start at the stored positions -> writer thread (rebuilds changed
-//             views, then applies batches)
+//             -> sources start at the stored positions -> the connection caps are clamped to
+//             the descriptors left (fd_budget.h) -> writer thread (rebuilds changed views,
+//             then applies batches)
 //   Shutdown: stop the sources (in parallel) -> close the queue -> the writer drains what was read and
 //             commits -> cancel Watch streams -> stop the gRPC server and the fast read port
 //             (grace period, in parallel) -> close the store
@@ -24,6 +26,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "daemon/app/fd_budget.h"
 #include "daemon/app/ingestion_log.h"
 #include "daemon/apply/applier.h"
 #include "daemon/config/config.h"
@@ -79,8 +82,11 @@ class Application {
   void UpdateViewHealth();
   // One info line per source whose counts or state changed since the last (ingestion_log.h).
   void LogEventCounts(double interval_seconds);
+  // Once the sources hold their descriptors: what connections may use, and the caps within it.
+  absl::Status ClampConnectionCaps();
 
   Config config_;
+  FdLimit fd_limit_;
   std::unique_ptr<Store> store_;
   std::unique_ptr<MetricsRegistry> metrics_;
   std::unique_ptr<ApplyProbe> apply_probe_;
@@ -94,6 +100,8 @@ class Application {
   std::unique_ptr<WatchProbe> watch_probe_;
   std::unique_ptr<WatchHub> watch_hub_;  // outlives server_, whose Watch handlers use it
   std::unique_ptr<AdminService> admin_;   // outlives server_, which serves it
+  std::unique_ptr<FdProbe> fd_probe_;
+  std::unique_ptr<ConnectionProbe> grpc_connections_;  // outlives server_
   std::unique_ptr<ViewServer> server_;
   std::unique_ptr<ConnectionProbe> fast_reads_connections_;  // outlives fast_reads_
   std::unique_ptr<H2ReadServer> fast_reads_;  // server.fast_reads; null when off

@@ -91,6 +91,26 @@ struct ServerConfig {
   static constexpr uint32_t kMinFastReadsTimeoutMs = 100;
   static constexpr uint32_t kMaxFastReadsTimeoutMs = 24 * 3600 * 1000;
 
+  // The main gRPC port's connections (GrpcListener and gRPC's channel arguments). Beyond the
+  // cap a connection is accepted and closed at once; the cap is lowered at start to what the
+  // open-files limit leaves (see fd_reserve). Durations: 0 is never.
+  uint32_t grpc_max_connections = 1000;
+  uint32_t grpc_max_connection_idle_seconds = 300;       // no call in flight for this long
+  uint32_t grpc_max_connection_age_seconds = 3600;       // then GOAWAY (gRPC adds +-10%)
+  uint32_t grpc_max_connection_age_grace_seconds = 300;  // calls may finish, then it is closed
+  // Keepalive enforcement: a client pinging more often than this with no call in flight earns
+  // a strike; past grpc_max_ping_strikes it is sent GOAWAY (0: any number of strikes).
+  uint32_t grpc_min_ping_interval_seconds = 300;
+  uint32_t grpc_max_ping_strikes = 2;
+  // File descriptors kept free of connections for what the sources, the store and metrics
+  // open later (Kafka and DynamoDB sockets, dead-letter files, /metrics scrapes). Connections
+  // on both ports share the open-files limit less this and what is open once the sources
+  // have started.
+  uint32_t fd_reserve = 256;
+  // Durations in seconds at most this: gRPC takes milliseconds as an int.
+  static constexpr uint32_t kMaxGrpcSeconds = 2'147'483;
+  static constexpr uint32_t kMaxConnections = 1'000'000;
+
   bool operator==(const ServerConfig&) const = default;
 };
 

@@ -128,6 +128,17 @@ const FieldTable<ServerConfig>& ServerFields() {
             S::kMinFastReadsTimeoutMs, S::kMaxFastReadsTimeoutMs),
       Whole("fast_reads_request_timeout_ms", &S::fast_reads_request_timeout_ms,
             S::kMinFastReadsTimeoutMs, S::kMaxFastReadsTimeoutMs),
+      Whole("grpc_max_connections", &S::grpc_max_connections, 1, S::kMaxConnections),
+      Whole("grpc_max_connection_idle_seconds", &S::grpc_max_connection_idle_seconds, 0,
+            S::kMaxGrpcSeconds),
+      Whole("grpc_max_connection_age_seconds", &S::grpc_max_connection_age_seconds, 0,
+            S::kMaxGrpcSeconds),
+      Whole("grpc_max_connection_age_grace_seconds", &S::grpc_max_connection_age_grace_seconds,
+            0, S::kMaxGrpcSeconds),
+      Whole("grpc_min_ping_interval_seconds", &S::grpc_min_ping_interval_seconds, 0,
+            S::kMaxGrpcSeconds),
+      Whole("grpc_max_ping_strikes", &S::grpc_max_ping_strikes, 0, 1000),
+      Whole("fd_reserve", &S::fd_reserve, 0, S::kMaxConnections),
   };
   return table;
 }

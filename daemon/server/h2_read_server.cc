@@ -33,6 +33,7 @@
 #include "cdcview/v1/view_service.grpc.pb.h"
 #include "daemon/log/log.h"
 #include "daemon/server/error_text.h"
+#include "daemon/server/listen_address.h"
 #include "index_builders/coding.h"
 #include "daemon/server/read_consistency.h"
 
@@ -306,27 +307,11 @@ nghttp2_nv Header(std::string_view name, std::string_view value) {
 
 // "host:port" or "[v6]:port" -> a bound, listening, non-blocking socket.
 absl::StatusOr<int> Listen(const std::string& address) {
-  size_t colon = address.rfind(':');
-  std::string host = colon == std::string::npos ? "" : address.substr(0, colon);
-  std::string port = colon == std::string::npos ? "" : address.substr(colon + 1);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  uint32_t port_number = 0;
-  if (host.empty() || !absl::SimpleAtoi(port, &port_number) || port_number > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("\"", address, "\" is not host:port (e.g. 127.0.0.1:50052 or [::1]:50052)"));
-  }
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  if (int rv = getaddrinfo(host.c_str(), port.c_str(), &hints, &found); rv != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot resolve ", address, ": ", gai_strerror(rv)));
-  }
+  absl::StatusOr<AddressList> found = ListenAddresses(address, "50052");
+  if (!found.ok()) return found.status();
   std::string why = "no address";
   int fd = -1;
-  for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
+  for (addrinfo* a = found->get(); a != nullptr && fd < 0; a = a->ai_next) {
     fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
     if (fd < 0) {
       why = std::strerror(errno);
@@ -340,7 +325,6 @@ absl::StatusOr<int> Listen(const std::string& address) {
       fd = -1;
     }
   }
-  freeaddrinfo(found);
   if (fd < 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", address, ": ", why));
   return fd;
 }
@@ -357,7 +341,15 @@ class H2ReadServer::Loop {
         probe_(probe),
         grpc_setting_(std::move(grpc_setting)),
         limits_(limits),
-        connection_probe_(connections) {}
+        connection_probe_(connections),
+        max_connections_(limits.fast_reads_max_connections) {
+    if (connection_probe_ != nullptr) connection_probe_->SetMax(max_connections_);
+  }
+
+  void SetMaxConnections(uint32_t max) {
+    max_connections_.store(max, std::memory_order_relaxed);
+    if (connection_probe_ != nullptr) connection_probe_->SetMax(max);
+  }
 
   ~Loop() {
     for (int fd : {listen_fd_, epoll_fd_, wake_fd_}) {
@@ -635,7 +627,7 @@ class H2ReadServer::Loop {
         return;
       }
       accept_failing_ = false;
-      if (connections_.size() >= limits_.fast_reads_max_connections) {
+      if (connections_.size() >= max_connections_.load(std::memory_order_relaxed)) {
         RefuseConnection(fd);
         continue;
       }
@@ -661,13 +653,14 @@ class H2ReadServer::Loop {
   void RefuseConnection(int fd) {
     const std::string why = absl::StrCat("the fast read port has ", connections_.size(),
                                          " connections open, its limit "
-                                         "(server.fast_reads_max_connections); retry later");
+                                         "(server.fast_reads_max_connections, within the "
+                                         "open-files budget); retry later");
     std::string frames = {0, 0, 0, 4, 0, 0, 0, 0, 0};  // an empty SETTINGS frame
     frames += GoawayFrame(NGHTTP2_ENHANCE_YOUR_CALM, why);
     ssize_t n = send(fd, frames.data(), frames.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
     (void)n;  // a client that cannot take it sees the connection close
     close(fd);
-    if (connection_probe_ != nullptr) connection_probe_->Refused("cap");
+    if (connection_probe_ != nullptr) connection_probe_->Refused("max_connections");
     if (!refusing_) LogWarning(absl::StrCat("fast read port: ", why));
     refusing_ = true;  // logged once per run of refusals
   }
@@ -1143,6 +1136,9 @@ class H2ReadServer::Loop {
   QueryProbe* const probe_;
   const std::string grpc_setting_;
   const ServerConfig limits_;
+  // limits_.fast_reads_max_connections, or less when the open-files budget leaves less
+  // (SetMaxConnections, from the application's thread).
+  std::atomic<uint32_t> max_connections_;
   ConnectionProbe* const connection_probe_;
   size_t buffered_ = 0;  // request bytes all streams hold
   Clock::time_point next_sweep_;
@@ -1181,6 +1177,7 @@ absl::StatusOr<std::unique_ptr<H2ReadServer>> H2ReadServer::Start(
 }
 
 int H2ReadServer::port() const { return loop_->port(); }
+void H2ReadServer::SetMaxConnections(uint32_t max) { loop_->SetMaxConnections(max); }
 
 void H2ReadServer::Shutdown(int grace_ms) { loop_->Shutdown(grace_ms); }
 

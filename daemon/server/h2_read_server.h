@@ -81,6 +81,9 @@ class H2ReadServer {
   ~H2ReadServer();  // Shutdown(0)
 
   int port() const;
+  // Lowers (or restores) the connection cap, e.g. to what the open-files limit leaves;
+  // connections already open stay. Thread-safe.
+  void SetMaxConnections(uint32_t max);
   // Stops accepting connections, tells every client (GOAWAY) and waits up to `grace_ms` for the
   // calls already received, then closes the connections and waits for the offload threads.
   void Shutdown(int grace_ms);

@@ -6,10 +6,12 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include <chrono>
+#include <climits>
 
 #include "absl/strings/str_cat.h"
 #include "cdcview/v1/view_service.grpc.pb.h"
 #include "daemon/server/error_text.h"
+#include "daemon/server/grpc_listener.h"
 #include "daemon/server/watch.h"
 #include "daemon/server/read_consistency.h"
 
@@ -26,6 +28,12 @@ grpc::Status ToGrpc(const absl::Status& s) {
 constexpr const char* kServiceName = "cdcview.v1.ViewService";
 // Idle sync-server threads kept for the next calls (see Start).
 constexpr int kMaxIdleHandlerThreads = 64;
+
+// A config duration in seconds as a gRPC channel argument in milliseconds; 0 (never) is
+// gRPC's INT_MAX. The config bounds keep the product within an int.
+int MillisOrNever(uint32_t seconds) {
+  return seconds == 0 ? INT_MAX : static_cast<int>(seconds) * 1000;
+}
 
 // The call's deadline on the steady clock (gRPC gives it on the system clock); max() if none.
 ViewQueries::Deadline DeadlineOf(const grpc::ServerContext* context) {
@@ -123,18 +131,37 @@ class ViewServer::Service final : public v1::ViewService::Service {
   WatchHub* watch_;
 };
 
-absl::StatusOr<std::unique_ptr<ViewServer>> ViewServer::Start(const std::string& address,
-                                                              const ViewQueries& reader,
-                                                              QueryProbe* probe,
-                                                              WatchHub* watch,
-                                                              grpc::Service* admin) {
+absl::StatusOr<std::unique_ptr<ViewServer>> ViewServer::Start(
+    const std::string& address, const ViewQueries& reader, QueryProbe* probe, WatchHub* watch,
+    const ServerConfig& limits, ConnectionProbe* connections, grpc::Service* admin) {
   std::unique_ptr<ViewServer> server(new ViewServer());
+  auto listener = GrpcListener::Listen(address);
+  if (!listener.ok()) {
+    return absl::UnavailableError(absl::StrCat(listener.status().message(),
+                                               "; set server.grpc (or --grpc) to a free host:port"));
+  }
+  server->listener_ = std::move(*listener);
+  server->port_ = server->listener_->port();
   server->service_ = std::make_unique<Service>(reader, probe, watch);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &server->port_);
   builder.RegisterService(server->service_.get());
+  // Connections come from the listener, which caps them. gRPC ends a connection with no call
+  // for the idle time, and any connection at its age (jittered by gRPC, then the grace period
+  // for its calls, then closed): a client that sends half a request and stops, or never sends
+  // the HTTP/2 preface, holds a connection only that long. A client pinging more often than
+  // the minimum interval with no call is sent GOAWAY after the strikes.
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                             MillisOrNever(limits.grpc_max_connection_idle_seconds));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS,
+                             MillisOrNever(limits.grpc_max_connection_age_seconds));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
+                             static_cast<int>(limits.grpc_max_connection_age_grace_seconds) * 1000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             static_cast<int>(limits.grpc_min_ping_interval_seconds) * 1000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES,
+                             static_cast<int>(limits.grpc_max_ping_strikes));
   if (admin != nullptr) builder.RegisterService(admin);
   // gRPC's sync server keeps between MIN_POLLERS (1) and MAX_POLLERS (2) idle handler threads by
   // default: when the last idle one takes a call it starts a new thread, and a thread that
@@ -148,15 +175,24 @@ absl::StatusOr<std::unique_ptr<ViewServer>> ViewServer::Start(const std::string&
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS, 1);
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, kMaxIdleHandlerThreads);
   server->server_ = builder.BuildAndStart();
-  if (server->server_ == nullptr || server->port_ == 0) {
+  if (server->server_ == nullptr) {
     return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ", address,
                                                "; set server.grpc (or --grpc) to a free host:port"));
   }
   server->SetServing(false);
+  server->listener_->Start(server->server_.get(), limits.grpc_max_connections, connections);
   return server;
 }
 
 ViewServer::~ViewServer() { Shutdown(0); }
+
+void ViewServer::SetMaxConnections(uint32_t max) {
+  if (listener_ != nullptr) listener_->SetMaxConnections(max);
+}
+
+uint32_t ViewServer::max_connections() const {
+  return listener_ != nullptr ? listener_->max_connections() : 0;
+}
 
 void ViewServer::SetServing(bool serving) {
   if (server_ == nullptr) return;
@@ -173,6 +209,7 @@ void ViewServer::SetServiceServing(const std::string& service, bool serving) {
 }
 
 void ViewServer::Shutdown(int grace_ms) {
+  if (listener_ != nullptr) listener_->Stop();
   if (server_ == nullptr) return;
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(grace_ms));
   server_->Wait();

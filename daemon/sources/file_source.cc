@@ -145,6 +145,12 @@ absl::Status FileDeadLetterSink::OpenLocked() {
   return absl::OkStatus();
 }
 
+absl::Status FileDeadLetterSink::Open() {
+  absl::MutexLock lock(&mu_);
+  if (file_ != nullptr || path_.empty()) return absl::OkStatus();
+  return OpenLocked();
+}
+
 absl::Status FileDeadLetterSink::Write(const SourceRecord& record, const absl::Status& why) {
   std::string line = "{\"source\":";
   AppendJsonString(source_name_, &line);
@@ -291,6 +297,11 @@ absl::Status FileSource::Start(const std::map<std::string, std::string>& positio
   if (absl::Status status = Open(&cursor, &reading.fd); !status.ok()) {
     SetError(std::string(ToStd(status.message())));
     return status;
+  }
+  if (absl::Status status = dead_letters_.Open(); !status.ok()) {
+    // Not fatal yet: the source may never dead-letter, and the first Write tries again.
+    LogWarning(absl::StrCat("source \"", config_.name, "\": ", status.message(),
+                            "; trying again at the first dead letter"));
   }
   {
     absl::MutexLock lock(&mu_);

@@ -67,6 +67,10 @@ class FileDeadLetterSink : public DeadLetterSink {
   absl::Status Write(const SourceRecord& record, const absl::Status& why) override;
 
   const std::string& path() const { return path_; }
+  // Opens the file now if a path is configured, so that a later shortage of descriptors
+  // cannot stop the writer at its first dead letter. The errors are Write's; after one,
+  // Write tries again.
+  absl::Status Open();
 
  private:
   absl::Status OpenLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -74,7 +78,7 @@ class FileDeadLetterSink : public DeadLetterSink {
   const std::string source_name_;
   const std::string path_;
   absl::Mutex mu_;
-  std::FILE* file_ ABSL_GUARDED_BY(mu_) = nullptr;  // opened by the first Write
+  std::FILE* file_ ABSL_GUARDED_BY(mu_) = nullptr;  // opened by Open or the first Write
 };
 
 class FileSource : public ChangeSource {

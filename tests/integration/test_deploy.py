@@ -947,7 +947,10 @@ SERVER_LIMIT_DEFAULTS = {
     "max_wait_ms": 10000, "fast_reads_max_request_bytes": "4MiB",
     "fast_reads_max_buffered_per_connection": "16MiB", "fast_reads_max_buffered_bytes": "256MiB",
     "fast_reads_max_waits_per_connection": 4, "fast_reads_max_connections": 1024,
-    "fast_reads_idle_timeout_ms": 300000, "fast_reads_request_timeout_ms": 10000}
+    "fast_reads_idle_timeout_ms": 300000, "fast_reads_request_timeout_ms": 10000,
+    "grpc_max_connections": 1000, "grpc_max_connection_idle_seconds": 300,
+    "grpc_max_connection_age_seconds": 3600, "grpc_max_connection_age_grace_seconds": 300,
+    "grpc_min_ping_interval_seconds": 300, "grpc_max_ping_strikes": 2, "fd_reserve": 256}
 
 
 def test_flags_override_environment_which_overrides_the_file(binaries):
@@ -1043,7 +1046,7 @@ def test_every_variable_in_help_sets_its_field(binaries):
     """--help lists a variable per settable field; each one really reaches that field (an
     invalid value is rejected naming the variable and the field)."""
     listed = re.findall(r"^\s+(CDCVIEW_[A-Z_]+)\s+\((\S+)\)$", help_text(), re.M)
-    assert len(listed) == 26, help_text()
+    assert len(listed) == 33, help_text()
     for name, path in listed:
         assert name == "CDCVIEW_" + path.upper().replace(".", "_")
         p = print_config(["--config", EXAMPLE_CONFIG], {name: "[]"})

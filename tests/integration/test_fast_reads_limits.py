@@ -355,7 +355,7 @@ def test_connections_over_the_cap_are_refused_and_counted(daemon_factory, pb, tm
                              "the fast read port has 3 connections open, its limit "
                              "(server.fast_reads_max_connections); retry later")
     m = d.metrics()
-    assert fast(m, "cdcview_connections_refused_total", reason="cap") == 1
+    assert fast(m, "cdcview_connections_refused_total", reason="max_connections") == 1
     assert fast(m, "cdcview_connections_opened_total") == 3
     assert fast(m, "cdcview_connections_open") == 3
     assert "fast read port: the fast read port has 3 connections open" in d.log()
@@ -365,7 +365,7 @@ def test_connections_over_the_cap_are_refused_and_counted(daemon_factory, pb, tm
         stub.Query(day_query(pb), timeout=2)
     assert err.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
     channel.close()
-    assert fast(d.metrics(), "cdcview_connections_refused_total", reason="cap") >= 2
+    assert fast(d.metrics(), "cdcview_connections_refused_total", reason="max_connections") >= 2
 
     # Once one closes, a fresh client is served.
     held.pop().close()

@@ -83,7 +83,11 @@ TEST(ConfigFieldsTest, EnvironmentSettablePathsAreTheSectionsFields) {
                 "server.fast_reads_max_buffered_per_connection",
                 "server.fast_reads_max_buffered_bytes", "server.fast_reads_max_waits_per_connection",
                 "server.fast_reads_max_connections", "server.fast_reads_idle_timeout_ms",
-                "server.fast_reads_request_timeout_ms", "apply.batch_size", "apply.max_delay_ms", "apply.queue_capacity",
+                "server.fast_reads_request_timeout_ms", "server.grpc_max_connections",
+                "server.grpc_max_connection_idle_seconds", "server.grpc_max_connection_age_seconds",
+                "server.grpc_max_connection_age_grace_seconds",
+                "server.grpc_min_ping_interval_seconds", "server.grpc_max_ping_strikes",
+                "server.fd_reserve", "apply.batch_size", "apply.max_delay_ms", "apply.queue_capacity",
                 "apply.log_counts_seconds", "apply.tombstone_compaction_step", "watch.retain_changes", "watch.max_lag_changes",
                 "watch.max_stream_buffer_bytes", "watch.stalled_stream_timeout_ms",
                 "watch.max_streams"}));

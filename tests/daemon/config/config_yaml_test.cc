@@ -238,6 +238,13 @@ TEST(ConfigToYamlTest, PrintsEveryDefaultExactly) {
             "  fast_reads_max_connections: 1024\n"
             "  fast_reads_idle_timeout_ms: 300000\n"
             "  fast_reads_request_timeout_ms: 10000\n"
+            "  grpc_max_connections: 1000\n"
+            "  grpc_max_connection_idle_seconds: 300\n"
+            "  grpc_max_connection_age_seconds: 3600\n"
+            "  grpc_max_connection_age_grace_seconds: 300\n"
+            "  grpc_min_ping_interval_seconds: 300\n"
+            "  grpc_max_ping_strikes: 2\n"
+            "  fd_reserve: 256\n"
             "apply:\n"
             "  batch_size: 1024\n"
             "  max_delay_ms: 20\n"
@@ -295,7 +302,67 @@ TEST(ReadyMaxLagTest, DefaultsTo60AndTakesAWholeNumber) {
             "metrics, ready_max_lag_seconds, max_wait_ms, fast_reads_max_request_bytes, "
             "fast_reads_max_buffered_per_connection, fast_reads_max_buffered_bytes, "
             "fast_reads_max_waits_per_connection, fast_reads_max_connections, "
-            "fast_reads_idle_timeout_ms, fast_reads_request_timeout_ms)");
+            "fast_reads_idle_timeout_ms, fast_reads_request_timeout_ms, grpc_max_connections, "
+            "grpc_max_connection_idle_seconds, grpc_max_connection_age_seconds, "
+            "grpc_max_connection_age_grace_seconds, grpc_min_ping_interval_seconds, "
+            "grpc_max_ping_strikes, fd_reserve)");
+}
+
+// ---- the main port's connection limits ----
+
+TEST(GrpcConnectionLimitsTest, DefaultsAndBounds) {
+  const std::string tables = "tables: [ { name: T, key: { partition: PK } } ]\n";
+  absl::StatusOr<Config> plain = ParseConfig(tables, "t.yaml");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->server.grpc_max_connections, 1000u);
+  EXPECT_EQ(plain->server.grpc_max_connection_idle_seconds, 300u);
+  EXPECT_EQ(plain->server.grpc_max_connection_age_seconds, 3600u);
+  EXPECT_EQ(plain->server.grpc_max_connection_age_grace_seconds, 300u);
+  EXPECT_EQ(plain->server.grpc_min_ping_interval_seconds, 300u);
+  EXPECT_EQ(plain->server.grpc_max_ping_strikes, 2u);
+  EXPECT_EQ(plain->server.fd_reserve, 256u);
+
+  absl::StatusOr<Config> set = ParseConfig(
+      "server: { grpc_max_connections: 1000000, grpc_max_connection_idle_seconds: 0, "
+      "grpc_max_connection_age_seconds: 2147483, grpc_max_connection_age_grace_seconds: 0, "
+      "grpc_min_ping_interval_seconds: 10, grpc_max_ping_strikes: 0, fd_reserve: 0 }\n" +
+          tables,
+      "t.yaml");
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->server.grpc_max_connections, 1000000u);
+  EXPECT_EQ(set->server.grpc_max_connection_idle_seconds, 0u);
+  EXPECT_EQ(set->server.grpc_max_connection_age_seconds, 2147483u);
+  EXPECT_EQ(set->server.grpc_max_connection_age_grace_seconds, 0u);
+  EXPECT_EQ(set->server.grpc_min_ping_interval_seconds, 10u);
+  EXPECT_EQ(set->server.grpc_max_ping_strikes, 0u);
+  EXPECT_EQ(set->server.fd_reserve, 0u);
+
+  const std::pair<std::string, std::string> bad[] = {
+      {"grpc_max_connections: 0",
+       "t.yaml:1: server.grpc_max_connections: expected a whole number from 1 to 1000000, got "
+       "\"0\""},
+      {"grpc_max_connections: 1000001",
+       "t.yaml:1: server.grpc_max_connections: expected a whole number from 1 to 1000000, got "
+       "\"1000001\""},
+      // gRPC takes milliseconds in an int.
+      {"grpc_max_connection_idle_seconds: 2147484",
+       "t.yaml:1: server.grpc_max_connection_idle_seconds: expected a whole number from 0 to "
+       "2147483, got \"2147484\""},
+      {"grpc_max_connection_age_grace_seconds: -1",
+       "t.yaml:1: server.grpc_max_connection_age_grace_seconds: expected a whole number from 0 "
+       "to 2147483, got \"-1\""},
+      {"grpc_max_ping_strikes: 1001",
+       "t.yaml:1: server.grpc_max_ping_strikes: expected a whole number from 0 to 1000, got "
+       "\"1001\""},
+      {"fd_reserve: 1000001",
+       "t.yaml:1: server.fd_reserve: expected a whole number from 0 to 1000000, got "
+       "\"1000001\""},
+  };
+  for (const auto& [field, message] : bad) {
+    absl::StatusOr<Config> c = ParseConfig("server: { " + field + " }\n" + tables, "t.yaml");
+    ASSERT_FALSE(c.ok()) << field;
+    EXPECT_EQ(Text(c.status()), message);
+  }
 }
 
 // ---- server.fast_reads ----

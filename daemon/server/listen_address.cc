@@ -1,0 +1,32 @@
+#include "daemon/server/listen_address.h"
+
+#include <sys/socket.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace cdcview {
+
+absl::StatusOr<AddressList> ListenAddresses(const std::string& address,
+                                            const char* example_port) {
+  size_t colon = address.rfind(':');
+  std::string host = colon == std::string::npos ? "" : address.substr(0, colon);
+  std::string port = colon == std::string::npos ? "" : address.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  uint32_t port_number = 0;
+  if (host.empty() || !absl::SimpleAtoi(port, &port_number) || port_number > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("\"", address, "\" is not host:port (e.g. 127.0.0.1:",
+                                                   example_port, " or [::1]:", example_port, ")"));
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (int rv = getaddrinfo(host.c_str(), port.c_str(), &hints, &found); rv != 0) {
+    return absl::UnavailableError(absl::StrCat("cannot resolve ", address, ": ", gai_strerror(rv)));
+  }
+  return AddressList(found);
+}
+
+}  // namespace cdcview
