@@ -4,6 +4,8 @@
 //   meta          schema version, source positions, view fingerprints and states
 //   items/<table> primary key -> StoredItem (last image, its sequence number, tombstone flag)
 //   view/<name>   entry key -> projected item (see index_builders/view_builder.h)
+//   long/items/<table>, long/view/<name>: their keys longer than LMDB's limit (long_key.h;
+//                 transactions read and write them under the logical key, see txn.h)
 //   agg/<name>    group key -> aggregate group state; aggm/<name> its min/max multisets
 //                 (see index_builders/aggregate.h)
 //   changes       sequence number -> view entry change, for Watch (see change_log.h)
@@ -164,6 +166,8 @@ class Store {
   size_t max_key_size_ = 0;
   MDB_dbi meta_ = 0;
   MDB_dbi changes_ = 0;
+  // By database: its long-key sibling (0: none). Fixed once Open returns.
+  std::vector<MDB_dbi> siblings_;
   std::map<std::string, MDB_dbi, std::less<>> items_;
   std::map<std::string, MDB_dbi, std::less<>> views_;
   std::vector<std::string> dropped_views_;
