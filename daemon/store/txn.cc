@@ -52,8 +52,15 @@ absl::StatusOr<std::optional<std::string_view>> Txn::RawGet(MDB_dbi dbi, std::st
 
 std::unique_ptr<Cursor> Txn::OpenCursor(MDB_dbi dbi) const {
   const MDB_dbi sibling = Sibling(dbi);
-  if (sibling == 0) return OpenRawCursor(dbi);
+  if (sibling == 0 || !Shows(sibling)) return OpenRawCursor(dbi);
   return std::make_unique<LongKeyCursor>(OpenRawCursor(dbi), OpenRawCursor(sibling));
+}
+
+bool Txn::Shows(MDB_dbi dbi) const {
+  bool lmdb = true;
+  if (!pending_.empty() && !pending_.CursorLayers(dbi, &lmdb).empty()) return true;
+  MDB_stat st;
+  return lmdb && mdb_stat(txn_, dbi, &st) == MDB_SUCCESS && st.ms_entries > 0;
 }
 
 std::unique_ptr<Cursor> Txn::OpenRawCursor(MDB_dbi dbi) const {

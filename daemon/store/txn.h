@@ -71,6 +71,9 @@ class Txn {
   // Get and OpenCursor on the database itself, its sibling aside.
   absl::StatusOr<std::optional<std::string_view>> RawGet(MDB_dbi dbi, std::string_view key) const;
   std::unique_ptr<Cursor> OpenRawCursor(MDB_dbi dbi) const;
+  // Whether `dbi` may hold an entry for this transaction (LMDB or a pending layer). Most
+  // long-key siblings are empty, and a cursor then reads the database alone.
+  bool Shows(MDB_dbi dbi) const;
 
   MDB_txn* txn_ = nullptr;
   // Write-back: what the transaction reads over its LMDB snapshot.
