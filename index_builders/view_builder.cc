@@ -127,12 +127,22 @@ const ViewRule* MatchRule(const ViewSpec& view, const Item& item) {
 
 // Appends the encoded key component `spec` gives `item`; false (and *reason) if the item
 // lacks an attribute the key uses or has it with another type.
-bool AppendKey(const KeySpec& spec, const Item& item, std::string* out, MissReason* reason) {
+// Appends the encoding of the key `spec` gives `item`; *value_bytes: the value's size.
+bool AppendKey(const KeySpec& spec, const Item& item, std::string* out, MissReason* reason,
+               size_t* value_bytes) {
   AttributeValue scratch;
   const AttributeValue* value = ResolveKey(spec, item, &scratch, reason);
   if (value == nullptr) return false;
   EncodeKeyComponent(*value, out);
+  *value_bytes = value->scalar().size();
   return true;
+}
+
+// INVALID_ARGUMENT if a key value of `bytes` is over `limit`: "<what> is N bytes, over ...".
+absl::Status CheckKeySize(const std::string& what, size_t bytes, size_t limit) {
+  if (bytes <= limit) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(what, " is ", bytes, " bytes, over DynamoDB's "
+                                                 "limit of ", limit, " bytes"));
 }
 
 // Copies `name` from `item` into `out` if present.
@@ -273,8 +283,8 @@ absl::Status CheckTableKeyAttributes(const TableSpec& table, const Item& item) {
 
 }  // namespace
 
-ViewBuilder::ViewBuilder(TableSpec table, size_t max_key_bytes)
-    : table_(std::move(table)), max_key_bytes_(max_key_bytes) {
+ViewBuilder::ViewBuilder(TableSpec table, KeyLimits limits)
+    : table_(std::move(table)), limits_(limits) {
   for (ViewSpec& view : table_.views) {
     for (ViewRule& rule : view.rules) PrepareConditions(&rule.when);
   }
@@ -292,13 +302,14 @@ ViewBuilder::ViewBuilder(TableSpec table, size_t max_key_bytes)
 absl::Status ViewBuilder::ValidateTableKey(const Item& item) const {
   absl::Status status = CheckTableKeyAttributes(table_, item);
   if (!status.ok()) return status;
-  const size_t size = PrimaryKey(item).size();
-  if (size > max_key_bytes_) {
-    return absl::InvalidArgumentError(absl::StrCat("table ", table_.name, ": primary key is ",
-                                                   size, " bytes, over the store's limit of ",
-                                                   max_key_bytes_, " bytes"));
+  const TableKeySpec& key = table_.key;
+  status = CheckKeySize(absl::StrCat("table ", table_.name, ": partition key ", key.partition),
+                        Find(item, key.partition)->scalar().size(), limits_.partition_bytes);
+  if (status.ok() && key.sort.has_value()) {
+    status = CheckKeySize(absl::StrCat("table ", table_.name, ": sort key ", *key.sort),
+                          Find(item, *key.sort)->scalar().size(), limits_.sort_bytes);
   }
-  return absl::OkStatus();
+  return status;
 }
 
 std::string ViewBuilder::PrimaryKey(const Item& item) const {
@@ -328,17 +339,25 @@ absl::StatusOr<std::optional<ViewBuilder::Placement>> ViewBuilder::Place(
   }
   Placement place{std::string(), rule};
   place.key.reserve(64 + primary_key.size());
-  if (!AppendKey(rule->partition_key, item, &place.key, reason)) return std::optional<Placement>();
-  if (rule->sort_key.has_value() && !AppendKey(*rule->sort_key, item, &place.key, reason)) {
+  size_t partition_bytes = 0, sort_bytes = 0;
+  if (!AppendKey(rule->partition_key, item, &place.key, reason, &partition_bytes)) {
     return std::optional<Placement>();
   }
-  place.key.append(primary_key);
-  if (place.key.size() > max_key_bytes_) {
-    return absl::InvalidArgumentError(absl::StrCat("view ", view.name, ": entry key is ",
-                                                   place.key.size(),
-                                                   " bytes, over the store's limit of ",
-                                                   max_key_bytes_, " bytes"));
+  if (rule->sort_key.has_value() &&
+      !AppendKey(*rule->sort_key, item, &place.key, reason, &sort_bytes)) {
+    return std::optional<Placement>();
   }
+  if (absl::Status s = CheckKeySize(absl::StrCat("view ", view.name, ": partition key"),
+                                    partition_bytes, limits_.partition_bytes);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckKeySize(absl::StrCat("view ", view.name, ": sort key"), sort_bytes,
+                                    limits_.partition_bytes);
+      !s.ok()) {
+    return s;
+  }
+  place.key.append(primary_key);
   return std::optional<Placement>(std::move(place));
 }
 

@@ -7,6 +7,12 @@
 //   key   = enc(view pk) · enc(view sk)? · enc(table pk) · enc(table sk)?
 //   value = EncodeItem(projected attributes)
 // The table key in the entry key keeps entries unique per item.
+//
+// Key sizes (S: UTF-8 bytes, B: bytes): DynamoDB's limits for the table key, a partition key
+// value up to 2,048 bytes and a sort key value up to 1,024; a view's partition and sort key
+// values up to 2,048 each (a view's sort key may be the table's partition key, as in an
+// inverted view: a lower limit would drop valid items). The store takes entry keys of any
+// length (daemon/store/long_key.h).
 #pragma once
 
 #include <cstddef>
@@ -20,6 +26,16 @@
 #include "index_builders/view_spec.h"
 
 namespace cdcview {
+
+inline constexpr size_t kMaxPartitionKeyBytes = 2048;
+inline constexpr size_t kMaxSortKeyBytes = 1024;
+
+// The largest key values a ViewBuilder takes (tests lower them): `partition_bytes` for the
+// table's partition key and both of a view's keys, `sort_bytes` for the table's sort key.
+struct KeyLimits {
+  size_t partition_bytes = kMaxPartitionKeyBytes;
+  size_t sort_bytes = kMaxSortKeyBytes;
+};
 
 struct ViewEntry {
   std::string key;
@@ -63,20 +79,20 @@ const AttributeValue* ResolveKey(const KeySpec& spec, const Item& item, Attribut
 
 class ViewBuilder {
  public:
-  // `max_key_bytes`: the store's key size limit (LMDB: 511 by default).
-  ViewBuilder(TableSpec table, size_t max_key_bytes);
+  explicit ViewBuilder(TableSpec table, KeyLimits limits = KeyLimits());
 
   const TableSpec& table() const { return table_; }
 
-  // Checks that `item` carries the table's key attributes with the declared types and that
-  // its primary key fits; INVALID_ARGUMENT naming the attribute otherwise.
+  // Checks that `item` carries the table's key attributes with the declared types and within
+  // the size limits; INVALID_ARGUMENT naming the attribute (and size and limit) otherwise.
   absl::Status ValidateTableKey(const Item& item) const;
 
   // enc(table pk) · enc(table sk)?, the key in items/<table>. Call after ValidateTableKey.
   std::string PrimaryKey(const Item& item) const;
 
   // The entry `item` has in view `v`, if any. `reason` (optional) says why there is none.
-  // INVALID_ARGUMENT if the entry's key would exceed max_key_bytes (names view and size).
+  // INVALID_ARGUMENT if the entry's partition or sort key value is over its limit (names the
+  // view, the key, its size and the limit).
   absl::StatusOr<std::optional<ViewEntry>> EntryFor(size_t v, const Item& item,
                                                     MissReason* reason = nullptr) const;
 
@@ -105,7 +121,7 @@ class ViewBuilder {
                                                  MissReason* reason) const;
 
   TableSpec table_;
-  size_t max_key_bytes_;
+  KeyLimits limits_;
 };
 
 }  // namespace cdcview

@@ -5,7 +5,7 @@ namespace cdcview {
 Catalog::Catalog(const Config& config, size_t max_key_bytes) : config_(config) {
   for (size_t t = 0; t < config.tables.size(); ++t) {
     const TableSpec& table = config.tables[t];
-    builders_.push_back(std::make_unique<ViewBuilder>(table, max_key_bytes));
+    builders_.push_back(std::make_unique<ViewBuilder>(table));
     first_view_.push_back(views_.size());
     for (size_t v = 0; v < table.views.size(); ++v) {
       const ViewSpec* spec = &builders_.back()->table().views[v];

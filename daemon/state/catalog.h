@@ -34,6 +34,8 @@ struct AggregateRef {
 
 class Catalog {
  public:
+  // `max_key_bytes`: the store's key size limit for aggregate group keys (views and items
+  // take keys of any length: long_key.h).
   Catalog(const Config& config, size_t max_key_bytes);
 
   const Config& config() const { return config_; }

@@ -1,5 +1,7 @@
 // Cursor: ordered iteration over one LMDB database, in either direction. Over pending layers
 // (write-back) it merges them with LMDB: the newest write of a key wins, a delete hides it.
+// Its positioning methods are virtual for LongKeyCursor (long_key_cursor.h), which merges a
+// database with its long-key sibling in logical key order.
 //
 // Errors: a positioning call returns false at the end of the data and on an LMDB error alike;
 // status() tells them apart. After an error (a damaged page: DATA_LOSS, see lmdb_status.h)
@@ -32,21 +34,24 @@ class Cursor {
   // Merges `layers` (newest first) over the LMDB database; `txn` null: over nothing (a layer
   // cleared the database).
   Cursor(MDB_txn* txn, MDB_dbi dbi, std::vector<const PendingLayer::Entries*> layers);
-  ~Cursor();
+  virtual ~Cursor();
   Cursor(const Cursor&) = delete;
   Cursor& operator=(const Cursor&) = delete;
 
   // Positioning: each returns whether the cursor now stands on an entry.
-  bool SeekFirst();
-  bool SeekLast();
-  bool Seek(std::string_view key);  // first entry with key >= `key`
-  bool Next();
-  bool Prev();
-  bool valid() const { return valid_; }
+  virtual bool SeekFirst();
+  virtual bool SeekLast();
+  virtual bool Seek(std::string_view key);  // first entry with key >= `key`
+  virtual bool Next();
+  virtual bool Prev();
+  virtual bool valid() const { return valid_; }
   // OK, or the first LMDB error a move (or opening the cursor) met.
-  const absl::Status& status() const { return status_; }
-  std::string_view key() const;
-  std::string_view value() const;
+  virtual const absl::Status& status() const { return status_; }
+  virtual std::string_view key() const;
+  virtual std::string_view value() const;
+
+ protected:
+  Cursor() = default;  // a subclass that positions cursors of its own
 
  private:
   bool Move(MDB_cursor_op op, std::string_view key = {});

@@ -17,6 +17,7 @@
 #include "daemon/store/flusher.h"
 #include "daemon/store/lmdb_file.h"
 #include "daemon/store/lmdb_status.h"
+#include "daemon/store/long_key.h"
 #include "daemon/store/meta_keys.h"
 #include "daemon/store/shutdown_marker.h"
 #include "daemon/store/store_internal.h"
@@ -163,6 +164,11 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StorageConfig& config,
   mdb_env_info(store->env_, &info);
   if (info.me_mapsize > config.map_size) store->config_.map_size = info.me_mapsize;
   store->max_key_size_ = static_cast<size_t>(mdb_env_get_maxkeysize(store->env_));
+  if (store->max_key_size_ < kLongKeyStoredBytes) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this LMDB takes keys up to ", store->max_key_size_, " bytes; cdcviewd needs ",
+        kLongKeyStoredBytes, " (LMDB's default)"));
+  }
   if (absl::Status s = store->OpenDatabases(tables); !s.ok()) return s;
   if (store->write_back()) {
     // Layer sequences continue from the last one flushed, so a snapshot's stored sequence
@@ -256,15 +262,24 @@ absl::Status Store::OpenDatabases(const std::vector<TableSpec>& tables) {
         kSchemaVersion, "; use a matching cdcviewd or start from an empty storage.path"));
   }
 
+  // A database of logical keys and its long-key sibling (long_key.h).
+  auto open_keyed = [&](const std::string& name, MDB_dbi* dbi) {
+    MDB_dbi sibling;
+    if (absl::Status s = open(name, dbi); !s.ok()) return s;
+    if (absl::Status s = open(kLongKeyDbPrefix + name, &sibling); !s.ok()) return s;
+    if (*dbi >= siblings_.size()) siblings_.resize(*dbi + 1, 0);
+    siblings_[*dbi] = sibling;
+    return absl::OkStatus();
+  };
   std::map<std::string, bool> configured;
   for (const TableSpec& table : tables) {
     MDB_dbi dbi;
-    if (absl::Status s = open(absl::StrCat(kItemsDbPrefix, table.name), &dbi); !s.ok()) return s;
+    if (absl::Status s = open_keyed(absl::StrCat(kItemsDbPrefix, table.name), &dbi); !s.ok()) return s;
     items_.emplace(table.name, dbi);
     if (absl::Status s = open(absl::StrCat(kTombstonesDbPrefix, table.name), &dbi); !s.ok()) return s;
     tombstones_.emplace(table.name, dbi);
     for (const ViewSpec& view : table.views) {
-      if (absl::Status s = open(absl::StrCat(kViewDbPrefix, view.name), &dbi); !s.ok()) return s;
+      if (absl::Status s = open_keyed(absl::StrCat(kViewDbPrefix, view.name), &dbi); !s.ok()) return s;
       views_.emplace(view.name, dbi);
       configured[view.name] = true;
     }
@@ -300,6 +315,10 @@ absl::Status Store::OpenDatabases(const std::vector<TableSpec>& tables) {
     MDB_dbi dbi;
     if (absl::Status s = open(name, &dbi); !s.ok()) return s;
     if (absl::Status s = LmdbStatus(mdb_drop(txn.raw(), dbi, 1), "dropping " + name); !s.ok()) return s;
+    const std::string sibling = kLongKeyDbPrefix + name;
+    if (mdb_dbi_open(txn.raw(), sibling.c_str(), 0, &dbi) == MDB_SUCCESS) {
+      if (absl::Status s = LmdbStatus(mdb_drop(txn.raw(), dbi, 1), "dropping " + sibling); !s.ok()) return s;
+    }
     std::string view = name.substr(kViewDbPrefixLen);
     for (std::string_view field : {"fingerprint", "state", "build_cursor"}) {
       if (absl::Status s = txn.Delete(meta_, ViewMetaKey(view, field)); !s.ok()) return s;
@@ -355,6 +374,7 @@ absl::StatusOr<std::unique_ptr<WriteTxn>> Store::BeginLmdbWrite() {
     rc = mdb_txn_begin(env_, nullptr, 0, &txn->txn_);
   }
   if (rc != MDB_SUCCESS) return LmdbStatus(rc, "beginning a write transaction");
+  txn->siblings_ = &siblings_;
   if (write_back()) txn->store_ = this;  // its commit's cost: last_lmdb_commit()
   return txn;
 }
@@ -367,6 +387,7 @@ absl::Status Store::BeginSnapshot(Txn* txn) const {
   if (write_back()) published = flusher_->Published();
   int rc = mdb_txn_begin(env_, nullptr, MDB_RDONLY, &txn->txn_);
   if (rc != MDB_SUCCESS) return LmdbStatus(rc, "beginning a read transaction");
+  txn->siblings_ = &siblings_;
   if (published != nullptr && !published->empty()) {
     MDB_val k = Val(kFlushedKey), v;
     uint64_t flushed = 0;

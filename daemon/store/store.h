@@ -6,6 +6,8 @@
 //   tombstones/<table>  TombstoneIndexKey (time, primary key) -> primary key: the table's
 //                 tombstones in time order, for their compaction (see stored_item.h)
 //   view/<name>   entry key -> projected item (see index_builders/view_builder.h)
+//   long/items/<table>, long/view/<name>: their keys longer than LMDB's limit (long_key.h;
+//                 transactions read and write them under the logical key, see txn.h)
 //   agg/<name>    group key -> aggregate group state; aggm/<name> its min/max multisets
 //                 (see index_builders/aggregate.h)
 //   changes       sequence number -> view entry change, for Watch (see change_log.h)
@@ -201,6 +203,8 @@ class Store {
   size_t max_key_size_ = 0;
   MDB_dbi meta_ = 0;
   MDB_dbi changes_ = 0;
+  // By database: its long-key sibling (0: none). Fixed once Open returns.
+  std::vector<MDB_dbi> siblings_;
   std::map<std::string, MDB_dbi, std::less<>> items_;
   std::map<std::string, MDB_dbi, std::less<>> tombstones_;
   std::map<std::string, MDB_dbi, std::less<>> views_;

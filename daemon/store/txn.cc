@@ -5,7 +5,10 @@
 #include <utility>
 
 #include "daemon/store/flusher.h"
+#include "absl/strings/str_cat.h"
 #include "daemon/store/lmdb_status.h"
+#include "daemon/store/long_key.h"
+#include "daemon/store/long_key_cursor.h"
 #include "daemon/store/store.h"
 #include "daemon/store/store_internal.h"
 
@@ -14,9 +17,29 @@ namespace cdcview {
 using store_internal::Val;
 using store_internal::View;
 
+namespace {
+
+// A long key's value, from the sibling entry `raw_get` finds under its stored key.
+template <typename RawGet>
+absl::StatusOr<std::optional<std::string_view>> GetLong(std::string_view key, RawGet raw_get) {
+  auto found = raw_get(LongStoredKey(key));
+  if (!found.ok() || !*found) return found;
+  std::string_view value;
+  if (!LongEntryValue(key, **found, &value)) return std::nullopt;  // another key's hash
+  return value;
+}
+
+}  // namespace
+
 Txn::~Txn() = default;
 
 absl::StatusOr<std::optional<std::string_view>> Txn::Get(MDB_dbi dbi, std::string_view key) const {
+  const MDB_dbi sibling = IsLongKey(key) ? Sibling(dbi) : 0;
+  if (sibling == 0) return RawGet(dbi, key);
+  return GetLong(key, [&](std::string_view stored) { return RawGet(sibling, stored); });
+}
+
+absl::StatusOr<std::optional<std::string_view>> Txn::RawGet(MDB_dbi dbi, std::string_view key) const {
   if (!pending_.empty()) {
     if (auto found = pending_.Find(dbi, key)) return *found;
   }
@@ -28,6 +51,19 @@ absl::StatusOr<std::optional<std::string_view>> Txn::Get(MDB_dbi dbi, std::strin
 }
 
 std::unique_ptr<Cursor> Txn::OpenCursor(MDB_dbi dbi) const {
+  const MDB_dbi sibling = Sibling(dbi);
+  if (sibling == 0 || !Shows(sibling)) return OpenRawCursor(dbi);
+  return std::make_unique<LongKeyCursor>(OpenRawCursor(dbi), OpenRawCursor(sibling));
+}
+
+bool Txn::Shows(MDB_dbi dbi) const {
+  bool lmdb = true;
+  if (!pending_.empty() && !pending_.CursorLayers(dbi, &lmdb).empty()) return true;
+  MDB_stat st;
+  return lmdb && mdb_stat(txn_, dbi, &st) == MDB_SUCCESS && st.ms_entries > 0;
+}
+
+std::unique_ptr<Cursor> Txn::OpenRawCursor(MDB_dbi dbi) const {
   if (pending_.empty()) return std::make_unique<Cursor>(txn_, dbi);
   bool lmdb = true;
   std::vector<const PendingLayer::Entries*> layers = pending_.CursorLayers(dbi, &lmdb);
@@ -37,15 +73,19 @@ std::unique_ptr<Cursor> Txn::OpenCursor(MDB_dbi dbi) const {
 
 uint64_t Txn::Entries(MDB_dbi dbi) const {
   MDB_stat st;
-  if (mdb_stat(txn_, dbi, &st) != MDB_SUCCESS) return 0;
-  return st.ms_entries;
+  const MDB_dbi sibling = Sibling(dbi);
+  uint64_t entries = sibling != 0 ? Entries(sibling) : 0;
+  if (mdb_stat(txn_, dbi, &st) != MDB_SUCCESS) return entries;
+  return entries + st.ms_entries;
 }
 
 uint64_t Txn::Bytes(MDB_dbi dbi) const {
   MDB_stat st;
-  if (mdb_stat(txn_, dbi, &st) != MDB_SUCCESS) return 0;
-  return static_cast<uint64_t>(st.ms_branch_pages + st.ms_leaf_pages + st.ms_overflow_pages) *
-         st.ms_psize;
+  const MDB_dbi sibling = Sibling(dbi);
+  uint64_t bytes = sibling != 0 ? Bytes(sibling) : 0;
+  if (mdb_stat(txn_, dbi, &st) != MDB_SUCCESS) return bytes;
+  return bytes + static_cast<uint64_t>(st.ms_branch_pages + st.ms_leaf_pages + st.ms_overflow_pages) *
+                     st.ms_psize;
 }
 
 ReadTxn::~ReadTxn() {
@@ -117,6 +157,28 @@ absl::StatusOr<MDB_cursor*> WriteTxn::CursorFor(MDB_dbi dbi) {
 }
 
 absl::StatusOr<std::optional<std::string_view>> WriteTxn::Get(MDB_dbi dbi, std::string_view key) {
+  const MDB_dbi sibling = IsLongKey(key) ? Sibling(dbi) : 0;
+  if (sibling == 0) return RawGet(dbi, key);
+  return GetLong(key, [&](std::string_view stored) { return RawGet(sibling, stored); });
+}
+
+absl::Status WriteTxn::LongKeyFree(MDB_dbi sibling, std::string_view key, std::string* stored,
+                                   bool* present) {
+  *stored = LongStoredKey(key);
+  *present = false;
+  auto found = RawGet(sibling, *stored);
+  if (!found.ok()) return found.status();
+  if (!*found) return absl::OkStatus();
+  std::string_view value;
+  if (!LongEntryValue(key, **found, &value)) {
+    return absl::InternalError(absl::StrCat("a ", key.size(), "-byte key shares its SHA-256 with "
+                                            "another stored key, whose entry is kept"));
+  }
+  *present = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<std::string_view>> WriteTxn::RawGet(MDB_dbi dbi, std::string_view key) {
   if (own_layer_ != nullptr) {
     if (auto found = pending_.Find(dbi, key)) return *found;  // else the snapshot, below
   }
@@ -130,6 +192,12 @@ absl::StatusOr<std::optional<std::string_view>> WriteTxn::Get(MDB_dbi dbi, std::
 }
 
 absl::Status WriteTxn::Put(MDB_dbi dbi, std::string_view key, std::string_view value) {
+  if (const MDB_dbi sibling = IsLongKey(key) ? Sibling(dbi) : 0; sibling != 0) {
+    std::string stored;
+    bool present;
+    if (absl::Status s = LongKeyFree(sibling, key, &stored, &present); !s.ok()) return s;
+    return Put(sibling, stored, LongStoredValue(key, value));
+  }
   if (own_layer_ != nullptr) return Record(dbi, key, PendingLayer::Op::kPut, value);
   auto cursor = CursorFor(dbi);
   if (!cursor.ok()) return cursor.status();
@@ -139,6 +207,7 @@ absl::Status WriteTxn::Put(MDB_dbi dbi, std::string_view key, std::string_view v
 }
 
 absl::Status WriteTxn::Append(MDB_dbi dbi, std::string_view key, std::string_view value) {
+  if (IsLongKey(key) && Sibling(dbi) != 0) return Put(dbi, key, value);  // the sibling is not in key order
   if (own_layer_ != nullptr) return Record(dbi, key, PendingLayer::Op::kAppend, value);
   auto cursor = CursorFor(dbi);
   if (!cursor.ok()) return cursor.status();
@@ -148,6 +217,7 @@ absl::Status WriteTxn::Append(MDB_dbi dbi, std::string_view key, std::string_vie
 }
 
 absl::Status WriteTxn::AppendOrPut(MDB_dbi dbi, std::string_view key, std::string_view value) {
+  if (IsLongKey(key) && Sibling(dbi) != 0) return Put(dbi, key, value);
   auto cursor = CursorFor(dbi);
   if (!cursor.ok()) return cursor.status();
   wrote_ = true;
@@ -162,6 +232,7 @@ absl::Status WriteTxn::AppendOrPut(MDB_dbi dbi, std::string_view key, std::strin
 }
 
 absl::Status WriteTxn::Delete(MDB_dbi dbi, std::string_view key) {
+  if (IsLongKey(key) && Sibling(dbi) != 0) return Remove(dbi, key).status();
   if (own_layer_ != nullptr) return Record(dbi, key, PendingLayer::Op::kDelete, {});
   return DeleteFromLmdb(dbi, key).status();
 }
@@ -181,6 +252,17 @@ absl::StatusOr<bool> WriteTxn::DeleteFromLmdb(MDB_dbi dbi, std::string_view key)
 }
 
 absl::StatusOr<bool> WriteTxn::Remove(MDB_dbi dbi, std::string_view key) {
+  if (const MDB_dbi sibling = IsLongKey(key) ? Sibling(dbi) : 0; sibling != 0) {
+    // The entry is looked up, wherever it is: only the key's own entry is deleted.
+    std::string stored;
+    bool present;
+    if (absl::Status s = LongKeyFree(sibling, key, &stored, &present); !s.ok() || !present) {
+      if (!s.ok()) return s;
+      return false;
+    }
+    if (absl::Status s = Delete(sibling, stored); !s.ok()) return s;
+    return true;
+  }
   if (own_layer_ != nullptr) {
     const std::optional<std::optional<std::string_view>> pending = pending_.Find(dbi, key);
     if (pending.has_value() && !pending->has_value()) return false;  // deleted in memory
@@ -191,6 +273,9 @@ absl::StatusOr<bool> WriteTxn::Remove(MDB_dbi dbi, std::string_view key) {
 }
 
 absl::Status WriteTxn::Clear(MDB_dbi dbi) {
+  if (const MDB_dbi sibling = Sibling(dbi); sibling != 0) {
+    if (absl::Status s = Clear(sibling); !s.ok()) return s;
+  }
   if (own_layer_ != nullptr) {
     PendingLayer::Db& db = OwnDb(dbi);
     for (const auto& [key, entry] : db.entries) {

@@ -15,6 +15,11 @@
 // Ownership: the caller owns the transaction (unique_ptr) and must end it before the Store.
 // string_views returned by Get point into LMDB's map or a pending layer: valid only until the
 // transaction ends or its next write.
+//
+// Keys of any length: in a database that has a long-key sibling (the items and view
+// databases, long_key.h), Get, the writes and cursors take logical keys longer than LMDB's
+// limit and store them in the sibling; OpenCursor then merges both in logical key order
+// (long_key_cursor.h). Entries, Bytes and Clear cover both.
 #pragma once
 
 #include <lmdb.h>
@@ -59,9 +64,22 @@ class Txn {
   friend class Store;
   Txn() = default;
 
+  // The long-key sibling of `dbi`, 0 if it has none.
+  MDB_dbi Sibling(MDB_dbi dbi) const {
+    return siblings_ != nullptr && dbi < siblings_->size() ? (*siblings_)[dbi] : 0;
+  }
+  // Get and OpenCursor on the database itself, its sibling aside.
+  absl::StatusOr<std::optional<std::string_view>> RawGet(MDB_dbi dbi, std::string_view key) const;
+  std::unique_ptr<Cursor> OpenRawCursor(MDB_dbi dbi) const;
+  // Whether `dbi` may hold an entry for this transaction (LMDB or a pending layer). Most
+  // long-key siblings are empty, and a cursor then reads the database alone.
+  bool Shows(MDB_dbi dbi) const;
+
   MDB_txn* txn_ = nullptr;
   // Write-back: what the transaction reads over its LMDB snapshot.
   PendingOverlay pending_;
+  // The store's long-key siblings by database (Store::siblings_), or null.
+  const std::vector<MDB_dbi>* siblings_ = nullptr;
 };
 
 class ReadTxn : public Txn {
@@ -88,7 +106,8 @@ class WriteTxn : public Txn {
   absl::StatusOr<std::optional<std::string_view>> Get(MDB_dbi dbi, std::string_view key);
 
   // RESOURCE_EXHAUSTED on MDB_MAP_FULL (abort, Store::GrowMap, retry), INVALID_ARGUMENT for a
-  // key over the size limit, INTERNAL otherwise.
+  // key over the size limit (in a database without a long-key sibling), INTERNAL otherwise
+  // (and for a long key whose SHA-256 another key's entry has: never overwritten).
   absl::Status Put(MDB_dbi dbi, std::string_view key, std::string_view value);
   // Put for a key greater than every key of `dbi` (MDB_APPEND): no search, and a full page
   // is split by starting a new one, so appended pages stay full. INTERNAL (MDB_KEYEXIST) for
@@ -116,6 +135,12 @@ class WriteTxn : public Txn {
   WriteTxn() = default;
   // The write cursor of `dbi`, opened on first use; LMDB frees it when the transaction ends.
   absl::StatusOr<MDB_cursor*> CursorFor(MDB_dbi dbi);
+  // WriteTxn::Get on the database itself.
+  absl::StatusOr<std::optional<std::string_view>> RawGet(MDB_dbi dbi, std::string_view key);
+  // A long key's sibling entry: its stored key in *stored; whether an entry of another key
+  // holds it (a hash collision: an error).
+  absl::Status LongKeyFree(MDB_dbi sibling, std::string_view key, std::string* stored,
+                           bool* present);
   // Deletes `key` from LMDB itself (a direct transaction): whether it was there.
   absl::StatusOr<bool> DeleteFromLmdb(MDB_dbi dbi, std::string_view key);
 

@@ -24,8 +24,6 @@ using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 using ::testing::StartsWith;
 
-constexpr size_t kLmdbMaxKeyBytes = 511;
-
 // --- Values and descriptions ---------------------------------------------------------------
 //
 // Entries and mutations are compared as text built by *decoding* them (DecodeKeyComponent,
@@ -235,8 +233,8 @@ ViewSpec Leaderboard() {  // numeric sort key
   return View("Leaderboard", {Rule({}, A("game"), A("score", AttrType::kN))}, KeysOnly());
 }
 
-ViewBuilder Builder(ViewSpec view, size_t max_key_bytes = kLmdbMaxKeyBytes) {
-  return ViewBuilder(App({std::move(view)}), max_key_bytes);
+ViewBuilder Builder(ViewSpec view, KeyLimits limits = KeyLimits()) {
+  return ViewBuilder(App({std::move(view)}), limits);
 }
 
 Item Order() {
@@ -290,7 +288,7 @@ TEST(ViewBuilderTest, PrimaryKeyEncodesTableKey) {
   hash_only.key.sort.reset();
   hash_only.key.partition = "id";
   hash_only.key.partition_type = AttrType::kN;
-  ViewBuilder h(hash_only, kLmdbMaxKeyBytes);
+  ViewBuilder h(hash_only);
   Item item{{"id", N("7")}, {"GSI1PK", S("X")}, {"GSI1SK", S("Y")}};
   EXPECT_EQ(DescribeKey(h.PrimaryKey(item)), "N:7");
   EXPECT_EQ(EntryOf(h, 0, item), "[S:X | S:Y | N:7] {GSI1PK=S:X, GSI1SK=S:Y, id=N:7}");
@@ -397,7 +395,7 @@ TEST(SparseViewTest, WrongTypeIsNotIndexed) {
 }
 
 TEST(SparseViewTest, DiffReportsTheViewsANewImageIsLeftOutOfForAKeyOfTheWrongType) {
-  ViewBuilder b(App({Gsi1(), ByLocation(), Leaderboard()}), kLmdbMaxKeyBytes);
+  ViewBuilder b(App({Gsi1(), ByLocation(), Leaderboard()}));
   Item item = User();
   item["GSI1PK"] = N("12");          // GSI1 wants S
   item["game"] = S("chess");
@@ -420,7 +418,7 @@ TEST(SparseViewTest, DiffReportsTheViewsANewImageIsLeftOutOfForAKeyOfTheWrongTyp
   EXPECT_THAT(skipped, IsEmpty());
 
   // An event rejected for a key too large reports nothing either.
-  ViewBuilder small(App({Gsi1(), ByLocation()}), 40);
+  ViewBuilder small(App({Gsi1(), ByLocation()}), KeyLimits{40, 40});
   Item long_key = item;
   long_key["country"] = S(std::string(64, 'x'));
   EXPECT_FALSE(small.Diff(nullptr, &long_key, &mutations, &skipped).ok());
@@ -788,7 +786,7 @@ TEST(InvertedViewTest, SwapsTheTableKeys) {
 TEST(InvertedViewTest, DeclaredTypesOfTheTableKeys) {
   TableSpec table = App({View("Inverted", {Rule({}, A("SK", AttrType::kN), A("PK"))}, KeysOnly())});
   table.key.sort_type = AttrType::kN;
-  ViewBuilder b(table, kLmdbMaxKeyBytes);
+  ViewBuilder b(table);
   Item item{{"PK", S("SENSOR#1")}, {"SK", N("1700000000")}};
   EXPECT_EQ(EntryOf(b, 0, item),
             "[N:1700000000 | S:SENSOR#1 | S:SENSOR#1 | N:1700000000] "
@@ -880,43 +878,53 @@ TEST(ProjectionTest, KeysOnlyUsesTheMatchedRulesKeys) {
 
 // --- Key size limits ------------------------------------------------------------------------
 
-TEST(KeySizeTest, OversizedEntryKeyIsRejectedWithItsSize) {
+TEST(KeySizeTest, ViewKeysUpToDynamoDbsIndexKeyLimitsMakeEntriesOfAnyLength) {
   ViewBuilder b = Builder(Gsi1());
-  Item item{{"PK", S("P")}, {"SK", S("S")}, {"GSI1PK", S(std::string(601, 'x'))},
-            {"GSI1SK", S("A")}};
-  // 601 + 2, then three one-letter components of 3 bytes each.
+  Item item{{"PK", S(std::string(2048, 'p'))}, {"SK", S(std::string(1024, 's'))},
+            {"GSI1PK", S(std::string(2048, 'x'))}, {"GSI1SK", S(std::string(1024, 'y'))}};
+  ASSERT_TRUE(b.ValidateTableKey(item).ok());
   absl::StatusOr<std::optional<ViewEntry>> entry = b.EntryFor(0, item);
-  ASSERT_FALSE(entry.ok());
-  EXPECT_EQ(entry.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(entry.status().message(),
-            "view GSI1: entry key is 612 bytes, over the store's limit of 511 bytes");
+  ASSERT_TRUE(entry.ok()) << entry.status();
+  ASSERT_TRUE(entry->has_value());
+  EXPECT_EQ((*entry)->key.size(), 2 * (2048 + 2 + 1024 + 2));
+
+  item["GSI1PK"] = S(std::string(2049, 'x'));
+  EXPECT_EQ(b.EntryFor(0, item).status(),
+            absl::InvalidArgumentError(
+                "view GSI1: partition key is 2049 bytes, over DynamoDB's limit of 2048 bytes"));
+  item["GSI1PK"] = S(std::string(2048, 'x'));
+  item["GSI1SK"] = S(std::string(2048, 'y'));  // a view's sort key may be a table's partition key
+  EXPECT_TRUE(b.EntryFor(0, item).ok());
+  item["GSI1SK"] = S(std::string(2049, 'y'));
+  EXPECT_EQ(b.EntryFor(0, item).status(),
+            absl::InvalidArgumentError(
+                "view GSI1: sort key is 2049 bytes, over DynamoDB's limit of 2048 bytes"));
 }
 
 TEST(KeySizeTest, KeyOfExactlyTheLimitFits) {
-  ViewBuilder b = Builder(Gsi1(), /*max_key_bytes=*/20);
-  // GSI1PK of n letters: (n + 2) + 3 * 3 bytes.
+  ViewBuilder b = Builder(Gsi1(), KeyLimits{9, 1});
   Item fits{{"PK", S("P")}, {"SK", S("S")}, {"GSI1PK", S("123456789")}, {"GSI1SK", S("A")}};
   EXPECT_EQ(EntryOf(b, 0, fits).substr(0, 1), "[");
   Item over = fits;
   over["GSI1PK"] = S("1234567890");
   EXPECT_EQ(EntryOf(b, 0, over),
-            "error: INVALID_ARGUMENT: view GSI1: entry key is 21 bytes, over the store's limit "
-            "of 20 bytes");
+            "error: INVALID_ARGUMENT: view GSI1: partition key is 10 bytes, over DynamoDB's limit "
+            "of 9 bytes");
 }
 
 TEST(KeySizeTest, DiffAppendsNothingWhenAnyViewKeyIsTooLarge) {
-  ViewBuilder b(App({OpenOrders(), Gsi1(), Inverted()}), kLmdbMaxKeyBytes);
+  ViewBuilder b(App({OpenOrders(), Gsi1(), Inverted()}));
   Item item = User();
   item["open_since"] = S("2024-05-01");
   Item huge = item;
-  huge["GSI1SK"] = S(std::string(600, 'y'));
+  huge["GSI1SK"] = S(std::string(2049, 'y'));
 
   std::vector<IndexMutation> out(1);  // a mutation from an earlier event stays untouched
   out[0] = IndexMutation{IndexMutation::Op::kDelete, 2, "earlier", ""};
   for (const Item* old_item : std::vector<const Item*>{nullptr, &item}) {
     absl::Status status = b.Diff(old_item, &huge, &out);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_THAT(std::string(status.message()), StartsWith("view GSI1: entry key is "));
+    EXPECT_THAT(std::string(status.message()), StartsWith("view GSI1: sort key is 2049 bytes"));
     ASSERT_EQ(out.size(), 1u);
     EXPECT_EQ(out[0].key, "earlier");
   }
@@ -928,7 +936,7 @@ TEST(KeySizeTest, DiffAppendsNothingWhenAnyViewKeyIsTooLarge) {
 TEST(KeySizeTest, OldEntryThatCannotExistIsNotDeleted) {
   // An old image whose entry does not fit (the limit was lowered since it was stored) has no
   // entry in the store: nothing to delete, and the item can still change or go away.
-  ViewBuilder b = Builder(Gsi1(), /*max_key_bytes=*/20);
+  ViewBuilder b = Builder(Gsi1(), KeyLimits{9, 1});
   Item big{{"PK", S("P")}, {"SK", S("S")}, {"GSI1PK", S("1234567890")}, {"GSI1SK", S("A")}};
   Item small = big;
   small["GSI1PK"] = S("1");
@@ -958,15 +966,20 @@ TEST(KeySizeTest, ValidateTableKey) {
   EXPECT_EQ(b.ValidateTableKey(bool_sk),
             absl::InvalidArgumentError("table App: key attribute SK must be S, got BOOL"));
 
-  Item long_pk = User();
-  long_pk["PK"] = S(std::string(595, 'p'));  // 597 bytes + enc("PROFILE") 9 = 606
-  EXPECT_EQ(b.ValidateTableKey(long_pk),
+  // DynamoDB's limits: a 2,048-byte partition key and a 1,024-byte sort key.
+  Item long_key = User();
+  long_key["PK"] = S(std::string(2048, 'p'));
+  long_key["SK"] = S(std::string(1024, 's'));
+  EXPECT_TRUE(b.ValidateTableKey(long_key).ok());
+  long_key["PK"] = S(std::string(2049, 'p'));
+  EXPECT_EQ(b.ValidateTableKey(long_key),
             absl::InvalidArgumentError(
-                "table App: primary key is 606 bytes, over the store's limit of 511 bytes"));
-  long_pk["SK"] = S("S");  // 597 + 3
-  EXPECT_EQ(b.ValidateTableKey(long_pk),
+                "table App: partition key PK is 2049 bytes, over DynamoDB's limit of 2048 bytes"));
+  long_key["PK"] = S("p");
+  long_key["SK"] = S(std::string(1025, 's'));
+  EXPECT_EQ(b.ValidateTableKey(long_key),
             absl::InvalidArgumentError(
-                "table App: primary key is 600 bytes, over the store's limit of 511 bytes"));
+                "table App: sort key SK is 1025 bytes, over DynamoDB's limit of 1024 bytes"));
 }
 
 TEST(KeySizeTest, EntryForAnItemWithoutTableKeyIsAnError) {
@@ -983,8 +996,7 @@ TEST(KeySizeTest, EntryForAnItemWithoutTableKeyIsAnError) {
 // --- Several views at once ------------------------------------------------------------------
 
 TEST(DiffTest, EveryViewInOrder) {
-  ViewBuilder b(App({Gsi1(), OpenOrders(), ByLocation(), Gsi2(), Inverted(), Leaderboard()}),
-                kLmdbMaxKeyBytes);
+  ViewBuilder b(App({Gsi1(), OpenOrders(), ByLocation(), Gsi2(), Inverted(), Leaderboard()}));
   Item user = User();
   EXPECT_THAT(
       Insert(b, user),
@@ -1016,7 +1028,7 @@ TEST(DiffTest, EveryViewInOrder) {
 }
 
 TEST(DiffTest, NothingToNothing) {
-  ViewBuilder b(App({Gsi1(), OpenOrders()}), kLmdbMaxKeyBytes);
+  ViewBuilder b(App({Gsi1(), OpenOrders()}));
   std::vector<IndexMutation> out;
   EXPECT_TRUE(b.Diff(nullptr, nullptr, &out).ok());
   EXPECT_THAT(out, IsEmpty());
@@ -1047,8 +1059,7 @@ TEST(DiffTest, ASequenceOfImagesLeavesWhatARebuildGivesAndDeletesCarryTheValueHe
                      View("Keys",
                           {Rule({Eq("type", "order")}, T("K#{status}")),
                            Rule({}, T("K#{email}"))},
-                          KeysOnly())}),
-                kLmdbMaxKeyBytes);
+                          KeysOnly())}));
   using Model = std::map<std::pair<size_t, std::string>, std::string>;
   auto rebuild = [&](const Item* item) {
     Model out;

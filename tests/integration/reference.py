@@ -16,7 +16,11 @@ import json
 from dataclasses import dataclass, field
 from typing import Optional
 
-MAX_KEY_BYTES = 511  # LMDB's default key size limit
+MAX_KEY_BYTES = 511  # LMDB's default key size limit: aggregate group keys
+# DynamoDB's limits on a key value: a table's partition and sort key; both of a view's keys
+# take the larger. The store takes encoded keys of any length.
+MAX_PARTITION_KEY_BYTES = 2048
+MAX_SORT_KEY_BYTES = 1024
 _CTX = decimal.Context(prec=200)
 
 
@@ -69,6 +73,22 @@ def sort_key_of(value):
 
 def _escaped_length(data):
     return len(data) + data.count(b"\x00")
+
+
+def key_value_size(value):
+    """A key value's size as DynamoDB counts it: S in UTF-8 bytes, B in bytes, N its text."""
+    (kind, body), = value.items()
+    if kind == "S":
+        return len(body.encode("utf-8"))
+    if kind == "B":
+        return len(base64.b64decode(body))
+    return len(body)
+
+
+def check_key_size(what, value, limit, reason):
+    size = key_value_size(value)
+    if size > limit:
+        raise Rejected(reason, f"{what} is {size} bytes, over DynamoDB's limit of {limit} bytes")
 
 
 def encoded_key_size(value):
@@ -372,10 +392,12 @@ class Model:
             return None
         tpk = item[self.table_pk.attribute]
         tsk = item[self.table_sk.attribute] if self.table_sk else None
-        size = sum(encoded_key_size(v) for v in (pk, sk, tpk, tsk) if v is not None)
-        if size > MAX_KEY_BYTES:
-            raise Rejected("key_too_large", f"view {view.name}: entry key is {size} bytes, "
-                                            f"over the store's limit of {MAX_KEY_BYTES} bytes")
+        check_key_size(f"view {view.name}: partition key", pk, MAX_PARTITION_KEY_BYTES,
+                       "key_too_large")
+        if sk is not None:
+            # A view's sort key may be the table's partition key (an inverted view).
+            check_key_size(f"view {view.name}: sort key", sk, MAX_PARTITION_KEY_BYTES,
+                           "key_too_large")
         return Entry(pk, sk, tpk, tsk, self._project(view, rule, item))
 
     # -- applying records
@@ -389,10 +411,10 @@ class Model:
             if scalar_type(v) != k.type:
                 raise Rejected("bad_key", f"table {self.name}: key attribute {k.attribute} "
                                           f"must be {k.type}, got {scalar_type(v)}")
-        size = sum(encoded_key_size(keys[k.attribute]) for k in names)
-        if size > MAX_KEY_BYTES:
-            raise Rejected("bad_key", f"table {self.name}: primary key is {size} bytes, over "
-                                      f"the store's limit of {MAX_KEY_BYTES} bytes")
+        for k, limit, what in zip(names, (MAX_PARTITION_KEY_BYTES, MAX_SORT_KEY_BYTES),
+                                  ("partition", "sort")):
+            check_key_size(f"table {self.name}: {what} key {k.attribute}", keys[k.attribute],
+                           limit, "bad_key")
         return tuple(_hashable(keys[k.attribute]) for k in names)
 
     def apply(self, record, number=None):

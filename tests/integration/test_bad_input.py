@@ -1,4 +1,4 @@
-"""Bad records, keys over LMDB's limit and bad configs: rejected precisely, counted, the rest applies."""
+"""Bad records, keys over DynamoDB's limits and bad configs: rejected precisely, counted, the rest applies."""
 
 import json
 import os
@@ -90,8 +90,8 @@ def test_bad_records_are_dead_lettered_and_the_rest_applies(daemon_factory, tmp_
         "keytype": (changed(good[7], lambda r: (r["dynamodb"]["Keys"].update(SK={"N": "1"}),
                                                 r["dynamodb"]["NewImage"].update(SK={"N": "1"}))),
                     "bad_key", "table App: key attribute SK must be S, got N"),
-        "longpk": (vote("p" * 600, "DAY#x", 1), "bad_key",
-                   "table App: primary key is 619 bytes, over the store's limit of 511 bytes"),
+        "longpk": (vote("p" * 2044, "DAY#x", 1), "bad_key",
+                   "table App: partition key PK is 2049 bytes, over DynamoDB's limit of 2048 bytes"),
     }
     lines, bad, decoded_bad = [], {}, set()
     for i, (name, (text, reason, message)) in enumerate(bad_lines.items()):
@@ -116,32 +116,34 @@ def test_bad_records_are_dead_lettered_and_the_rest_applies(daemon_factory, tmp_
     d.stop()
 
 
-def test_key_over_lmdb_limit_is_rejected_naming_view_and_size(daemon_factory, tmp_path):
+def test_view_key_over_dynamodbs_limits_is_rejected_naming_view_and_size(daemon_factory, tmp_path):
     good = sample_lines(30)
     store = {"PK": {"S": "STORE#long"}, "SK": {"S": "LOCATION"}, "type": {"S": "store"},
-             "country": {"S": "US"}, "state": {"S": "W" * 500}, "city": {"S": "Seattle"}}
+             "country": {"S": "US"}, "state": {"S": "W" * 2041}, "city": {"S": "Seattle"}}
     long_state = json.dumps({"eventName": "INSERT", "dynamodb": {
         "Keys": {"PK": store["PK"], "SK": store["SK"]}, "NewImage": store,
         "SequenceNumber": "5"}})
     lines = good[:10] + [
         vote("zed", "DAY#2025-03-09#1", 100),        # 11: in GSI1
-        vote("zed", "X" * 600, 101),                  # 12: GSI1PK too long: rejected whole
-        vote("amy", "Y" * 490, 102),                  # 13: fits? no: 492 + 5 + 10 + 12 > 511
-        long_state,                                   # 14: ByLocation key too long
+        vote("zed", "X" * 2049, 101),                 # 12: GSI1PK too long: rejected whole
+        vote("amy", "Y" * 2048, 102),                 # 13: fits: a 2,048-byte index key
+        long_state,                                   # 14: ByLocation's sort key too long
         vote("zed", "DAY#2025-03-09#2", 103),         # 15: moves zed's GSI1 entry
     ] + good[10:30]
     model = ref.build(ref.EXAMPLE_TABLE, [(n, json.loads(t)) for n, t in enumerate(lines, 1)])
     sizes = {n: msg for n, _, msg in model.rejections}
-    assert sorted(sizes) == [12, 13, 14]
-    assert sizes[12] == "view GSI1: entry key is 629 bytes, over the store's limit of 511 bytes"
-    assert sizes[14] == ("view ByLocation: entry key is 536 bytes, over the store's limit of "
-                         "511 bytes")
+    assert sorted(sizes) == [12, 14]
+    assert sizes[12] == "view GSI1: partition key is 2049 bytes, over DynamoDB's limit of 2048 bytes"
+    assert sizes[14] == ("view ByLocation: sort key is 2049 bytes, over DynamoDB's limit of "
+                         "2048 bytes")
     bad = {n: ("key_too_large", msg) for n, msg in sizes.items()}
 
     d = run_stream(daemon_factory, tmp_path, lines)
     check_outcome(d, lines, model, bad)
-    zed = [item for _, _, item in d.scan_all(["GSI1"])["GSI1"] if item["GSI1SK"] == {"S": "zed"}]
+    gsi1 = d.scan_all(["GSI1"])["GSI1"]
+    zed = [item for _, _, item in gsi1 if item["GSI1SK"] == {"S": "zed"}]
     assert [item["GSI1PK"]["S"] for item in zed] == ["DAY#2025-03-09#2"]
+    assert [pk["S"] for pk, _, item in gsi1 if item["GSI1SK"] == {"S": "amy"}] == ["Y" * 2048]
     d.stop()
 
 

@@ -28,6 +28,7 @@
 #include "daemon/store/stored_item.h"
 #include "gtest/gtest.h"
 #include "index_builders/item_codec.h"
+#include "index_builders/key_codec.h"
 #include "tests/fakes/fake_dead_letter_sink.h"
 #include "tests/fakes/records.h"
 #include "tests/fakes/temp_dir.h"
@@ -556,10 +557,10 @@ TEST_F(ApplierTest, EventsWithoutOldImageDeleteTheStoredImagesEntries) {
 TEST_F(ApplierTest, RejectedRecordsAreDeadLetteredCountedAndTheRestApplies) {
   ASSERT_TRUE(Open().ok());
   Item bad_type = {{"PK", N("1")}, {"SK", S("X")}};
-  Item long_pk = {{"PK", S(std::string(600, 'p'))}, {"SK", S("S")}};
+  Item long_pk = {{"PK", S(std::string(2049, 'p'))}, {"SK", S("S")}};
   Item long_entry = {{"PK", S("CUST#9")},
                      {"SK", S("ORDER#9")},
-                     {"GSI1PK", S(std::string(500, 'g'))},
+                     {"GSI1PK", S(std::string(2049, 'g'))},
                      {"GSI1SK", S("s")}};
   SourceRecord conflicting = test::Insert(key(), Order1(), At("7").Locator("line 7"));
   conflicting.event->new_image->at("SK") = S("ORDER#2");
@@ -591,16 +592,16 @@ TEST_F(ApplierTest, RejectedRecordsAreDeadLetteredCountedAndTheRestApplies) {
                 "line 2 | raw line 2 | INVALID_ARGUMENT: line 2: expected a JSON object",
                 "line 3 | raw line 3 | INVALID_ARGUMENT: line 3: table App: key attribute PK must "
                 "be S, got N",
-                "line 4 | raw line 4 | INVALID_ARGUMENT: line 4: view GSI1: entry key is 522 bytes, "
-                "over the store's limit of 511 bytes",
+                "line 4 | raw line 4 | INVALID_ARGUMENT: line 4: view GSI1: partition key is 2049 "
+                "bytes, over DynamoDB's limit of 2048 bytes",
                 "line 7 | raw line 7 | INVALID_ARGUMENT: line 7: NewImage attribute SK differs from "
                 "the record's Keys",
                 "line 8 | raw line 8 | INVALID_ARGUMENT: line 8: INSERT event without a new image",
             }));
   ASSERT_EQ(second_sink_.letters().size(), 1u);
   EXPECT_EQ(second_sink_.letters()[0].why.ToString(),
-            "INVALID_ARGUMENT: shard/1@5: table App: primary key is 605 bytes, over the store's "
-            "limit of 511 bytes");
+            "INVALID_ARGUMENT: shard/1@5: table App: partition key PK is 2049 bytes, over "
+            "DynamoDB's limit of 2048 bytes");
 
   // Positions advance past the rejections.
   EXPECT_EQ(Positions(), (std::vector<std::string>{"sample/=8", "second/=5"}));
@@ -1382,6 +1383,63 @@ TEST_F(ApplierTest, TheChangeLogHoldsABatchsChangesInEventOrderNotKeyOrder) {
                  }));
 }
 
+// ---- Keys over LMDB's 511 bytes, up to DynamoDB's limits
+
+TEST_F(ApplierTest, LongKeysAreAppliedInOrderAndTheirOldEntriesGoWhenTheyMoveOrAreRemoved) {
+  ASSERT_TRUE(Open().ok());
+  const std::string pk(2048, 'p');
+  const std::string shared(600, 's');  // sort keys that differ only at the end
+  auto order = [&](const std::string& sk_end, const std::string& gsi_sk) {
+    return Item{{"PK", S(pk)}, {"SK", S(shared + sk_end)}, {"GSI1PK", S(std::string(2048, 'g'))},
+                {"GSI1SK", S(gsi_sk)}};
+  };
+  // Sort keys from 601 to 1,024 bytes; a short one among them in GSI1.
+  ASSERT_TRUE(Apply({test::Insert(key(), order("2", shared + "b"), At("1")),
+                     test::Insert(key(), order("1" + std::string(423, 'z'), shared + "c"), At("2")),
+                     test::Insert(key(), order("10", "a"), At("3")),
+                     test::Insert(key(), order("3", shared + "a"), At("4"))})
+                  .ok());
+  // Per GSI1 entry: its sort key's length and last byte, then the item's sort key's end.
+  auto keys = [&]() {
+    std::vector<std::string> out;
+    auto txn = store_->BeginRead();
+    EXPECT_TRUE(txn.ok());
+    if (!txn.ok()) return out;
+    auto cursor = (*txn)->OpenCursor(store_->view("GSI1"));
+    for (bool ok = cursor->SeekFirst(); ok; ok = cursor->Next()) {
+      std::string_view in = cursor->key();
+      std::vector<std::string> parts;
+      while (!in.empty()) {
+        auto part = DecodeKeyComponent(&in);
+        EXPECT_TRUE(part.ok());
+        if (!part.ok()) return out;
+        parts.push_back(part->scalar());
+      }
+      EXPECT_EQ(parts.size(), 4u);
+      if (parts.size() != 4) return out;
+      out.push_back(absl::StrCat(parts[1].size(), parts[1].substr(parts[1].size() - 1), " ",
+                                 parts[3].substr(parts[3].size() - 2)));
+    }
+    return out;
+  };
+  EXPECT_EQ(keys(), (std::vector<std::string>{"1a 10", "601a s3", "601b s2", "601c zz"}));
+  std::vector<std::string> items = StoredItems();
+  ASSERT_EQ(items.size(), 4u);
+  EXPECT_EQ(items[0].substr(0, 7), "[S:pppp");
+  // In key order: ...10 < ...1zzz < ...2 < ...3.
+  for (size_t i = 0; i < items.size(); ++i) {
+    const std::string ends[] = {"10", "zz", "s2", "s3"};
+    EXPECT_EQ(items[i].substr(items[i].find("] live") - 2, 2), ends[i]) << i;
+  }
+  // The item ending in 2 moves to the front of GSI1; the one ending in 3 goes.
+  ASSERT_TRUE(Apply({test::Modify(key(), order("2", "0"), At("5")),
+                     test::Remove(key(), order("3", shared + "a"), At("6"))})
+                  .ok());
+  EXPECT_EQ(keys(), (std::vector<std::string>{"10 s2", "1a 10", "601c zz"}));
+  EXPECT_EQ(StoredItems().size(), 4u);  // the removed one as a tombstone
+  EXPECT_EQ(Views()["GSI1"].size(), 3u);
+}
+
 // ---- Items left out of a view for a key of the wrong type
 
 TEST_F(ApplierTest, AKeyAttributeOfTheWrongTypeIsCountedPerViewInTheMetricAndForDescribeView) {
@@ -1393,7 +1451,7 @@ TEST_F(ApplierTest, AKeyAttributeOfTheWrongTypeIsCountedPerViewInTheMetricAndFor
   Item rejected = Order1();
   rejected["SK"] = S("ORDER#2");
   rejected["GSI1PK"] = N("2");
-  rejected["status"] = S(std::string(600, 'x'));  // ByEntity's key too large: rejected whole
+  rejected["status"] = S(std::string(2048, 'x'));  // ByEntity's key too large: rejected whole
   ASSERT_TRUE(Apply({test::Insert(key(), user, At("1")), test::Insert(key(), order, At("2")),
                      test::Insert(key(), rejected, At("3"))})
                   .ok());

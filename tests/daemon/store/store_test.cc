@@ -321,14 +321,14 @@ TEST(StoreTest, RemoveAppendAndWritesInAnyOrderThroughTheWriteCursors) {
   EXPECT_EQ(ReadValue(*store, items, "d"), "4");
 }
 
-TEST(StoreTest, KeyOverTheLimitIsInvalidArgument) {
+TEST(StoreTest, KeyOverTheLimitIsInvalidArgumentWhereTheDatabaseHasNoLongKeys) {
   TempDir dir;
   std::unique_ptr<Store> store = OpenOrDie(Storage(dir.path()), Tables({}));
   ASSERT_NE(store, nullptr);
   auto txn = store->BeginWrite();
   ASSERT_TRUE(txn.ok());
-  EXPECT_TRUE((*txn)->Put(store->items("App"), std::string(511, 'k'), "v").ok());
-  absl::Status s = (*txn)->Put(store->items("App"), std::string(512, 'k'), "v");
+  EXPECT_TRUE((*txn)->Put(store->meta(), std::string(511, 'k'), "v").ok());
+  absl::Status s = (*txn)->Put(store->meta(), std::string(512, 'k'), "v");
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Text(s), std::string("writing the store: ") + mdb_strerror(MDB_BAD_VALSIZE));
 }
