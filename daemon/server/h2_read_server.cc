@@ -1136,10 +1136,10 @@ class H2ReadServer::Loop {
   QueryProbe* const probe_;
   const std::string grpc_setting_;
   const ServerConfig limits_;
+  ConnectionProbe* const connection_probe_;
   // limits_.fast_reads_max_connections, or less when the open-files budget leaves less
   // (SetMaxConnections, from the application's thread).
   std::atomic<uint32_t> max_connections_;
-  ConnectionProbe* const connection_probe_;
   size_t buffered_ = 0;  // request bytes all streams hold
   Clock::time_point next_sweep_;
   bool refusing_ = false;  // connections are being refused at the cap (logged once)

@@ -21,7 +21,9 @@ TEST(FdBudgetTest, RaisesTheSoftLimitToTheHardOne) {
   rlimit now{};
   ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &now), 0);
   EXPECT_EQ(limit->soft, now.rlim_cur);
-  if (before.rlim_max != RLIM_INFINITY) EXPECT_EQ(now.rlim_cur, before.rlim_max);
+  if (before.rlim_max != RLIM_INFINITY) {
+    EXPECT_EQ(now.rlim_cur, before.rlim_max);
+  }
   EXPECT_GT(now.rlim_cur, 64u);
   ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &before), 0);
 }

@@ -121,11 +121,11 @@ TEST(BackupStoreTest, CopiesTheStoreWithAManifestReadFromTheCopy) {
   ASSERT_TRUE(value.ok() && *value);
   EXPECT_EQ(**value, "v1");
   std::vector<std::string> positions;
-  ForEachPosition(**txn, store->meta(), [&](std::string_view source, std::string_view partition,
+  ASSERT_TRUE(ForEachPosition(**txn, store->meta(), [&](std::string_view source, std::string_view partition,
                                             std::string_view position) {
     positions.push_back(std::string(source) + " " + std::string(partition) + " " +
                         std::string(position));
-  });
+  }).ok());
   EXPECT_EQ(positions, std::vector<std::string>{"src p/0 120:7"});
 }
 
