@@ -4,7 +4,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/log/log.h"
 #include "daemon/store/long_key.h"
 #include "index_builders/key_codec.h"
 
@@ -20,8 +19,10 @@ bool LongKeyCursor::LoadGroupAtCursor() {
     for (; sibling_->valid() && sibling_->key().starts_with(group_prefix_); sibling_->Next()) {
       auto entry = DecodeLongEntry(sibling_->key(), sibling_->value());
       if (!entry.ok()) {
-        LogError(absl::StrCat("skipping a stored entry: ", entry.status().message()));
-        continue;
+        error_ = absl::DataLossError(
+            absl::StrCat("a long-key entry is damaged: ", entry.status().message()));
+        group_.clear();
+        return long_valid_ = false;
       }
       group_.push_back(Member{std::move(entry->key), entry->value});
     }
@@ -94,7 +95,7 @@ void LongKeyCursor::LongPrev() {
 bool LongKeyCursor::Pick(bool forward) {
   forward_ = forward;
   const bool main = main_->valid();
-  if (!main && !long_valid_) {
+  if (!status().ok() || (!main && !long_valid_)) {
     side_ = kNone;
   } else if (!long_valid_) {
     side_ = kMain;
@@ -174,6 +175,12 @@ bool LongKeyCursor::Prev() {
     LongPrev();
   }
   return Pick(false);
+}
+
+const absl::Status& LongKeyCursor::status() const {
+  if (!error_.ok()) return error_;
+  if (!main_->status().ok()) return main_->status();
+  return sibling_->status();
 }
 
 std::string_view LongKeyCursor::key() const {

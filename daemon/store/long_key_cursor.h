@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "daemon/store/cursor.h"
 
 namespace cdcview {
@@ -33,6 +34,8 @@ class LongKeyCursor : public Cursor {
   bool Next() override;
   bool Prev() override;
   bool valid() const override { return side_ != kNone; }
+  // The first error either side met (Cursor::status()).
+  const absl::Status& status() const override;
   std::string_view key() const override;
   std::string_view value() const override;
 
@@ -69,6 +72,7 @@ class LongKeyCursor : public Cursor {
   Side side_ = kNone;
   bool forward_ = true;
   std::string turn_key_;
+  absl::Status error_;  // a sibling entry that does not decode (DATA_LOSS); the cursor stops
 };
 
 }  // namespace cdcview

@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "daemon/store/change_log.h"
 #include "daemon/store/lmdb_file.h"
+#include "daemon/store/long_key.h"
 #include "daemon/store/meta_keys.h"
 #include "daemon/store/stored_item.h"
 #include "index_builders/aggregate.h"
@@ -82,6 +83,7 @@ class Verifier {
     Values values = Values::kNone;
     size_t measures = 0;  // kGroups: 0 when unknown
     bool integer_keys = false;
+    bool long_keys = false;  // a long-key sibling (long_key.h): each value holds its key's rest
     uint16_t owner = 0;  // in owner_
   };
   struct Counts {
@@ -344,6 +346,14 @@ void Verifier::CheckValue(const Db& db, uint64_t pgno, size_t index, std::string
   auto bad = [&](absl::string_view why) {
     Damage(db.name, pgno, absl::StrCat("entry ", index, " (key ", KeyForMessage(key), "): ", why));
   };
+  if (db.long_keys) {
+    absl::StatusOr<LongEntry> entry = DecodeLongEntry(key, value);
+    if (!entry.ok()) return bad(entry.status().message());
+    if (LongStoredKey(entry->key) != key) {
+      return bad("the rest of the key in the value does not hash to the stored key");
+    }
+    value = entry->value;
+  }
   switch (db.values) {
     case Values::kNone:
       return;
@@ -472,13 +482,18 @@ void Verifier::Run() {
   WalkDb(main);
   for (auto& [name, record] : named_) {
     Db db{name, record};
+    std::string_view kind = name;
+    if (kind.starts_with("long/")) {
+      kind.remove_prefix(5);
+      db.long_keys = true;
+    }
     if (name == "meta") {
       db.values = Values::kMeta;
     } else if (name == "changes") {
       db.values = Values::kChanges;
-    } else if (name.starts_with("items/")) {
+    } else if (kind.starts_with("items/")) {
       db.values = Values::kItems;
-    } else if (name.starts_with("view/")) {
+    } else if (kind.starts_with("view/")) {
       db.values = Values::kView;
     } else if (name.starts_with("aggm/")) {
       db.values = Values::kExtremes;

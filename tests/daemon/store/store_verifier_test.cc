@@ -19,8 +19,10 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "daemon/store/cursor.h"
 #include "daemon/store/lmdb_file.h"
 #include "daemon/store/lmdb_status.h"
+#include "daemon/store/long_key.h"
 #include "daemon/store/shutdown_marker.h"
 #include "daemon/store/store.h"
 #include "daemon/store/stored_item.h"
@@ -261,6 +263,61 @@ TEST_F(StoreVerifierTest, AMetaPagesMagic) {
   OverwriteValue<uint32_t>(data_, layout_->page_size(), 1, L::kMetaMagic, 0x12345678);
   EXPECT_EQ(Problems(Verify(data_)),
             (std::vector<std::string>{"meta page 1: magic 0x12345678 is not LMDB's 0xbeefc0de"}));
+}
+
+// A key over LMDB's limit lives in the database's long/ sibling (long_key.h): the verifier
+// reads its entries as the store does, the key's rest and then the stored item, and a rest
+// that does not match the key's hash is named.
+TEST(StoreVerifierLongKeyTest, ASiblingsEntriesAreDecodedAndTheirDamageNamed) {
+  TempDir dir;
+  const std::string key(600, 'L');
+  {
+    auto store = Store::Open(Storage(dir.path(), StorageConfig::Verify::kAlways), Tables());
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto txn = (*store)->BeginWrite();
+    ASSERT_TRUE(txn.ok()) << txn.status();
+    ASSERT_TRUE((*txn)->Put((*store)->items("T"), key, StoredValue(1)).ok());
+    ASSERT_TRUE((*txn)->Commit().ok());
+  }
+  const std::string data = dir.Sub("data.mdb");
+  EXPECT_TRUE(Verify(data).clean()) << Verify(data).Summary(10);
+
+  Layout layout(data);
+  const LmdbDbRecord sibling = layout.Record("long/items/T");
+  ASSERT_EQ(sibling.entries, 1u);
+  const LmdbNode node = layout.Node(sibling.root, 0);
+  const std::string stored_key(node.key);
+  std::string damaged(node.data);
+  damaged[1] ^= 0x20;  // a byte of the key's rest: another key, not the one the hash names
+  Overwrite(data, layout.page_size(), sibling.root,
+            layout.NodeOffset(sibling.root, 0) + L::kNodeHeaderSize + node.key.size(),
+            damaged.data(), damaged.size());
+  EXPECT_EQ(Problems(Verify(data)),
+            (std::vector<std::string>{absl::StrCat(
+                "long/items/T page ", sibling.root, ": entry 0 (key \"", std::string(48, 'L'),
+                "... (511 bytes)\"): the rest of the key in the value does not hash to the "
+                "stored key")}));
+  damaged[0] = '\xff';  // the rest's length: a varint that never ends
+  Overwrite(data, layout.page_size(), sibling.root,
+            layout.NodeOffset(sibling.root, 0) + L::kNodeHeaderSize + node.key.size(),
+            damaged.data(), damaged.size());
+  absl::StatusOr<LongEntry> decoded = DecodeLongEntry(stored_key, damaged);
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_EQ(Problems(Verify(data)),
+            (std::vector<std::string>{absl::StrCat("long/items/T page ", sibling.root,
+                                                   ": entry 0 (key \"", std::string(48, 'L'),
+                                                   "... (511 bytes)\"): ",
+                                                   decoded.status().message())}));
+
+  // Unverified, a read that meets the entry stops with DATA_LOSS instead of skipping it.
+  auto store = Store::Open(Storage(dir.path(), StorageConfig::Verify::kNever), Tables());
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto txn = (*store)->BeginRead();
+  ASSERT_TRUE(txn.ok()) << txn.status();
+  std::unique_ptr<Cursor> cursor = (*txn)->OpenCursor((*store)->items("T"));
+  EXPECT_FALSE(cursor->SeekFirst());
+  EXPECT_EQ(cursor->status(), absl::DataLossError(absl::StrCat("a long-key entry is damaged: ",
+                                                               decoded.status().message())));
 }
 
 TEST_F(StoreVerifierTest, OpenRefusesADamagedStoreNamingTheDamageUnlessToldNotToVerify) {
