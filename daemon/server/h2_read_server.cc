@@ -653,8 +653,7 @@ class H2ReadServer::Loop {
   void RefuseConnection(int fd) {
     const std::string why = absl::StrCat("the fast read port has ", connections_.size(),
                                          " connections open, its limit "
-                                         "(server.fast_reads_max_connections, within the "
-                                         "open-files budget); retry later");
+                                         "(server.fast_reads_max_connections); retry later");
     std::string frames = {0, 0, 0, 4, 0, 0, 0, 0, 0};  // an empty SETTINGS frame
     frames += GoawayFrame(NGHTTP2_ENHANCE_YOUR_CALM, why);
     ssize_t n = send(fd, frames.data(), frames.size(), MSG_NOSIGNAL | MSG_DONTWAIT);

@@ -107,7 +107,8 @@ def many_fds():
 
 
 BUDGET_LINE = re.compile(r"file descriptors: limit (\d+), (\d+) open, server.fd_reserve (\d+): "
-                         r"connections may hold (\d+); the gRPC port takes at most (\d+)")
+                         r"connections may hold (\d+); the gRPC port takes at most (\d+), "
+                         r"the fast read port (\d+)")
 
 
 def closed_by_server(sock):
@@ -129,10 +130,14 @@ def test_flood_of_idle_connections_under_1024_fds(daemon_factory, tmp_path, many
     d = daemon_factory(config_for(src, dead),
                        prefix=[PRLIMIT, "--nofile=1024:1024", "--"]).start()
     d.wait_applied("src", 1)
-    limit, fds_open, reserve, budget, cap = map(int, BUDGET_LINE.search(d.log()).groups())
+    limit, fds_open, reserve, budget, cap, fast_cap = map(
+        int, BUDGET_LINE.search(d.log()).groups())
     assert (limit, reserve) == (1024, 256)
     assert budget == limit - fds_open - reserve and 0 < fds_open < 100
-    assert cap == budget  # server.grpc_max_connections (1000) is more than the limit leaves
+    # server.grpc_max_connections (1000) and fast_reads_max_connections (1024) ask for more than
+    # the limit leaves: each port gets its share of the budget.
+    assert (cap, fast_cap) == (budget * 1000 // 2024, budget * 1024 // 2024)
+    assert FLOOD_FAST < fast_cap
 
     flood = []
     try:
@@ -171,6 +176,7 @@ def test_flood_of_idle_connections_under_1024_fds(daemon_factory, tmp_path, many
     assert metric(m, "cdcview_fd_limit") == 1024
     assert metric(m, "cdcview_fd_connection_budget") == budget
     assert metric(m, "cdcview_connections_max", port="grpc") == cap
+    assert metric(m, "cdcview_connections_max", port="fast_reads") == fast_cap
     assert metric(m, "cdcview_connections_opened_total", port="grpc") == cap
     assert metric(m, "cdcview_connections_refused_total", port="grpc",
                   reason="max_connections") == FLOOD_GRPC + 1 - cap
@@ -195,8 +201,9 @@ def test_the_soft_limit_is_raised_to_the_hard_one(daemon_factory, tmp_path):
     assert line.split()[3:5] == ["4096", "4096"]
     assert "info open-files limit (RLIMIT_NOFILE): soft 1024 raised to 4096, hard 4096\n" in d.log()
     assert metric(d.metrics(), "cdcview_fd_limit") == 4096
-    limit, fds_open, reserve, budget, cap = map(int, BUDGET_LINE.search(d.log()).groups())
-    assert (limit, reserve, budget, cap) == (4096, 256, 4096 - fds_open - 256, 1000)
+    limit, fds_open, reserve, budget, cap, fast_cap = map(
+        int, BUDGET_LINE.search(d.log()).groups())
+    assert (limit, reserve, budget, cap, fast_cap) == (4096, 256, 4096 - fds_open - 256, 1000, 1024)
     assert metric(d.metrics(), "cdcview_connections_max", port="grpc") == 1000
 
 

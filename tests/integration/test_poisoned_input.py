@@ -184,7 +184,9 @@ def test_a_start_failure_says_the_daemon_did_not_start(daemon_factory, tmp_path)
     assert proc.returncode == 1
     # Nothing was read or served, so nothing was drained: the log says what happened instead.
     lines = proc.stdout.splitlines()
-    assert len(lines) == 2, proc.stdout
+    assert len(lines) == 3, proc.stdout
+    assert re.fullmatch(r"\S+ info open-files limit \(RLIMIT_NOFILE\): soft \d+.*", lines[0]), lines
+    lines = lines[1:]
     assert re.fullmatch(r"\S+ info cdcviewd did not start; closed what it had opened in \d+ ms",
                         lines[0]), lines
     assert lines[1] == (
