@@ -68,7 +68,7 @@ struct Flags {
   uint64_t seed = 20250301;
   std::string config = DefaultConfigPath();
   std::string tmp = std::filesystem::temp_directory_path().string();
-  uint64_t map_mib = 16384;
+  uint64_t map_mib = 2048;  // the store reserves its map on disk: on /dev/shm, in memory
   bool skip_raw = false;
   bool skip_aggregates = false;
   bool pipeline = true;  // the writer's two stages on two threads, as cdcviewd runs them
