@@ -231,6 +231,7 @@ class Loader {
   absl::Status ReadField(const Fields::Entry& entry, std::string_view path,
                          const config_fields::Field<S>& field, S* block) const;
   absl::Status CheckBlock(const Fields& fields, StorageConfig* storage) const;
+  absl::Status CheckBlock(const Fields& fields, ServerConfig* server) const;
   absl::Status CheckBlock(const Fields& fields, WatchConfig* watch) const;
   absl::Status CheckBlock(const Fields& fields, DynamoDbSourceConfig* dynamodb) const;
   // Blocks whose fields are independent of each other.
@@ -580,6 +581,32 @@ absl::Status Loader::CheckBlock(const Fields& fields, StorageConfig* storage) co
     return PairError(fields, "map_size", "max_map_size",
                      Cat("map_size (", storage->map_size, " bytes) must not exceed max_map_size (",
                          storage->max_map_size, " bytes)"));
+  }
+  return absl::OkStatus();
+}
+
+// TLS needs both halves of the server's key pair; a client CA or bearer tokens need TLS under
+// them (a token sent in clear text is a token given to anyone on the path).
+absl::Status Loader::CheckBlock(const Fields& fields, ServerConfig* server) const {
+  if (server->tls_cert_file.empty() != server->tls_key_file.empty()) {
+    const bool has_cert = !server->tls_cert_file.empty();
+    return PairError(fields, has_cert ? "tls_cert_file" : "tls_key_file",
+                     has_cert ? "tls_key_file" : "tls_cert_file",
+                     has_cert ? "tls_cert_file needs tls_key_file: set both (the certificate "
+                                "chain and its private key, PEM)"
+                              : "tls_key_file needs tls_cert_file: set both (the certificate "
+                                "chain and its private key, PEM)");
+  }
+  if (!server->TlsEnabled()) {
+    if (!server->tls_client_ca_file.empty()) {
+      return PairError(fields, "tls_client_ca_file", "tls_client_ca_file",
+                       "tls_client_ca_file needs TLS: set tls_cert_file and tls_key_file too");
+    }
+    if (!server->tokens_file.empty()) {
+      return PairError(fields, "tokens_file", "tokens_file",
+                       "tokens_file needs TLS, or a bearer token would cross the network in clear "
+                       "text: set tls_cert_file and tls_key_file too");
+    }
   }
   return absl::OkStatus();
 }

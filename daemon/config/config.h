@@ -107,6 +107,23 @@ struct ServerConfig {
   // on both ports share the open-files limit less this and what is open once the sources
   // have started.
   uint32_t fd_reserve = 256;
+
+  // A plaintext port that serves only grpc.health.v1.Health (the main port's statuses, every
+  // "cdcview.view.<name>" service included), for the kubelet's gRPC probes, which speak neither
+  // TLS nor tokens. "" (the default) turns it off.
+  std::string health;
+  // TLS (see docs/TLS.md). tls_cert_file (PEM chain, leaf first) and tls_key_file together turn
+  // TLS on for the main port, the fast read port and, unless tls_metrics is false, /metrics.
+  // Each listener reloads them when they change; connections open keep their session.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  // With it, clients must present a certificate this CA signed (mTLS) on both read ports.
+  std::string tls_client_ca_file;
+  bool tls_metrics = true;
+  // Bearer tokens (a YAML file, reloaded when it changes): every call on both read ports, and
+  // every scrape of /metrics, then needs "authorization: Bearer <token>". Needs TLS.
+  std::string tokens_file;
+  bool TlsEnabled() const { return !tls_cert_file.empty(); }
   // Durations in seconds at most this: gRPC takes milliseconds as an int.
   static constexpr uint32_t kMaxGrpcSeconds = 2'147'483;
   static constexpr uint32_t kMaxConnections = 1'000'000;

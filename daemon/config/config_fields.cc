@@ -139,6 +139,12 @@ const FieldTable<ServerConfig>& ServerFields() {
             S::kMaxGrpcSeconds),
       Whole("grpc_max_ping_strikes", &S::grpc_max_ping_strikes, 0, 1000),
       Whole("fd_reserve", &S::fd_reserve, 0, S::kMaxConnections),
+      HostPort("health", &S::health, "50054", /*may_disable=*/true),
+      Text("tls_cert_file", &S::tls_cert_file),
+      Text("tls_key_file", &S::tls_key_file),
+      Text("tls_client_ca_file", &S::tls_client_ca_file),
+      Flag("tls_metrics", &S::tls_metrics),
+      Text("tokens_file", &S::tokens_file),
   };
   return table;
 }

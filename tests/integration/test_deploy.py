@@ -1046,7 +1046,7 @@ def test_every_variable_in_help_sets_its_field(binaries):
     """--help lists a variable per settable field; each one really reaches that field (an
     invalid value is rejected naming the variable and the field)."""
     listed = re.findall(r"^\s+(CDCVIEW_[A-Z_]+)\s+\((\S+)\)$", help_text(), re.M)
-    assert len(listed) == 33, help_text()
+    assert len(listed) == 39, help_text()
     for name, path in listed:
         assert name == "CDCVIEW_" + path.upper().replace(".", "_")
         p = print_config(["--config", EXAMPLE_CONFIG], {name: "[]"})

@@ -87,7 +87,9 @@ TEST(ConfigFieldsTest, EnvironmentSettablePathsAreTheSectionsFields) {
                 "server.grpc_max_connection_idle_seconds", "server.grpc_max_connection_age_seconds",
                 "server.grpc_max_connection_age_grace_seconds",
                 "server.grpc_min_ping_interval_seconds", "server.grpc_max_ping_strikes",
-                "server.fd_reserve", "apply.batch_size", "apply.max_delay_ms", "apply.queue_capacity",
+                "server.fd_reserve", "server.health", "server.tls_cert_file",
+                "server.tls_key_file", "server.tls_client_ca_file", "server.tls_metrics",
+                "server.tokens_file", "apply.batch_size", "apply.max_delay_ms", "apply.queue_capacity",
                 "apply.log_counts_seconds", "apply.tombstone_compaction_step", "watch.retain_changes", "watch.max_lag_changes",
                 "watch.max_stream_buffer_bytes", "watch.stalled_stream_timeout_ms",
                 "watch.max_streams"}));

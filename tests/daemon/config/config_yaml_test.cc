@@ -245,6 +245,8 @@ TEST(ConfigToYamlTest, PrintsEveryDefaultExactly) {
             "  grpc_min_ping_interval_seconds: 300\n"
             "  grpc_max_ping_strikes: 2\n"
             "  fd_reserve: 256\n"
+            "  health: \"\"\n"
+            "  tls_metrics: true\n"
             "apply:\n"
             "  batch_size: 1024\n"
             "  max_delay_ms: 20\n"
@@ -305,7 +307,8 @@ TEST(ReadyMaxLagTest, DefaultsTo60AndTakesAWholeNumber) {
             "fast_reads_idle_timeout_ms, fast_reads_request_timeout_ms, grpc_max_connections, "
             "grpc_max_connection_idle_seconds, grpc_max_connection_age_seconds, "
             "grpc_max_connection_age_grace_seconds, grpc_min_ping_interval_seconds, "
-            "grpc_max_ping_strikes, fd_reserve)");
+            "grpc_max_ping_strikes, fd_reserve, health, tls_cert_file, tls_key_file, "
+            "tls_client_ca_file, tls_metrics, tokens_file)");
 }
 
 // ---- the main port's connection limits ----
@@ -537,6 +540,10 @@ TEST(ConfigSettingsTest, EveryScalarSectionFieldHasAVariable) {
       ParseConfig("tables: [ { name: T, key: { partition: PK } } ]\n", "t.yaml");
   ASSERT_TRUE(config.ok()) << config.status();
   config->storage.backup_dir = "/backups";  // printed only when set
+  config->server.tls_cert_file = "/tls/tls.crt";
+  config->server.tls_key_file = "/tls/tls.key";
+  config->server.tls_client_ca_file = "/tls/ca.crt";
+  config->server.tokens_file = "/auth/tokens.yaml";
   std::vector<std::string> printed;
   std::string section;
   std::istringstream yaml(ConfigToYaml(*config));
