@@ -120,6 +120,7 @@ absl::Status Application::Init() {
   for (const ViewRef& view : catalog_->views()) {
     server_->SetServiceServing(ViewHealthServiceName(view.spec->name), false);
   }
+  server_->SetServiceServing(kAllViewsHealthService, false);
   server_->SetServing(true);
   if (!config_.server.fast_reads.empty()) {
     fast_reads_connections_ = std::make_unique<ConnectionProbe>(*metrics_, "fast_reads");
@@ -229,6 +230,7 @@ void Application::UpdateViewHealth() {
   for (size_t i = 0; i < sources_.size(); ++i) {
     apply_probe_->SetSourceState(i, ProgressOf(*published_, i).state);
   }
+  bool all_caught_up = true;
   for (const ViewRef& view : catalog_->views()) {
     std::vector<SourceProgress> table_sources;
     for (size_t i = 0; i < sources_.size(); ++i) {
@@ -238,10 +240,12 @@ void Application::UpdateViewHealth() {
     // A writer that cannot apply leaves every view stale, whatever the sources read.
     bool ready = published_->GetViewState(view.global) == ViewState::kReady &&
                  published_->WriterError().empty();
-    server_->SetServiceServing(
-        ViewHealthServiceName(view.spec->name),
-        ViewCaughtUp(ready, table_sources, config_.server.ready_max_lag_seconds));
+    const bool caught_up =
+        ViewCaughtUp(ready, table_sources, config_.server.ready_max_lag_seconds);
+    server_->SetServiceServing(ViewHealthServiceName(view.spec->name), caught_up);
+    all_caught_up = all_caught_up && caught_up;
   }
+  server_->SetServiceServing(kAllViewsHealthService, all_caught_up);
 }
 
 void Application::LogEventCounts(double interval_seconds) {

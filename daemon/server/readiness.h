@@ -54,4 +54,8 @@ bool ViewCaughtUp(bool view_ready, const std::vector<SourceProgress>& table_sour
 // "cdcview.view.<view>": the grpc.health.v1 service name of a view.
 std::string ViewHealthServiceName(const std::string& view);
 
+// The grpc.health.v1 service that is SERVING while every view's is: what a startup probe waits
+// for, so a new pod takes traffic once caught up without its manifest naming a view.
+inline constexpr char kAllViewsHealthService[] = "cdcview.views";
+
 }  // namespace cdcview

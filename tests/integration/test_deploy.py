@@ -483,6 +483,7 @@ def test_health_names_each_view_and_turn_serving_when_caught_up(sampled):
         # Both sources finished: lag counts as 0; the ticker runs every second.
         wait_for(f"cdcview.view.{view} SERVING",
                  lambda: health(channel, f"cdcview.view.{view}") == 1)
+    wait_for("cdcview.views SERVING", lambda: health(channel, "cdcview.views") == 1)
     assert health(channel, "cdcview.view.NoSuchView") == grpc.StatusCode.NOT_FOUND
 
 
@@ -504,6 +505,7 @@ def test_a_view_whose_source_failed_is_not_serving(daemon_factory, tmp_path):
     wait_for("cdcview.view.W SERVING", lambda: health(d.channel, "cdcview.view.W") == 1)
     time.sleep(1.2)  # one more readiness tick: V stays NOT_SERVING
     assert health(d.channel, "cdcview.view.V") == 2
+    assert health(d.channel, "cdcview.views") == 2  # not every view is caught up
     assert health(d.channel, "cdcview.v1.ViewService") == 1
     d.stop()
 
