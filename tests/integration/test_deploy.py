@@ -13,7 +13,10 @@
   probes, ports, health service names, config (parsed by `cdcviewd --print-config` with the
   container's args and environment), flags and environment variables agree with the binary;
   terminationGracePeriodSeconds exceeds the measured drain time and the drain bound that
-  `cdcviewd --help` states; a hanging DynamoDB request does not hold the drain.
+  `cdcviewd --help` states; a hanging DynamoDB request does not hold the drain. Hardening: the
+  container's security context, TLS files and tokens from mounted Secrets, the NetworkPolicy,
+  the ServiceMonitor's TLS and bearer token, the ServiceAccount, and docs/TLS.md's
+  certificates and Secrets against what the overlays use.
 * Dockerfile (static: docker cannot run here): the runtime stage installs a package for every
   shared library the binaries load; the build stage copies what CMake builds and installs the
   -dev packages.
@@ -621,15 +624,50 @@ def help_text():
     return p.stdout
 
 
+def file_source(spec, container, path):
+    """What puts the file at `path` into the container: (volume mount, kind, name, key).
+    kind is "configMap" or "secret" for a key of a ConfigMap or Secret (a volume of its own or
+    a source of a projected volume), name and key say which; for any other volume kind is the
+    volume's kind ("emptyDir"; "volumeClaimTemplate" for a StatefulSet's claim) and name and
+    key are None."""
+    mounts = [m for m in container["volumeMounts"]
+              if path == m["mountPath"] or path.startswith(m["mountPath"].rstrip("/") + "/")]
+    assert mounts, f"{path}: on no volume of container {container['name']}"
+    mount = max(mounts, key=lambda m: len(m["mountPath"]))
+    volume = {v["name"]: v for v in spec.get("volumes", [])}.get(mount["name"])
+    if volume is None:
+        return mount, "volumeClaimTemplate", None, None
+    relative = path[len(mount["mountPath"].rstrip("/")) + 1:]
+    if "projected" in volume:
+        sources = volume["projected"]["sources"]
+    elif "configMap" in volume or "secret" in volume:
+        sources = [volume]
+    else:
+        return mount, next(k for k in volume if k != "name"), None, None
+    for source in sources:
+        for kind in ("configMap", "secret"):
+            if kind not in source:
+                continue
+            ref = source[kind]
+            name = ref.get("name") or ref.get("secretName")
+            if "items" not in ref:  # every key, under its own name
+                if "/" not in relative:
+                    return mount, kind, name, relative
+            for item in ref.get("items", []):
+                if item["path"] == relative:
+                    return mount, kind, name, item["key"]
+    pytest.fail(f"{path}: no source of volume {mount['name']} provides it")
+
+
 def effective_config(docs, spec, container, tmp_path):
     """What cdcviewd makes of the container: its ConfigMap file, args and environment."""
     args = list(container["args"])
     config_path = args[args.index("--config") + 1]
-    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
-    volume = {v["name"]: v for v in spec["volumes"]}[mounts[os.path.dirname(config_path)]]
-    configmap = find(docs, "ConfigMap", volume["configMap"]["name"])
+    _, kind, name, key = file_source(spec, container, config_path)
+    assert kind == "configMap", f"{config_path} comes from a {kind}"
+    configmap = find(docs, "ConfigMap", name)
     local = tmp_path / os.path.basename(config_path)
-    local.write_text(configmap["data"][os.path.basename(config_path)])
+    local.write_text(configmap["data"][key])
     args[args.index("--config") + 1] = str(local)
     env = {e["name"]: e["value"] for e in container.get("env", [])}
     p = run([DAEMON_BIN] + args + ["--print-config"], env={**env, "PATH": os.environ["PATH"]})
@@ -706,36 +744,53 @@ def test_manifests_agree_with_the_binary(overlay, tmp_path, daemon_factory):
         assert (f"Env:{name}" in flags_help or
                 re.search(rf"^\s+{name}\s+\(", flags_help, re.M)), f"{name} not in --help"
 
-    # Ports: probes and the ports the container declares are the ones cdcviewd listens on;
-    # the kubelet's gRPC probes connect to the pod IP, so gRPC must not listen on loopback.
-    grpc_port, metrics_port = port_of(config["server"]["grpc"]), port_of(config["server"]["metrics"])
-    assert config["server"]["grpc"].rsplit(":", 1)[0] in ("0.0.0.0", "[::]")
-    assert config["server"]["metrics"].rsplit(":", 1)[0] in ("0.0.0.0", "[::]")
+    # Ports: probes and the ports the container declares are the ones cdcviewd listens on.
+    # The kubelet's gRPC probes connect to the pod IP, without TLS or a token: they go to
+    # server.health, which listens on all interfaces. gRPC does too where other pods are its
+    # clients (statefulset); as a sidecar it serves the pod's own app, on loopback, like the
+    # fast read port.
+    server = config["server"]
+    grpc_port, metrics_port = port_of(server["grpc"]), port_of(server["metrics"])
+    assert server["health"], "no server.health: the kubelet's probes need the plaintext port"
+    health_port = port_of(server["health"])
+    assert server["health"].rsplit(":", 1)[0] in ("0.0.0.0", "[::]")
+    assert server["metrics"].rsplit(":", 1)[0] in ("0.0.0.0", "[::]")
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-    assert sorted(ports.values()) == sorted([grpc_port, metrics_port])
-    # The fast read port, where it is on, serves the pod's own app only: loopback, no port.
-    fast = config["server"]["fast_reads"]
+    if workload["kind"] == "StatefulSet":
+        assert server["grpc"].rsplit(":", 1)[0] in ("0.0.0.0", "[::]")
+        assert sorted(ports.values()) == sorted([grpc_port, metrics_port, health_port])
+    else:
+        assert server["grpc"].rsplit(":", 1)[0] in ("127.0.0.1", "[::1]"), server["grpc"]
+        assert sorted(ports.values()) == sorted([metrics_port, health_port])
+    fast = server["fast_reads"]
     assert fast == "" or fast.rsplit(":", 1)[0] in ("127.0.0.1", "[::1]"), fast
+    listeners = [grpc_port, metrics_port, health_port] + ([port_of(fast)] if fast else [])
+    assert len(set(listeners)) == len(listeners), f"two listeners on one port: {listeners}"
 
-    # Probes: native gRPC on the health service, with names the daemon serves.
-    views = [v["name"] for t in config["tables"] for v in t.get("views", [])]
+    # Probes: native gRPC on the health port, with names the daemon serves; none is tied to a
+    # view, so the ConfigMap's views may change without touching the probes.
     probes = {k: c[k] for k in ("startupProbe", "livenessProbe", "readinessProbe")}
     for kind, probe in probes.items():
-        assert probe["grpc"]["port"] == grpc_port, kind
+        assert probe["grpc"]["port"] == health_port, kind
+    assert probes["startupProbe"]["grpc"]["service"] == "cdcview.views"
     assert probes["livenessProbe"]["grpc"]["service"] == ""
     assert probes["readinessProbe"]["grpc"]["service"] == "cdcview.v1.ViewService"
     startup = probes["startupProbe"]
-    assert startup["grpc"]["service"] in [f"cdcview.view.{v}" for v in views]
-    # Catch-up may take long; the startup probe allows half an hour before a restart.
+    # Start-up (verifying the store after an unclean shutdown) may take long; the startup
+    # probe allows half an hour before a restart.
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 1800
 
-    # The names really are served: a daemon on this ConfigMap's tables answers them.
-    d = daemon_factory({"tables": config["tables"]}, name=f"probe-{overlay}")
+    # The names really are served, on the health port: a daemon on this ConfigMap's tables
+    # answers them there, in plaintext.
+    health_addr = f"127.0.0.1:{free_port()}"
+    d = daemon_factory({"tables": config["tables"],
+                        "server": {"grpc": "127.0.0.1:0", "metrics": "127.0.0.1:0",
+                                   "health": health_addr}}, name=f"probe-{overlay}")
     d.start()
-    assert health(d.channel, probes["readinessProbe"]["grpc"]["service"]) == 1
-    assert health(d.channel, probes["livenessProbe"]["grpc"]["service"]) == 1
-    wait_for(f"{startup['grpc']['service']} SERVING",
-             lambda: health(d.channel, startup["grpc"]["service"]) == 1)
+    with grpc.insecure_channel(health_addr) as channel:
+        for kind, probe in probes.items():
+            # cdcview.views turns SERVING on the readiness ticker's first round (no sources).
+            wait_for(f"{kind} SERVING", lambda: health(channel, probe["grpc"]["service"]) == 1)
     d.stop()
 
     # Metrics: the ServiceMonitor's port resolves to the container port cdcviewd serves on.
@@ -776,6 +831,266 @@ def test_manifests_agree_with_the_binary(overlay, tmp_path, daemon_factory):
     grace = spec["terminationGracePeriodSeconds"]
     assert grace > drain_bound_seconds()
     assert grace > measured_drain_seconds(daemon_factory)
+
+
+# ---------------------------------------------------------------- hardening, TLS and access
+
+TLS_DOC = os.path.join(REPO, "docs", "TLS.md")
+# The daemon's own certificate in each overlay: a cert-manager Certificate in docs/TLS.md.
+CERTIFICATES = {"statefulset": "cdcview", "sidecar": "orders-app-cdcview"}
+# Overlays whose clients (and Prometheus) present a client certificate.
+MTLS = {"statefulset": True, "sidecar": False}
+CLIENT_PEERS = [{"namespaceSelector": {},
+                 "podSelector": {"matchLabels": {"cdcview.io/client": "true"}}}]
+MONITORING_PEERS = [{"namespaceSelector": {
+    "matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+
+
+def tls_doc():
+    with open(TLS_DOC, encoding="utf-8") as f:
+        return f.read()
+
+
+def tls_doc_yaml():
+    """Every YAML document of docs/TLS.md's yaml blocks."""
+    blocks = re.findall(r"^```yaml\n(.*?)^```", tls_doc(), re.M | re.S)
+    return [doc for block in blocks for doc in yaml.safe_load_all(block) if doc]
+
+
+def tls_doc_objects(kind):
+    return {d["metadata"]["name"]: d for d in tls_doc_yaml() if d.get("kind") == kind}
+
+
+def cdcview_workload(overlay, tmp_path):
+    docs = render(overlay)
+    [(workload, spec, c)] = cdcview_containers(docs)
+    config, _ = effective_config(docs, spec, c, tmp_path)
+    return docs, workload, spec, c, config
+
+
+def selects(selector, labels):
+    return all(labels.get(k) == v for k, v in selector.get("matchLabels", {}).items())
+
+
+def leaves(value, key):
+    """Every value of `key` anywhere inside `value` (dicts and lists)."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if k == key:
+                yield v
+            yield from leaves(v, key)
+    elif isinstance(value, list):
+        for v in value:
+            yield from leaves(v, key)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_container_is_locked_down(overlay, tmp_path):
+    docs, workload, spec, c, config = cdcview_workload(overlay, tmp_path)
+    pod, own = spec.get("securityContext", {}), c.get("securityContext", {})
+    assert own.get("runAsNonRoot", pod.get("runAsNonRoot")) is True
+    assert own.get("seccompProfile", pod.get("seccompProfile")) == {"type": "RuntimeDefault"}
+    assert own.get("readOnlyRootFilesystem") is True
+    assert own.get("allowPrivilegeEscalation") is False
+    assert own.get("capabilities") == {"drop": ["ALL"]}
+    assert not own.get("privileged")
+    # With a read-only root, everything the daemon writes is on a writable volume of its own:
+    # the store and the dead-letter files (below the store unless configured elsewhere).
+    written = [config["storage"]["path"]] + list(leaves(config["sources"], "dead_letter_path"))
+    assert len(written) == 1 + len(config["sources"]), written
+    for path in written:
+        mount, kind, _, _ = file_source(spec, c, path)
+        assert kind in ("volumeClaimTemplate", "emptyDir"), (path, kind)
+        assert not mount.get("readOnly"), path
+    # Config and Secrets are mounted read-only and whole: a subPath mount is never updated,
+    # and renewed certificates and tokens must reach the running daemon.
+    for mount in c["volumeMounts"]:
+        assert "subPath" not in mount and "subPathExpr" not in mount, mount
+        if mount["mountPath"] not in written:
+            assert mount.get("readOnly") is True, mount
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_tls_and_tokens_come_from_mounted_secrets(overlay, tmp_path):
+    docs, workload, spec, c, config = cdcview_workload(overlay, tmp_path)
+    server = config["server"]
+    want = {"tls_cert_file": ("cdcview-tls", "tls.crt"),
+            "tls_key_file": ("cdcview-tls", "tls.key"),
+            "tokens_file": ("cdcview-tokens", "tokens.yaml")}
+    if MTLS[overlay]:
+        want["tls_client_ca_file"] = ("cdcview-tls", "ca.crt")
+    else:
+        assert server.get("tls_client_ca_file", "") == ""  # an empty path is not printed
+    for field, (secret, key) in want.items():
+        assert server[field], f"server.{field} is not set"
+        _, kind, name, got = file_source(spec, c, server[field])
+        assert (kind, name, got) == ("secret", secret, key), field
+    assert os.path.dirname(server["tls_cert_file"]) == "/etc/cdcview/tls"
+    assert server["tokens_file"] == "/etc/cdcview/auth/tokens.yaml"
+    assert server["tls_metrics"] is True
+    if workload["kind"] == "Deployment":
+        # The sidecar's app verifies the daemon with the CA and sends its own token; it gets
+        # neither the daemon's key nor the token file.
+        [app] = [a for a in spec["containers"] if a["name"] == "app"]
+        env = {e["name"]: e["value"] for e in app["env"]}
+        assert file_source(spec, app, env["CDCVIEW_TLS_CA"])[1:] == ("secret", "cdcview-tls",
+                                                                     "ca.crt")
+        assert file_source(spec, app, env["CDCVIEW_TOKEN_FILE"])[1:] == (
+            "secret", "orders-app-cdcview-token", "token")
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        app_keys = [(key, name) for m in app["volumeMounts"]
+                    for name, key in secret_keys(volumes[m["name"]])]
+        assert ("tls.key", "cdcview-tls") not in app_keys and not any(
+            name == "cdcview-tokens" for _, name in app_keys), app_keys
+
+
+def secret_keys(volume):
+    """(Secret name, key) of every Secret key a volume mounts ("*": all its keys)."""
+    sources = volume["projected"]["sources"] if "projected" in volume else [volume]
+    out = []
+    for source in sources:
+        if "secret" in source:
+            ref = source["secret"]
+            name = ref.get("name") or ref.get("secretName")
+            out += [(name, i["key"]) for i in ref["items"]] if "items" in ref else [(name, "*")]
+    return out
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_network_policy_admits_the_apps_and_monitoring_only(overlay, tmp_path):
+    docs, workload, spec, c, config = cdcview_workload(overlay, tmp_path)
+    pod_labels = workload["spec"]["template"]["metadata"]["labels"]
+    [policy] = [d for d in docs if d["kind"] == "NetworkPolicy"
+                and selects(d["spec"]["podSelector"], pod_labels)]
+    assert "Ingress" in policy["spec"]["policyTypes"]
+    named = {p["name"]: p["containerPort"]
+             for container in spec["containers"] + spec.get("initContainers", [])
+             for p in container.get("ports", [])}
+    admitted = {}  # port -> the peers of each rule that admits it (None: anyone)
+    for rule in policy["spec"]["ingress"]:
+        assert rule.get("ports"), f"a rule without ports admits every port: {rule}"
+        for p in rule["ports"]:
+            port = named[p["port"]] if isinstance(p["port"], str) else p["port"]
+            admitted.setdefault(port, []).append(rule.get("from"))
+    server = config["server"]
+    grpc_port, metrics_port = port_of(server["grpc"]), port_of(server["metrics"])
+    # /metrics: Prometheus's namespace only. Health: no rule; the kubelet probes from the node.
+    assert admitted.pop(metrics_port) == [MONITORING_PEERS]
+    assert port_of(server["health"]) not in admitted
+    if workload["kind"] == "StatefulSet":
+        # gRPC: pods that carry the client label, from any namespace (docs/TLS.md).
+        assert admitted.pop(grpc_port) == [CLIENT_PEERS]
+        assert admitted == {}
+    else:
+        # gRPC and fast reads are on loopback; only the app's own port is left open.
+        assert grpc_port not in admitted
+        assert sorted(admitted) == [named["http"]]
+    doc = tls_doc()
+    assert 'cdcview.io/client: "true"' in doc and "kubernetes.io/metadata.name" in doc
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_service_monitor_scrapes_over_tls_with_a_token(overlay):
+    docs = render(overlay)
+    monitor = find(docs, "ServiceMonitor", "cdcview")
+    [endpoint] = monitor["spec"]["endpoints"]
+    assert endpoint["scheme"] == "https"
+    tls = endpoint["tlsConfig"]
+    assert tls["ca"] == {"secret": {"name": "cdcview-tls", "key": "ca.crt"}}
+    assert not tls.get("insecureSkipVerify")
+    # Prometheus connects to pod IPs: it verifies a name the daemon's certificate carries.
+    certificate = tls_doc_objects("Certificate")[CERTIFICATES[overlay]]
+    assert certificate["spec"]["secretName"] == "cdcview-tls"
+    assert tls["serverName"] in certificate["spec"]["dnsNames"]
+    assert endpoint["authorization"] == {
+        "type": "Bearer", "credentials": {"name": "cdcview-metrics-token", "key": "token"}}
+    assert not {"bearerTokenSecret", "bearerTokenFile", "basicAuth"} & set(endpoint)
+    if MTLS[overlay]:
+        client = tls_doc_objects("Certificate")["cdcview-prometheus"]
+        assert "client auth" in client["spec"]["usages"]
+        assert client["metadata"]["namespace"] == monitor["metadata"]["namespace"]
+        name = client["spec"]["secretName"]
+        assert tls["cert"] == {"secret": {"name": name, "key": "tls.crt"}}
+        assert tls["keySecret"] == {"name": name, "key": "tls.key"}
+    else:
+        assert "cert" not in tls and "keySecret" not in tls
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_documented_certificate_names_what_clients_connect_to(overlay):
+    docs = render(overlay)
+    certificate = tls_doc_objects("Certificate")[CERTIFICATES[overlay]]
+    names = certificate["spec"]["dnsNames"]
+    assert certificate["spec"]["usages"] == ["server auth"]
+    [(workload, spec, c)] = cdcview_containers(docs)
+    namespace = workload["metadata"].get("namespace")
+    assert certificate["metadata"].get("namespace") == namespace
+    if workload["kind"] == "StatefulSet":
+        for service in (d for d in docs if d["kind"] == "Service"):
+            assert f"{service['metadata']['name']}.{namespace}.svc" in names
+        assert f"*.{workload['spec']['serviceName']}.{namespace}.svc" in names  # each pod
+    else:
+        [app] = [a for a in spec["containers"] if a["name"] == "app"]
+        env = {e["name"]: e["value"] for e in app["env"]}
+        assert env["CDCVIEW_ADDR"].rsplit(":", 1)[0] in names
+        assert env["CDCVIEW_FAST_READS_ADDR"].rsplit(":", 1)[0] in names
+    # Signed by the CA issuer whose certificate the Secret's ca.crt carries.
+    issuer = tls_doc_objects("ClusterIssuer")[certificate["spec"]["issuerRef"]["name"]]
+    [ca] = [d for d in tls_doc_objects("Certificate").values()
+            if d["spec"]["secretName"] == issuer["spec"]["ca"]["secretName"]]
+    assert ca["spec"]["isCA"] is True
+
+
+def test_every_secret_the_manifests_use_is_documented():
+    """Each Secret a pod mounts or the ServiceMonitor reads is in docs/TLS.md's table and
+    made there: by a cert-manager Certificate or a `kubectl create secret` line."""
+    doc = tls_doc()
+    made = {c["spec"]["secretName"] for c in tls_doc_objects("Certificate").values()}
+    made |= set(re.findall(r"kubectl .*create secret generic (\S+)", doc))
+    used = set()
+    for overlay in OVERLAYS:
+        docs = render(overlay)
+        for workload in (d for d in docs if d["kind"] in ("StatefulSet", "Deployment")):
+            for volume in workload["spec"]["template"]["spec"]["volumes"]:
+                used |= {name for name, _ in secret_keys(volume)}
+        monitor = find(docs, "ServiceMonitor", "cdcview")
+        used |= set(leaves(monitor["spec"]["endpoints"], "name")) - {None}
+    assert sorted(used) == sorted({"cdcview-tls", "cdcview-tokens", "cdcview-metrics-token",
+                                   "cdcview-prometheus-tls", "orders-app-cdcview-token"})
+    table = set(re.findall(r"^\| `([a-z0-9-]+)` \|", doc, re.M))
+    assert sorted(used - table) == [] and sorted(used - made) == []
+    # The token file example is a valid token file: Prometheus's entry may scrape /metrics.
+    [tokens] = [d for d in tls_doc_yaml() if "tokens" in d]
+    entries = {t["name"]: t for t in tokens["tokens"]}
+    assert all(re.fullmatch(r"[A-Za-z0-9_.-]+", name) for name in entries)
+    assert entries["prometheus"]["metrics"] is True and entries["prometheus"]["views"] == []
+    assert not entries["orders-app"].get("metrics", False)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_pod_runs_as_its_service_account_without_an_api_token(overlay):
+    docs = render(overlay)
+    [(workload, spec, c)] = cdcview_containers(docs)
+    account = find(docs, "ServiceAccount", spec["serviceAccountName"])
+    assert account["automountServiceAccountToken"] is False
+    assert spec["automountServiceAccountToken"] is False
+    # IAM roles for service accounts: the overlay fills the base's empty slot with a role.
+    role = account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"]
+    assert re.fullmatch(r"arn:aws:iam::\d{12}:role/[\w+=,.@-]+", role), role
+    if workload["kind"] == "Deployment":
+        # Only the cdcview container gets the role's credentials.
+        others = [x["name"] for x in spec["containers"] if x is not c]
+        assert workload["spec"]["template"]["metadata"]["annotations"][
+            "eks.amazonaws.com/skip-containers"] == ",".join(others)
+
+
+def test_the_base_leaves_the_iam_role_empty():
+    command = kustomize_commands()[0]
+    p = run(command + [os.path.join(DEPLOY, "k8s", "base")])
+    assert p.returncode == 0, p.stderr
+    docs = [d for d in yaml.safe_load_all(p.stdout) if d]
+    account = find(docs, "ServiceAccount", "cdcview")
+    assert account["metadata"]["annotations"] == {"eks.amazonaws.com/role-arn": ""}
 
 
 # ---------------------------------------------------------------- Dockerfile (static)
@@ -944,8 +1259,9 @@ def print_config(args, env=None, cwd=REPO):
     return p
 
 
-# The server section's limits as --print-config prints their defaults.
-SERVER_LIMIT_DEFAULTS = {
+# The server section's limits and security settings as --print-config prints their defaults.
+SERVER_DEFAULTS = {
+    "health": "", "tls_metrics": True,
     "max_wait_ms": 10000, "fast_reads_max_request_bytes": "4MiB",
     "fast_reads_max_buffered_per_connection": "16MiB", "fast_reads_max_buffered_bytes": "256MiB",
     "fast_reads_max_waits_per_connection": 4, "fast_reads_max_connections": 1024,
@@ -963,7 +1279,7 @@ def test_flags_override_environment_which_overrides_the_file(binaries):
     got = yaml.safe_load(p.stdout)
     assert got["server"] == {"grpc": "127.0.0.1:7001", "fast_reads": "127.0.0.1:7200",
                              "metrics": "127.0.0.1:7100", "ready_max_lag_seconds": 60,
-                             **SERVER_LIMIT_DEFAULTS}
+                             **SERVER_DEFAULTS}
     assert got["storage"] == {"path": "/tmp/env-store", "map_size": "4GiB",
                               "max_map_size": "64GiB", "write_map": True, "flush_interval_ms": 0,
                               "verify_at_start": "auto"}
@@ -977,7 +1293,7 @@ def test_flags_override_environment_which_overrides_the_file(binaries):
     assert quiet.returncode == 0, quiet.stderr
     assert yaml.safe_load(quiet.stdout)["server"] == {
         "grpc": "127.0.0.1:50051", "fast_reads": "", "metrics": "", "ready_max_lag_seconds": 60,
-        **SERVER_LIMIT_DEFAULTS}
+        **SERVER_DEFAULTS}
 
 
 def test_config_path_from_the_environment_and_print_config_round_trips(binaries, tmp_path):
