@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/config/secret_reference.h"
 #include "daemon/decode/debezium_json.h"
@@ -581,13 +582,16 @@ struct KafkaSource::Consumer {
                             properties, " and the user on the brokers; retrying by itself",
                             ScramCaveat(source->config_.kafka.properties)),
                err, true);
-    } else if (err == RD_KAFKA_RESP_ERR__SSL) {
+    } else if (err == RD_KAFKA_RESP_ERR__SSL ||
+               (err == RD_KAFKA_RESP_ERR__TRANSPORT && absl::StrContains(reason, "SSL routines"))) {
+      // A broker that refuses our certificate (or the lack of one) sends a TLS alert, which
+      // librdkafka reports as a failed receive after its side of the handshake went well.
       SetError(absl::StrCat("TLS with the Kafka brokers ", brokers, " failed: ", reason,
                             "; check ssl.ca.location (the brokers' CA) and, where the brokers "
                             "require client certificates, ssl.certificate.location and "
                             "ssl.key.location in ",
                             properties, "; retrying by itself"),
-               err, true);
+               RD_KAFKA_RESP_ERR__SSL, true);
     } else if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN &&
                (error_code == RD_KAFKA_RESP_ERR__AUTHENTICATION ||
                 error_code == RD_KAFKA_RESP_ERR__SSL)) {

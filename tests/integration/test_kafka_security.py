@@ -192,10 +192,31 @@ def test_sasl_ssl_and_mtls_feed_the_views_and_the_dead_letter_topic(
     assert_no_secret(d.log(), "the daemon's log")
 
 
-def test_a_wrong_password_is_named_and_not_printed(secure_kafka, pki, daemon_factory, tmp_path):
+def tls_error(brokers, index, librdkafka_says):
+    """Our words around librdkafka's (which connection, its OpenSSL error, how long it took)."""
+    b = re.escape(brokers)
+    return re.compile(
+        rf"TLS with the Kafka brokers {b} failed: ssl://{b}/bootstrap: {librdkafka_says} "
+        rf"\(after \d+ms in state \w+(, \d+ identical error\(s\) suppressed)?\); check "
+        rf"ssl.ca.location \(the brokers' CA\) and, where the brokers require client "
+        rf"certificates, ssl.certificate.location and ssl.key.location in "
+        rf"sources\[{index}\].kafka.properties; retrying by itself")
+
+
+def test_a_wrong_password_or_certificate_is_named_and_no_secret_printed(
+        secure_kafka, pki, daemon_factory, monkeypatch, tmp_path):
+    monkeypatch.setenv(KEY_PASSWORD_VARIABLE, KEY_PASSWORD)
     topic = secure_kafka.plain.topic("wrong", 1)
     password_file = write(tmp_path / "kafka-password", WRONG_PASSWORD)
-    sources = [source("sasl", secure_kafka.sasl_ssl, topic, sasl_properties(pki, password_file))]
+    ca = os.path.join(pki, "ca.crt")
+    sources = [source("sasl", secure_kafka.sasl_ssl, topic, sasl_properties(pki, password_file)),
+               # The mTLS listener without a client certificate; with a CA that did not sign
+               # the broker's.
+               source("nocert", secure_kafka.ssl, topic,
+                      dict(GROUP_PROPS, **{"security.protocol": "SSL", "ssl.ca.location": ca})),
+               source("wrongca", secure_kafka.ssl, topic,
+                      dict(mtls_properties(pki),
+                           **{"ssl.ca.location": os.path.join(pki, "client.crt")}))]
     d = daemon_factory({"sources": sources, "tables": [table_for("dynamodb-json")]})
     d.start()
     b = re.escape(secure_kafka.sasl_ssl)
@@ -214,5 +235,14 @@ def test_a_wrong_password_is_named_and_not_printed(secure_kafka, pki, daemon_fac
     assert s.state == "error"
     assert want.fullmatch(s.error), s.error
     assert re.search(rf"^\S+ error source sasl: {want.pattern}$", d.log(), re.MULTILINE), d.log()
+
+    refused = tls_error(secure_kafka.ssl, 1, r"Receive failed: error:\w+:SSL routines::"
+                                              r"[^;]*alert[^;]*")
+    unverified = tls_error(secure_kafka.ssl, 2, r"SSL handshake failed: error:\w+:SSL routines::"
+                                                r"certificate verify failed: [^;]*")
+    for name, error in (("nocert", refused), ("wrongca", unverified)):
+        wait_for(f"source {name} to report its TLS error",
+                 lambda: error.fullmatch(d.source(name).error), timeout=60,
+                 describe=lambda: str(d.source(name)))
     d.stop()
     assert_no_secret(d.log(), "the daemon's log")
