@@ -11,6 +11,14 @@
 # and `bootstrap` (host:port for clients). Each start formats new storage: no leftovers.
 #   KAFKA_VERSION   org.apache.kafka:kafka_2.13 version (default 4.1.1)
 #   KAFKA_HEAP      JVM heap flags (default "-Xms256m -Xmx1g")
+#   KAFKA_TLS_DIR   a directory with the broker's PKCS#12 keystore broker.p12 (password in
+#                   broker.p12.password) and the CA that signed it and the clients, ca.crt
+#                   (PEM): the broker listens on two more ports, written to RUN_DIR/
+#                   bootstrap-sasl_ssl (SASL_SSL, SCRAM-SHA-512: TLS with a password) and
+#                   RUN_DIR/bootstrap-ssl (SSL with a client certificate signed by ca.crt
+#                   required: mTLS). The PLAINTEXT port stays, for the tests' own clients.
+#   KAFKA_SCRAM_USERS_FILE  lines "name password": SCRAM-SHA-512 users created when the
+#                   storage is formatted (names and passwords of [A-Za-z0-9_.-])
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 version="${KAFKA_VERSION:-4.1.1}"
@@ -96,11 +104,28 @@ start() {
     cat "$dir/bootstrap"; return 0
   fi
   fetch
-  rm -rf "$dir/data" "$dir/bootstrap"
+  rm -rf "$dir/data" "$dir/bootstrap" "$dir/bootstrap-sasl_ssl" "$dir/bootstrap-ssl"
   mkdir -p "$dir/data"
-  local port controller cluster
+  local port controller cluster sasl_port="" ssl_port=""
   port="$(free_port)"; controller="$(free_port)"
   while [ "$controller" = "$port" ]; do controller="$(free_port)"; done
+  local listeners="PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller"
+  local advertised="PLAINTEXT://127.0.0.1:$port"
+  local protocols="PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+  local tls_dir="${KAFKA_TLS_DIR:-}"
+  if [ -n "$tls_dir" ]; then
+    for f in broker.p12 broker.p12.password ca.crt; do
+      [ -f "$tls_dir/$f" ] || { say "KAFKA_TLS_DIR=$tls_dir has no $f"; exit 1; }
+    done
+    sasl_port="$(free_port)"; ssl_port="$(free_port)"
+    while [ "$sasl_port" = "$port" ] || [ "$sasl_port" = "$controller" ]; do sasl_port="$(free_port)"; done
+    while [ "$ssl_port" = "$port" ] || [ "$ssl_port" = "$controller" ] || [ "$ssl_port" = "$sasl_port" ]; do
+      ssl_port="$(free_port)"
+    done
+    listeners="$listeners,SASL_SSL://127.0.0.1:$sasl_port,SSL://127.0.0.1:$ssl_port"
+    advertised="$advertised,SASL_SSL://127.0.0.1:$sasl_port,SSL://127.0.0.1:$ssl_port"
+    protocols="$protocols,SASL_SSL:SASL_SSL,SSL:SSL"
+  fi
   # A cluster id that starts with '-' reads as an option to kafka-storage (Kafka's own
   # Uuid.randomUuid() skips those too), so draw again until it does not.
   cluster="$(python3 -c '
@@ -114,11 +139,11 @@ while True:
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$controller
-listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller
-advertised.listeners=PLAINTEXT://127.0.0.1:$port
+listeners=$listeners
+advertised.listeners=$advertised
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=$protocols
 log.dirs=$dir/data
 num.partitions=6
 offsets.topic.replication.factor=1
@@ -131,6 +156,30 @@ group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=true
 log.flush.interval.messages=9223372036854775807
 EOF
+  local scram=()
+  if [ -n "$tls_dir" ]; then
+    local store_password; store_password="$(cat "$tls_dir/broker.p12.password")"
+    # No authorizer: an authenticated client may do anything, as on the PLAINTEXT port.
+    cat >>"$dir/server.properties" <<EOF
+ssl.keystore.type=PKCS12
+ssl.keystore.location=$tls_dir/broker.p12
+ssl.keystore.password=$store_password
+ssl.key.password=$store_password
+ssl.truststore.type=PEM
+ssl.truststore.location=$tls_dir/ca.crt
+sasl.enabled.mechanisms=SCRAM-SHA-512
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.ssl.client.auth=none
+listener.name.ssl.ssl.client.auth=required
+EOF
+    if [ -n "${KAFKA_SCRAM_USERS_FILE:-}" ]; then
+      local name password
+      while read -r name password; do
+        [ -n "$name" ] || continue
+        scram+=(--add-scram "SCRAM-SHA-512=[name=$name,password=$password]")
+      done <"$KAFKA_SCRAM_USERS_FILE"
+    fi
+  fi
   cat >"$dir/log4j2.properties" <<EOF
 rootLogger.level=WARN
 rootLogger.appenderRef.out.ref=out
@@ -147,7 +196,8 @@ EOF
                    "-Dlog4j2.configurationFile=$dir/log4j2.properties")
   say "formatting KRaft storage in $dir/data (cluster $cluster)"
   java "${java_opts[@]}" -cp "$libs/*" kafka.tools.StorageTool format \
-      --cluster-id="$cluster" -c "$dir/server.properties" >"$dir/format.log" 2>&1 || {
+      --cluster-id="$cluster" -c "$dir/server.properties" ${scram[@]+"${scram[@]}"} \
+      >"$dir/format.log" 2>&1 || {
     say "formatting failed:"; cat "$dir/format.log" >&2; exit 1; }
   say "starting broker on 127.0.0.1:$port (controller 127.0.0.1:$controller)"
   nohup java "${java_opts[@]}" -cp "$libs/*" kafka.Kafka "$dir/server.properties" \
@@ -165,6 +215,10 @@ EOF
     sleep 1; waited=$((waited + 1))
     if [ $((waited % 10)) -eq 0 ]; then say "waiting for the broker ($waited s)"; fi
   done
+  if [ -n "$sasl_port" ]; then
+    echo "127.0.0.1:$sasl_port" >"$dir/bootstrap-sasl_ssl"
+    echo "127.0.0.1:$ssl_port" >"$dir/bootstrap-ssl"
+  fi
   echo "127.0.0.1:$port" >"$dir/bootstrap"
   say "ready at 127.0.0.1:$port after ${waited}s (pid $(cat "$dir/kafka.pid"), log $dir/kafka.log)"
   echo "127.0.0.1:$port"
@@ -180,7 +234,7 @@ stop() {
     sleep 1
   done
   if kill -0 "$pid" 2>/dev/null; then say "pid $pid ignored SIGTERM for 30s: killing it"; kill -9 "$pid"; fi
-  rm -f "$dir/kafka.pid" "$dir/bootstrap"
+  rm -f "$dir/kafka.pid" "$dir/bootstrap" "$dir/bootstrap-sasl_ssl" "$dir/bootstrap-ssl"
   say "stopped (pid $pid)"
 }
 

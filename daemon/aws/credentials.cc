@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/log/redact.h"
 #include "simdjson.h"
 
 namespace cdcview::aws {
@@ -178,9 +179,11 @@ absl::StatusOr<CredentialsProvider::Fetched> CredentialsProvider::FromWebIdentit
   fetched.source = "web identity";
   auto key = ParseAssumeRoleResponse(response->body, &fetched.expiration);
   if (!key.ok()) {
-    return absl::Status(key.status().code(),
-                        absl::StrCat(key.status().message(), " (HTTP ", response->status,
-                                     " from ", endpoint, ", role ", role_arn, ")"));
+    // STS's message is its text: one that quotes the request would carry the token.
+    return absl::Status(
+        key.status().code(),
+        absl::StrCat(RedactSecrets(std::string(key.status().message()), {*token, UriEncode(*token)}),
+                     " (HTTP ", response->status, " from ", endpoint, ", role ", role_arn, ")"));
   }
   fetched.key = *std::move(key);
   return fetched;
@@ -189,19 +192,22 @@ absl::StatusOr<CredentialsProvider::Fetched> CredentialsProvider::FromWebIdentit
 absl::StatusOr<CredentialsProvider::Fetched> CredentialsProvider::FromContainer(
     const std::string& url) const {
   HeaderList headers;
+  std::string authorization;
   if (auto token = Env("AWS_CONTAINER_AUTHORIZATION_TOKEN")) {
-    headers.emplace_back("Authorization", *token);
+    authorization = *token;
   } else if (auto file = Env("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE")) {
     auto token = ReadFile(*file, "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE");
     if (!token.ok()) return token.status();
-    headers.emplace_back("Authorization", *token);
+    authorization = *std::move(token);
   }
+  if (!authorization.empty()) headers.emplace_back("Authorization", authorization);
   auto response = http_->Get(url, headers);
   if (!response.ok()) return response.status();
   if (response->status != 200) {
     return absl::UnavailableError(absl::StrCat("container credentials endpoint ", url,
                                                " answered HTTP ", response->status, ": ",
-                                               response->body.substr(0, 200)));
+                                               RedactSecrets(response->body, {authorization})
+                                                   .substr(0, 200)));
   }
   Fetched fetched;
   fetched.source = "container";

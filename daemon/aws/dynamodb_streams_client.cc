@@ -8,6 +8,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "daemon/log/redact.h"
 #include "simdjson.h"
 
 namespace cdcview::aws {
@@ -250,6 +251,9 @@ absl::StatusOr<std::string> DynamoDbStreamsClient::Attempt(bool streams, const s
     return std::move(response->body);
   }
   auto [type, message] = ParseError(response->body);
+  // An error body is the server's text: one that echoes the request (a proxy, a faulty
+  // endpoint) would carry the session token, and no secret may reach a log line.
+  message = RedactSecrets(message, {key->secret_access_key, key->session_token});
   *result = IsThrottling(type) ? "throttled"
             : response->status >= 500 ? "server_error"
             : type.empty() ? "client_error" : type;

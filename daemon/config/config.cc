@@ -20,6 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "daemon/config/config_fields.h"
+#include "daemon/config/secret_reference.h"
 #include "daemon/config/source_kinds.h"
 #include "yaml-cpp/yaml.h"
 
@@ -496,6 +497,12 @@ absl::StatusOr<std::map<std::string, std::string>> Loader::ReadProperties(
     if (!kv.second.IsScalar()) {
       return Error(kv.second.IsNull() ? kv.first : kv.second, Child(path, key),
                    Cat("expected a scalar value, got ", Describe(kv.second)));
+    }
+    // A reference stays as written (--print-config shows it, not the secret); resolving it
+    // here only checks it, so that a missing secret stops the start with its property named.
+    if (absl::StatusOr<std::string> resolved = ResolveSecretReference(kv.second.Scalar());
+        !resolved.ok()) {
+      return Error(kv.second, Child(path, key), Std(resolved.status().message()));
     }
     properties[key] = kv.second.Scalar();
   }

@@ -5,7 +5,9 @@
 #include <variant>
 
 #include "daemon/config/config_fields.h"
+#include "daemon/config/secret_reference.h"
 #include "daemon/config/source_kinds.h"
+#include "daemon/log/redact.h"
 #include "yaml-cpp/yaml.h"
 
 namespace cdcview {
@@ -53,7 +55,12 @@ void EmitBlock(YAML::Emitter& out, const config_fields::FieldTable<S>& table, co
             [&](const PropertiesRule<S>& r) {
               if ((block.*r.member).empty()) return;
               out << YAML::Key << key << YAML::Value << YAML::BeginMap;
-              for (const auto& [name, value] : block.*r.member) Field(out, name.c_str(), value);
+              // A secret written in the file is not printed; a reference to one is.
+              for (const auto& [name, value] : block.*r.member) {
+                Field(out, name.c_str(),
+                      IsSecretProperty(name) && !IsSecretReference(value) ? Str(kRedacted)
+                                                                          : value);
+              }
               out << YAML::EndMap;
             },
         },

@@ -2,7 +2,9 @@
 //
 // The output is the effective configuration (file, environment and flags merged) with every
 // default spelled out, in the file's own schema: ParseConfig reads it back into an equal
-// Config. Pure function; safe from any thread.
+// Config, but for a secret written in the file as a plain value (a Kafka property that
+// IsSecretProperty), which is printed as <redacted>; a reference to one (${env:NAME},
+// ${file:PATH}) is printed as written. Pure function; safe from any thread.
 #pragma once
 
 #include <string>

@@ -15,11 +15,14 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/config/secret_reference.h"
 #include "daemon/decode/debezium_json.h"
 #include "daemon/decode/dynamodb_json.h"
 #include "daemon/decode/protobuf_event.h"
 #include "daemon/log/log.h"
+#include "daemon/log/redact.h"
 #include "daemon/sources/record_queue.h"
 
 namespace cdcview {
@@ -67,22 +70,84 @@ std::string_view Bytes(const void* data, size_t len) {
   return data == nullptr ? std::string_view() : std::string_view(static_cast<const char*>(data), len);
 }
 
+// The secrets of one librdkafka client (the values of its properties that IsSecretProperty,
+// references resolved), taken out of whatever librdkafka says before it is logged or put in
+// an error: librdkafka redacts them in its own configuration dumps, but its messages quote
+// values it refuses, and a property it does not know as secret may hold one. Immutable once
+// the client exists, so librdkafka's threads may read it.
+struct ClientSecrets {
+  std::vector<std::string> values;
+
+  std::string Redact(std::string_view text) const {
+    return RedactSecrets(text, {values.begin(), values.end()});
+  }
+};
+
+// `properties` with every ${env:...} / ${file:...} reference resolved (the loader checked
+// them; a file may have gone since: INVALID_ARGUMENT naming `field`.properties.<name>). Adds
+// the secrets among them to `secrets`.
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ResolveProperties(
+    const std::map<std::string, std::string>& properties, const std::string& field,
+    ClientSecrets* secrets) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [name, value] : properties) {
+    absl::StatusOr<std::string> resolved = ResolveSecretReference(value);
+    if (!resolved.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".properties.", name, ": ", resolved.status().message()));
+    }
+    if (IsSecretProperty(name)) secrets->values.push_back(*resolved);
+    out.emplace_back(name, *std::move(resolved));
+  }
+  return out;
+}
+
 // Sets `name` on `conf`; INVALID_ARGUMENT naming the config field on refusal.
 absl::Status SetConf(rd_kafka_conf_t* conf, const std::string& name, const std::string& value,
-                     const std::string& field) {
+                     const std::string& field, const ClientSecrets& secrets) {
   char error[512];
   if (rd_kafka_conf_set(conf, name.c_str(), value.c_str(), error, sizeof error) !=
       RD_KAFKA_CONF_OK) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ": ", error));
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", secrets.Redact(error)));
   }
   return absl::OkStatus();
 }
 
-void LogFromKafka(const rd_kafka_t* rk, int level, const char* facility, const char* text) {
+void LogFromKafka(const rd_kafka_t* rk, int level, const char* facility, const char* text,
+                  const ClientSecrets& secrets) {
   // Levels are syslog's: 3 error, 4 warning; the rest is librdkafka's chatter.
   if (level > 4) return;
-  std::string line = absl::StrCat("librdkafka ", rd_kafka_name(rk), " ", facility, ": ", text);
+  std::string line = secrets.Redact(
+      absl::StrCat("librdkafka ", rd_kafka_name(rk), " ", facility, ": ", text));
   level <= 3 ? LogError(line) : LogWarning(line);
+}
+
+// librdkafka before 2.6.1 sends a SCRAM proof that Kafka 4.0 and later brokers refuse (it
+// repeats the client nonce; the brokers compare it strictly, as RFC 5802 says), so a refused
+// SCRAM login may not be the password's fault: say so where it applies.
+std::string ScramCaveat(const std::map<std::string, std::string>& properties) {
+  constexpr int kFixedIn = 0x020601ff;  // 2.6.1
+  auto mechanism = properties.find("sasl.mechanism");
+  if (mechanism == properties.end()) mechanism = properties.find("sasl.mechanisms");
+  if (rd_kafka_version() >= kFixedIn || mechanism == properties.end() ||
+      !mechanism->second.starts_with("SCRAM-")) {
+    return "";
+  }
+  return absl::StrCat(" (this librdkafka, ", rd_kafka_version_str(),
+                      ", fails SCRAM with Kafka 4.0 and later brokers even with the right "
+                      "password; 2.6.1 and later do not)");
+}
+
+// A property written in the file as a plain secret works, but is worth a warning at start.
+void WarnOfSecretsInTheFile(const std::map<std::string, std::string>& properties,
+                            const std::string& field) {
+  for (const auto& [name, value] : properties) {
+    if (IsSecretProperty(name) && !IsSecretReference(value)) {
+      LogWarning(absl::StrCat(field, ".properties.", name,
+                              " is written in the config file; give it as ${file:PATH} or "
+                              "${env:NAME} so that the secret stays out of the file"));
+    }
+  }
 }
 
 // Errors that mean "cannot talk to the cluster" as opposed to a problem with one partition.
@@ -104,7 +169,13 @@ using PartitionList = std::unique_ptr<rd_kafka_topic_partition_list_t, ListDelet
 // ---- KafkaDeadLetterSink ----
 
 struct KafkaDeadLetterSink::Producer {
-  rd_kafka_t* rk = nullptr;
+  rd_kafka_t* rk = nullptr;  // its opaque is this Producer
+  ClientSecrets secrets;     // outlives rk: the destructor destroys rk first
+
+  static void OnLog(const rd_kafka_t* rk, int level, const char* facility, const char* text) {
+    LogFromKafka(rk, level, facility, text, static_cast<Producer*>(rd_kafka_opaque(rk))->secrets);
+  }
+
   ~Producer() {
     if (rk != nullptr) {
       rd_kafka_flush(rk, 1000);
@@ -184,8 +255,11 @@ KafkaDeadLetterSink::KafkaDeadLetterSink(std::string source_name, const KafkaSou
 KafkaDeadLetterSink::~KafkaDeadLetterSink() = default;
 
 absl::Status KafkaDeadLetterSink::CreateProducerLocked() {
-  rd_kafka_conf_t* conf = rd_kafka_conf_new();
   const std::string field = absl::StrCat("source ", source_name_, ": kafka");
+  auto producer = std::make_unique<Producer>();
+  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> properties =
+      ResolveProperties(config_.properties, field, &producer->secrets);
+  if (!properties.ok()) return properties.status();
   // The connection settings of the consumer apply to the producer too; consumer-only
   // properties would only make librdkafka warn.
   std::vector<std::pair<std::string, std::string>> settings = {
@@ -194,29 +268,32 @@ absl::Status KafkaDeadLetterSink::CreateProducerLocked() {
       {"message.timeout.ms", std::to_string(kDeadLetterTimeoutMs)},
       {"linger.ms", "0"},
       {"acks", "all"}};
-  for (const auto& [name, value] : config_.properties) {
+  for (auto& [name, value] : *properties) {
     if (name.rfind("security.", 0) == 0 || name.rfind("sasl.", 0) == 0 ||
         name.rfind("ssl.", 0) == 0) {
-      settings.emplace_back(name, value);
+      settings.emplace_back(name, std::move(value));
     }
   }
+  rd_kafka_conf_t* conf = rd_kafka_conf_new();
   for (const auto& [name, value] : settings) {
-    if (absl::Status s = SetConf(conf, name, value, absl::StrCat(field, ".", name)); !s.ok()) {
+    if (absl::Status s =
+            SetConf(conf, name, value, absl::StrCat(field, ".", name), producer->secrets);
+        !s.ok()) {
       rd_kafka_conf_destroy(conf);
       return s;
     }
   }
+  rd_kafka_conf_set_opaque(conf, producer.get());
   rd_kafka_conf_set_dr_msg_cb(conf, OnDelivery);
-  rd_kafka_conf_set_log_cb(conf, LogFromKafka);
+  rd_kafka_conf_set_log_cb(conf, Producer::OnLog);
   char error[512];
-  rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, error, sizeof error);
-  if (rk == nullptr) {
+  producer->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, error, sizeof error);
+  if (producer->rk == nullptr) {
     rd_kafka_conf_destroy(conf);
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ": cannot create the dead-letter producer: ", error));
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": cannot create the dead-letter producer: ", producer->secrets.Redact(error)));
   }
-  producer_ = std::make_unique<Producer>();
-  producer_->rk = rk;
+  producer_ = std::move(producer);
   return absl::OkStatus();
 }
 
@@ -261,7 +338,9 @@ struct KafkaSource::Consumer {
   std::deque<SourceRecord> held;                    // read while the queue was full
   bool paused = false;
   std::string error;        // the current error ("" when healthy)
+  rd_kafka_resp_err_t error_code = RD_KAFKA_RESP_ERR_NO_ERROR;  // the client error behind it
   bool broker_error = false;
+  ClientSecrets secrets;    // outlives rk: the destructor destroys rk first
   std::chrono::steady_clock::time_point next_periodic;
 
   bool closed = false;  // Close ran: destroying must not close again (and wait unbounded)
@@ -311,6 +390,9 @@ struct KafkaSource::Consumer {
                           rd_kafka_topic_partition_list_t* partitions, void* opaque) {
     static_cast<Consumer*>(opaque)->Rebalance(err, partitions);
   }
+  static void OnLog(const rd_kafka_t* rk, int level, const char* facility, const char* text) {
+    LogFromKafka(rk, level, facility, text, static_cast<Consumer*>(rd_kafka_opaque(rk))->secrets);
+  }
   static void OnError(rd_kafka_t*, int err, const char* reason, void* opaque) {
     static_cast<Consumer*>(opaque)->ClientError(static_cast<rd_kafka_resp_err_t>(err), reason);
   }
@@ -344,11 +426,18 @@ struct KafkaSource::Consumer {
         // idle source cost the broker empty fetches (docs/PERFORMANCE.md).
         {"auto.offset.reset",
          kafka.start == KafkaSourceConfig::Start::kLatest ? "latest" : "earliest", field + ".start"}};
-    for (const auto& [name, value] : kafka.properties) {
-      settings.emplace_back(name, value, absl::StrCat(field, ".properties.", name));
+    absl::StatusOr<std::vector<std::pair<std::string, std::string>>> properties =
+        ResolveProperties(kafka.properties, field, &secrets);
+    if (!properties.ok()) {
+      rd_kafka_conf_destroy(conf);
+      return properties.status();
+    }
+    WarnOfSecretsInTheFile(kafka.properties, field);
+    for (auto& [name, value] : *properties) {
+      settings.emplace_back(name, std::move(value), absl::StrCat(field, ".properties.", name));
     }
     for (const auto& [name, value, where] : settings) {
-      if (absl::Status s = SetConf(conf, name, value, where); !s.ok()) {
+      if (absl::Status s = SetConf(conf, name, value, where, secrets); !s.ok()) {
         rd_kafka_conf_destroy(conf);
         return s;
       }
@@ -357,13 +446,13 @@ struct KafkaSource::Consumer {
     rd_kafka_conf_set_rebalance_cb(conf, OnRebalance);
     rd_kafka_conf_set_error_cb(conf, OnError);
     rd_kafka_conf_set_offset_commit_cb(conf, OnCommit);
-    rd_kafka_conf_set_log_cb(conf, LogFromKafka);
+    rd_kafka_conf_set_log_cb(conf, OnLog);
     char error_text[512];
     rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, error_text, sizeof error_text);
     if (rk == nullptr) {
       rd_kafka_conf_destroy(conf);
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ": cannot create the Kafka consumer: ", error_text));
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": cannot create the Kafka consumer: ", secrets.Redact(error_text)));
     }
     rd_kafka_poll_set_consumer(rk);  // error and commit callbacks come through consumer_poll
     PartitionList topics(rd_kafka_topic_partition_list_new(static_cast<int>(kafka.topics.size())));
@@ -425,7 +514,7 @@ struct KafkaSource::Consumer {
     if (cooperative) {
       if (rd_kafka_error_t* error = rd_kafka_incremental_assign(rk, partitions)) {
         SetError(absl::StrCat("cannot take partitions ", log, ": ", rd_kafka_error_string(error)),
-                 false);
+                 rd_kafka_error_code(error), false);
         rd_kafka_error_destroy(error);
         return;
       }
@@ -481,22 +570,46 @@ struct KafkaSource::Consumer {
   void ClientError(rd_kafka_resp_err_t err, const char* reason) {
     const bool broker = IsBrokerError(err);
     if (source->probe_) source->probe_->RecordError(broker ? "broker" : "consume");
+    const std::string& brokers = source->config_.kafka.brokers;
+    const std::string properties = absl::StrCat("sources[", source->index_, "].kafka.properties");
     if (err == RD_KAFKA_RESP_ERR__FATAL) {
       char fatal[512];
       rd_kafka_fatal_error(rk, fatal, sizeof fatal);
-      SetError(absl::StrCat("fatal Kafka client error: ", fatal, "; restart cdcviewd"), false);
-      return;
+      SetError(absl::StrCat("fatal Kafka client error: ", fatal, "; restart cdcviewd"), err, false);
+    } else if (err == RD_KAFKA_RESP_ERR__AUTHENTICATION) {
+      SetError(absl::StrCat("the Kafka brokers ", brokers, " refused the credentials: ", reason,
+                            "; check sasl.mechanism, sasl.username and sasl.password in ",
+                            properties, " and the user on the brokers; retrying by itself",
+                            ScramCaveat(source->config_.kafka.properties)),
+               err, true);
+    } else if (err == RD_KAFKA_RESP_ERR__SSL ||
+               (err == RD_KAFKA_RESP_ERR__TRANSPORT && absl::StrContains(reason, "SSL routines"))) {
+      // A broker that refuses our certificate (or the lack of one) sends a TLS alert, which
+      // librdkafka reports as a failed receive after its side of the handshake went well.
+      SetError(absl::StrCat("TLS with the Kafka brokers ", brokers, " failed: ", reason,
+                            "; check ssl.ca.location (the brokers' CA) and, where the brokers "
+                            "require client certificates, ssl.certificate.location and "
+                            "ssl.key.location in ",
+                            properties, "; retrying by itself"),
+               RD_KAFKA_RESP_ERR__SSL, true);
+    } else if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN &&
+               (error_code == RD_KAFKA_RESP_ERR__AUTHENTICATION ||
+                error_code == RD_KAFKA_RESP_ERR__SSL)) {
+      // Follows each refused handshake: the error before it says why they are "down".
+    } else {
+      SetError(absl::StrCat(broker ? "cannot reach the Kafka brokers " : "Kafka client error: ",
+                            broker ? brokers + ": " : "", reason,
+                            broker ? "; retrying by itself; check sources[" : "; check sources[",
+                            source->index_, "].kafka and the brokers"),
+               err, broker);
     }
-    SetError(absl::StrCat(broker ? "cannot reach the Kafka brokers " : "Kafka client error: ",
-                          broker ? source->config_.kafka.brokers + ": " : "", reason,
-                          broker ? "; retrying by itself; check sources[" : "; check sources[",
-                          source->index_, "].kafka and the brokers"),
-             broker);
   }
 
-  void SetError(std::string message, bool broker) {
+  void SetError(std::string message, rd_kafka_resp_err_t code, bool broker) {
+    message = secrets.Redact(message);
     if (message != error) LogError(absl::StrCat("source ", Name(), ": ", message));
     error = std::move(message);
+    error_code = code;
     broker_error = broker;
     UpdateHealth();
   }
@@ -505,6 +618,7 @@ struct KafkaSource::Consumer {
     if (error.empty()) return;
     LogInfo(absl::StrCat("source ", Name(), ": Kafka is reachable again, resuming"));
     error.clear();
+    error_code = RD_KAFKA_RESP_ERR_NO_ERROR;
     broker_error = false;
     UpdateHealth();
   }

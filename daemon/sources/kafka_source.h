@@ -26,7 +26,13 @@
 //
 // Broker trouble (all brokers down, transport errors) is retried by librdkafka itself with
 // back-off; Health() says "error" with the reason and what to check, cdcview_kafka_errors_total
-// counts it, and consumption resumes by itself.
+// counts it, and consumption resumes by itself. Refused credentials (SASL) and failed TLS
+// handshakes say so, naming the properties to check.
+//
+// Secrets: properties given as ${env:NAME} or ${file:PATH} (secret_reference.h) are resolved
+// when the consumer and the dead-letter producer are created; the values of the properties
+// that IsSecretProperty are taken out of every librdkafka log line and error this source logs
+// or reports, and one written in the config file as a plain value is warned about at start.
 //
 // Threading: Start, Stop, Health, dead_letters, SetPositionLookup may be called from any thread
 // (SetPositionLookup before Start). One consumer thread, owned by the source, polls librdkafka

@@ -113,5 +113,30 @@ TEST(CredentialsTest, StsErrorIsReported) {
             "sts:AssumeRoleWithWebIdentity");
 }
 
+// An STS or container endpoint whose error quotes the request must not pass the token on.
+TEST(CredentialsTest, ErrorsThatEchoTheRequestCarryNoToken) {
+  FakeHttpServer sts({{400, "<ErrorResponse><Error><Message>bad request: "
+                            "WebIdentityToken=eyJ.secret-jwt</Message></Error></ErrorResponse>"}});
+  test::TempDir dir;
+  std::string token_file = dir.path() + "/token";
+  std::ofstream(token_file) << "eyJ.secret-jwt\n";
+  HttpClient http;
+  CredentialsProvider web(&http, "us-east-1",
+                          Env({{"AWS_WEB_IDENTITY_TOKEN_FILE", token_file},
+                               {"AWS_ROLE_ARN", "arn:aws:iam::1:role/cdcview"},
+                               {"AWS_ENDPOINT_URL_STS", sts.url()}}));
+  EXPECT_EQ(std::string(web.Get().status().message()),
+            "STS AssumeRoleWithWebIdentity failed: bad request: WebIdentityToken=<redacted> "
+            "(HTTP 400 from " + sts.url() + ", role arn:aws:iam::1:role/cdcview)");
+
+  FakeHttpServer container({{403, "denied: Authorization: container-secret-token"}});
+  CredentialsProvider ecs(&http, "us-east-1",
+                          Env({{"AWS_CONTAINER_CREDENTIALS_FULL_URI", container.url() + "creds"},
+                               {"AWS_CONTAINER_AUTHORIZATION_TOKEN", "container-secret-token"}}));
+  EXPECT_EQ(std::string(ecs.Get().status().message()),
+            "container credentials endpoint " + container.url() +
+                "creds answered HTTP 403: denied: Authorization: <redacted>");
+}
+
 }  // namespace
 }  // namespace cdcview::aws

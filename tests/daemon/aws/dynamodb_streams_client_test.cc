@@ -218,5 +218,16 @@ TEST(DynamoDbStreamsClientTest, RefusedConnectionIsANetworkError) {
   EXPECT_EQ(observed, (std::vector<std::string>{"GetRecords:network_error", "GetRecords:network_error"}));
 }
 
+// An error body that echoes the request (a proxy, a faulty endpoint) goes into the status
+// and the log: the secret key and the session token are taken out of it.
+TEST(DynamoDbStreamsClientTest, AnErrorBodyThatEchoesTheRequestCarriesNoSecret) {
+  Harness h({{400, R"({"__type":"com.amazon#UnrecognizedClientException",)"
+                   R"("message":"X-Amz-Security-Token: TOKEN; signed with SECRET"})"}});
+  auto arn = h.client->LatestStreamArn("App");
+  EXPECT_EQ(std::string(arn.status().message()),
+            "ListStreams: UnrecognizedClientException (HTTP 400): X-Amz-Security-Token: "
+            "<redacted>; signed with <redacted>");
+}
+
 }  // namespace
 }  // namespace cdcview::aws

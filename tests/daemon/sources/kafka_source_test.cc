@@ -587,5 +587,23 @@ TEST_F(KafkaSourceTest, RefusesUnknownProperties) {
       << s.message();
 }
 
+// The loader checked the reference; a secret file gone by the time the source starts (or
+// restarts) stops it with the property named, and what to do.
+TEST_F(KafkaSourceTest, ASecretFileGoneSinceTheConfigWasLoadedNamesTheProperty) {
+  SourceConfig config = Config("t", "g");
+  const std::string missing = dir_.Sub("kafka-password");
+  config.kafka.properties["sasl.password"] = "${file:" + missing + "}";
+  KafkaSource source(2, config, nullptr);
+  RecordQueue queue(10);
+  absl::Status s = source.Start({}, &queue);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(s.message()),
+            "sources[2].kafka.properties.sasl.password: cannot read the file " + missing +
+                " named by ${file:" + missing +
+                "}: No such file or directory; mount the secret there (in Kubernetes, a volume "
+                "from a Secret) or correct the path");
+  EXPECT_EQ(source.Health().error, std::string(s.message()));
+}
+
 }  // namespace
 }  // namespace cdcview

@@ -1,0 +1,97 @@
+#include "daemon/config/secret_reference.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace cdcview {
+namespace {
+
+constexpr std::string_view kEnvPrefix = "${env:";
+constexpr std::string_view kFilePrefix = "${file:";
+
+absl::string_view Absl(std::string_view text) { return {text.data(), text.size()}; }
+
+absl::StatusOr<std::string> FromEnvironment(const std::string& name) {
+  const char* value = std::getenv(name.c_str());
+  if (value == nullptr || value[0] == '\0') {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the environment variable ", name, " named by ${env:", name, "} is ",
+        value == nullptr ? "not set" : "empty",
+        ": set it in cdcviewd's environment (in Kubernetes, env.valueFrom.secretKeyRef), or "
+        "give the value as ${file:PATH}"));
+  }
+  return std::string(value);
+}
+
+absl::StatusOr<std::string> FromFile(const std::string& path) {
+  const std::string named = absl::StrCat("the file ", path, " named by ${file:", path, "}");
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read ", named, ": ", std::strerror(errno),
+                     "; mount the secret there (in Kubernetes, a volume from a Secret) or "
+                     "correct the path"));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(named, " is not a regular file; give the file that holds the value"));
+  }
+  if (static_cast<uint64_t>(st.st_size) > kMaxSecretFileBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(named, " is larger than ", kMaxSecretFileBytes,
+                     " bytes; give the file that holds only the value"));
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in.is_open()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read ", named, ": ", std::strerror(errno),
+                     "; check that cdcviewd's user may read it"));
+  }
+  std::string text(std::istreambuf_iterator<char>(in), {});
+  if (in.bad()) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot read ", named, ": read error"));
+  }
+  if (text.size() > kMaxSecretFileBytes) {  // grew since stat
+    return absl::InvalidArgumentError(absl::StrCat(named, " is larger than ", kMaxSecretFileBytes,
+                                                   " bytes; give the file that holds only the value"));
+  }
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+  return text;
+}
+
+}  // namespace
+
+bool IsSecretProperty(std::string_view name) {
+  const std::string lower = absl::AsciiStrToLower(Absl(name));
+  return lower == "ssl.key.pem" || lower == "ssl_key" ||
+         absl::StrContains(lower, "password") || absl::StrContains(lower, "secret");
+}
+
+bool IsSecretReference(std::string_view value) {
+  return value.starts_with("${") && value.ends_with("}");
+}
+
+absl::StatusOr<std::string> ResolveSecretReference(std::string_view value) {
+  if (!IsSecretReference(value)) return std::string(value);
+  const std::string_view inner = value.substr(0, value.size() - 1);
+  if (inner.starts_with(kEnvPrefix) && inner.size() > kEnvPrefix.size()) {
+    return FromEnvironment(std::string(inner.substr(kEnvPrefix.size())));
+  }
+  if (inner.starts_with(kFilePrefix) && inner.size() > kFilePrefix.size()) {
+    return FromFile(std::string(inner.substr(kFilePrefix.size())));
+  }
+  return absl::InvalidArgumentError(
+      "a value written ${...} must be ${env:NAME} (an environment variable) or ${file:PATH} "
+      "(a file's contents)");
+}
+
+}  // namespace cdcview
