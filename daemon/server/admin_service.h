@@ -12,6 +12,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "cdcview/v1/admin_service.grpc.pb.h"
+#include "daemon/security/token_store.h"
+#include "daemon/server/grpc_auth.h"
 #include "daemon/store/store.h"
 
 namespace cdcview {
@@ -19,8 +21,10 @@ namespace cdcview {
 class AdminService final : public v1::AdminService::Service {
  public:
   // `backup_dir` is storage.backup_dir (empty: Backup is refused with FAILED_PRECONDITION).
-  AdminService(Store* store, std::string backup_dir)
-      : store_(store), backup_dir_(std::move(backup_dir)) {}
+  // With `tokens`, only a token with views: all may ask for a backup (it copies every view).
+  AdminService(Store* store, std::string backup_dir,
+               std::shared_ptr<security::TokenStore> tokens = nullptr)
+      : store_(store), backup_dir_(std::move(backup_dir)), permissions_(std::move(tokens), nullptr) {}
 
   grpc::Status Backup(grpc::ServerContext* context, const v1::BackupRequest* request,
                       v1::BackupResponse* response) override;
@@ -28,6 +32,7 @@ class AdminService final : public v1::AdminService::Service {
  private:
   Store* const store_;
   const std::string backup_dir_;
+  const CallPermissions permissions_;
   absl::Mutex backup_mu_;  // held for a backup's duration; TryLock refuses a second one
 };
 

@@ -80,8 +80,26 @@ absl::StatusOr<std::unique_ptr<GrpcListener>> GrpcListener::Listen(const std::st
 
 GrpcListener::~GrpcListener() {
   Stop();
+  StopRelay();
   if (wake_fd_ >= 0) close(wake_fd_);
   if (spare_fd_ >= 0) close(spare_fd_);
+}
+
+absl::Status GrpcListener::RelayTo(const std::string& path) {
+  auto relay = ConnectionRelay::Start(path, [this](uint64_t count) { RelayedClosed(count); });
+  if (!relay.ok()) return relay.status();
+  relay_ = std::move(*relay);
+  return absl::OkStatus();
+}
+
+void GrpcListener::RelayedClosed(uint64_t count) {
+  open_.fetch_sub(count);
+  if (probe_ != nullptr) probe_->Closed(kClosedReason, count);
+  PublishOpen();
+}
+
+void GrpcListener::StopRelay() {
+  if (relay_ != nullptr) relay_->Stop();
 }
 
 void GrpcListener::Start(grpc::Server* server, uint32_t max_connections, ConnectionProbe* probe) {
@@ -216,6 +234,28 @@ void GrpcListener::Serve(int fd) {
   }
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (relay_ != nullptr) {
+    // Counted open first: the relay may end the connection (and count it closed) at once.
+    open_.fetch_add(1);
+    if (const int error = relay_->Add(fd); error != 0) {
+      open_.fetch_sub(1);
+      const bool no_fds = error == EMFILE || error == ENFILE;
+      if (!no_fds && !relay_failing_) {
+        relay_failing_ = true;
+        LogError(absl::StrCat("gRPC port: cannot relay a connection to gRPC's TLS listener: ",
+                              std::strerror(error), "; refusing connections until it can"));
+      }
+      Refuse(fd, no_fds ? "fd_limit" : "unavailable");
+      return;
+    }
+    if (relay_failing_) {
+      relay_failing_ = false;
+      LogInfo("gRPC port: relaying connections to gRPC's TLS listener again");
+    }
+    if (probe_ != nullptr) probe_->Opened();
+    PublishOpen();
+    return;
+  }
   live_[fd] = Socket{st.st_dev, st.st_ino};
   open_.fetch_add(1);
   if (probe_ != nullptr) probe_->Opened();
