@@ -314,3 +314,11 @@ def test_certificate_rotation_keeps_open_connections(daemon_factory, pki, pb, tm
     assert metrics(d)[("cdcview_tls_reloads_total",
                        frozenset({("port", "grpc"), ("result", "failed")}))] == 0
     assert metrics(d)[expiry] == not_after(pki.server2_cert)
+    # Relayed connections are counted while open and once each when they end.
+    grpc_open = ("cdcview_connections_open", frozenset({("port", "grpc")}))
+    wait_for("every relayed connection closed", lambda: metrics(d)[grpc_open] == 0)
+    m = metrics(d)
+    assert m[("cdcview_connections_closed_total",
+              frozenset({("port", "grpc"), ("reason", "ended")}))] == m[opened]
+    # Each relayed connection holds three descriptors of the budget.
+    assert "(3 descriptors each: TLS relay)" in d.log()
