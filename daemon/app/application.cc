@@ -113,7 +113,8 @@ absl::Status Application::Init() {
     LogInfo(absl::StrCat("server.tokens_file ", config_.server.tokens_file, ": ",
                          tokens_->size(), " tokens"));
   }
-  admin_ = std::make_unique<AdminService>(store_.get(), config_.storage.backup_dir, tokens_);
+  admin_ = std::make_unique<AdminService>(store_.get(), config_.storage.backup_dir, tokens_,
+                                          metrics_.get());
   fd_probe_ = std::make_unique<FdProbe>(*metrics_);
   fd_probe_->SetLimit(fd_limit_.soft);
   grpc_connections_ = std::make_unique<ConnectionProbe>(

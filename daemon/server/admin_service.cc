@@ -17,6 +17,15 @@ grpc::Status ToGrpc(const absl::Status& s) {
 
 }  // namespace
 
+AdminService::AdminService(Store* store, std::string backup_dir,
+                           std::shared_ptr<security::TokenStore> tokens, MetricsRegistry* metrics)
+    : store_(store),
+      backup_dir_(std::move(backup_dir)),
+      refusals_(tokens != nullptr && metrics != nullptr
+                    ? std::make_unique<security::AuthProbe>(metrics->registry(), "grpc")
+                    : nullptr),
+      permissions_(std::move(tokens), refusals_.get()) {}
+
 grpc::Status AdminService::Backup(grpc::ServerContext* context, const v1::BackupRequest* request,
                                   v1::BackupResponse* response) {
   // A backup copies every view: only a token that may read them all may ask for one.

@@ -15,7 +15,7 @@ import grpc
 import pytest
 
 import reference as ref
-from conftest import SAMPLE, expected_position, health, parse_metrics, wait_for
+from conftest import DAEMON_BIN, SAMPLE, expected_position, health, parse_metrics, wait_for
 from tls_certs import SERVER2_SERIAL, SERVER_SERIAL, serial_of
 
 NO_TOKEN = ('no bearer token: send the header "authorization: Bearer <token>" '
@@ -207,6 +207,11 @@ def test_without_credentials_nothing_is_readable_and_tokens_read_their_views(
             grpc.StatusCode.PERMISSION_DENIED,
             'token "orders-api" may not read table "App"\'s items: only a token with views: all '
             'may (server.tokens_file)')
+        backup = channel.unary_unary("/cdcview.v1.AdminService/Backup")
+        assert code_and_message(lambda: backup(b"", metadata=bearer(ORDERS), timeout=10)) == (
+            grpc.StatusCode.PERMISSION_DENIED,
+            'token "orders-api" may not read a backup of the store: only a token with views: all '
+            'may (server.tokens_file)')
         # ListViews shows a token only the views it may read.
         assert [v.name for v in stub.ListViews(pb.vs.ListViewsRequest(), metadata=bearer(ORDERS),
                                                timeout=10).views] == ["GSI1"]
@@ -221,7 +226,7 @@ def test_without_credentials_nothing_is_readable_and_tokens_read_their_views(
 
     assert refused(d, "no_token") == 4
     assert refused(d, "bad_token") == 1
-    assert refused(d, "view_denied") == 5
+    assert refused(d, "view_denied") == 6
 
     # The health port: plaintext, health only, the main port's statuses.
     with grpc.insecure_channel(d.health_addr) as plain:
@@ -322,3 +327,18 @@ def test_certificate_rotation_keeps_open_connections(daemon_factory, pki, pb, tm
               frozenset({("port", "grpc"), ("reason", "ended")}))] == m[opened]
     # Each relayed connection holds three descriptors of the budget.
     assert "(3 descriptors each: TLS relay)" in d.log()
+
+
+def test_a_key_of_another_certificate_stops_the_start_naming_the_files(daemon_factory, pki,
+                                                                        tmp_path):
+    config = config_for(pki, tmp_path)
+    mount_secret(tmp_path / "tls", pki.server_cert, pki.client_key)
+    d = daemon_factory(config)
+    log = tmp_path / "start.log"
+    with open(log, "wb") as out:
+        code = subprocess.run([DAEMON_BIN, "--config", d.config_path], stdout=out,
+                              stderr=subprocess.STDOUT, timeout=60).returncode
+    assert code == 1
+    assert (f"cdcviewd: starting the gRPC server: server.tls_key_file "
+            f"{config['server']['tls_key_file']}: not the key of the certificate in "
+            f"{config['server']['tls_cert_file']}") in log.read_text()
