@@ -35,6 +35,21 @@ struct FileCloser {
 
 }  // namespace
 
+absl::Status CertificateWatch::CheckClientCa(const std::string& ca_file) {
+  std::unique_ptr<FILE, FileCloser> in(fopen(ca_file.c_str(), "r"));
+  if (in == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("server.tls_client_ca_file ", ca_file, ": cannot read it"));
+  }
+  std::unique_ptr<X509, decltype(&X509_free)> cert(
+      PEM_read_X509(in.get(), nullptr, nullptr, nullptr), &X509_free);
+  if (cert == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("server.tls_client_ca_file ", ca_file,
+                                                   ": not a PEM certificate (", OpenSslError(), ")"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<int64_t> CertificateWatch::LoadPair(const std::string& cert_file,
                                                    const std::string& key_file) {
   const auto fail = [](const std::string& field, const std::string& path, const std::string& why) {

@@ -47,6 +47,9 @@ class CertificateWatch {
   // notAfter of the pair that loaded last (Unix seconds).
   int64_t expiry() const { return expiry_.load(); }
 
+  // OK when `ca_file` (server.tls_client_ca_file) holds at least one PEM certificate; else
+  // INVALID_ARGUMENT naming the field and the file.
+  static absl::Status CheckClientCa(const std::string& ca_file);
   // Loads `cert_file` and `key_file`; the certificate's notAfter, or the error.
   static absl::StatusOr<int64_t> LoadPair(const std::string& cert_file, const std::string& key_file);
 

@@ -39,10 +39,14 @@ int OpenSpare() { return open("/dev/null", O_RDONLY | O_CLOEXEC); }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<GrpcListener>> GrpcListener::Listen(const std::string& address) {
+absl::StatusOr<std::unique_ptr<GrpcListener>> GrpcListener::Listen(const std::string& address,
+                                                                   std::string name,
+                                                                   std::string cap_source) {
   absl::StatusOr<AddressList> found = ListenAddresses(address, "50051");
   if (!found.ok()) return found.status();
   std::unique_ptr<GrpcListener> listener(new GrpcListener());
+  listener->name_ = std::move(name);
+  listener->cap_source_ = std::move(cap_source);
   // Like gRPC's own listener, a name such as "localhost" is served on each of its addresses
   // (127.0.0.1 and ::1), all on one port: the first bound picks it when the port is 0.
   const bool several = found->get()->ai_next != nullptr;
@@ -142,7 +146,7 @@ void GrpcListener::AcceptMain() {
     if (stopping_.load()) break;
     if (std::chrono::steady_clock::now() - last_sweep_ >= kSweepInterval) Sweep();
     if (ready < 0 && errno != EINTR) {
-      LogError(absl::StrCat("gRPC port: poll failed: ", std::strerror(errno)));
+      LogError(absl::StrCat(name_, ": poll failed: ", std::strerror(errno)));
       resting = true;
       continue;
     }
@@ -163,7 +167,7 @@ bool GrpcListener::AcceptReady(int listen_fd) {
     if (fd >= 0) {
       if (out_of_fds_) {
         out_of_fds_ = false;
-        LogInfo("gRPC port: accepting connections again");
+        LogInfo(absl::StrCat(name_, ": accepting connections again"));
       }
       if (open_.load() >= max_connections_.load()) {
         // The cap may only look reached: gRPC may have closed some since the last sweep.
@@ -182,7 +186,7 @@ bool GrpcListener::AcceptReady(int listen_fd) {
     if (!out_of_fds_) {
       out_of_fds_ = true;
       LogWarning(absl::StrCat(
-          "gRPC port: cannot accept connections: ", std::strerror(error),
+          name_, ": cannot accept connections: ", std::strerror(error),
           "; refusing new ones until descriptors are free (raise the open-files limit, "
           "lower server.grpc_max_connections or the fast read port's cap)"));
     }
@@ -207,9 +211,8 @@ void GrpcListener::Refuse(int fd, const char* reason) {
     if (!refusing_) {
       refusing_ = true;
       refused_in_episode_ = 0;
-      LogWarning(absl::StrCat("gRPC port: ", open_.load(),
-                              " connections open, the cap (server.grpc_max_connections, clamped "
-                              "to the descriptors left): refusing new ones"));
+      LogWarning(absl::StrCat(name_, ": ", open_.load(), " connections open, the cap (", cap_source_,
+                              "): refusing new ones"));
     }
     ++refused_in_episode_;
   }
@@ -229,7 +232,7 @@ void GrpcListener::Serve(int fd) {
   }
   if (refusing_) {
     refusing_ = false;
-    LogInfo(absl::StrCat("gRPC port: below its connection cap again; refused ", refused_in_episode_,
+    LogInfo(absl::StrCat(name_, ": below its connection cap again; refused ", refused_in_episode_,
                          " connections meanwhile"));
   }
   int one = 1;
@@ -242,7 +245,7 @@ void GrpcListener::Serve(int fd) {
       const bool no_fds = error == EMFILE || error == ENFILE;
       if (!no_fds && !relay_failing_) {
         relay_failing_ = true;
-        LogError(absl::StrCat("gRPC port: cannot relay a connection to gRPC's TLS listener: ",
+        LogError(absl::StrCat(name_, ": cannot relay a connection to gRPC's TLS listener: ",
                               std::strerror(error), "; refusing connections until it can"));
       }
       Refuse(fd, no_fds ? "fd_limit" : "unavailable");
@@ -250,7 +253,7 @@ void GrpcListener::Serve(int fd) {
     }
     if (relay_failing_) {
       relay_failing_ = false;
-      LogInfo("gRPC port: relaying connections to gRPC's TLS listener again");
+      LogInfo(absl::StrCat(name_, ": relaying connections to gRPC's TLS listener again"));
     }
     if (probe_ != nullptr) probe_->Opened();
     PublishOpen();

@@ -52,8 +52,10 @@ class GrpcListener {
 
   // Binds every address `address` ("host:port", "[v6]:port"; port 0 picks one) resolves to.
   // INVALID_ARGUMENT when it is not host:port; UNAVAILABLE naming the address when no address
-  // can be bound.
-  static absl::StatusOr<std::unique_ptr<GrpcListener>> Listen(const std::string& address);
+  // can be bound. `name` begins its log lines; `cap_source` says where the cap comes from.
+  static absl::StatusOr<std::unique_ptr<GrpcListener>> Listen(
+      const std::string& address, std::string name = "gRPC port",
+      std::string cap_source = "server.grpc_max_connections, clamped to the descriptors left");
   ~GrpcListener();
   GrpcListener(const GrpcListener&) = delete;
   GrpcListener& operator=(const GrpcListener&) = delete;
@@ -94,6 +96,8 @@ class GrpcListener {
   void PublishOpen();
   void RelayedClosed(uint64_t count);
 
+  std::string name_;
+  std::string cap_source_;
   std::vector<int> listen_fds_;
   int wake_fd_ = -1;   // eventfd: Stop wakes the accept thread
   int spare_fd_ = -1;  // closed to accept-and-close one connection when out of descriptors

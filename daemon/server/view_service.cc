@@ -231,6 +231,10 @@ absl::StatusOr<std::unique_ptr<ViewServer>> ViewServer::Start(
         security.metrics != nullptr ? &security.metrics->registry() : nullptr, "grpc");
     if (!watch.ok()) return watch.status();
     server->certificate_watch_ = std::move(*watch);
+    if (!limits.tls_client_ca_file.empty()) {
+      absl::Status ca = security::CertificateWatch::CheckClientCa(limits.tls_client_ca_file);
+      if (!ca.ok()) return ca;
+    }
     absl::StatusOr<std::string> socket = server->MakeRelaySocketPath(security.private_dir);
     if (!socket.ok()) return socket.status();
     if (absl::Status s = server->listener_->RelayTo(*socket); !s.ok()) return s;
@@ -313,7 +317,9 @@ absl::StatusOr<std::string> ViewServer::MakeRelaySocketPath(const std::string& p
 }
 
 absl::Status ViewServer::StartHealthPort(const ServerConfig& limits, MetricsRegistry* metrics) {
-  auto listener = GrpcListener::Listen(limits.health);
+  auto listener = GrpcListener::Listen(
+      limits.health, "health port",
+      absl::StrCat(kHealthMaxConnections, " for the health port, out of server.fd_reserve"));
   if (!listener.ok()) {
     return absl::UnavailableError(absl::StrCat(
         "server.health: ", listener.status().message(),

@@ -329,16 +329,26 @@ def test_certificate_rotation_keeps_open_connections(daemon_factory, pki, pb, tm
     assert "(3 descriptors each: TLS relay)" in d.log()
 
 
-def test_a_key_of_another_certificate_stops_the_start_naming_the_files(daemon_factory, pki,
-                                                                        tmp_path):
-    config = config_for(pki, tmp_path)
-    mount_secret(tmp_path / "tls", pki.server_cert, pki.client_key)
-    d = daemon_factory(config)
-    log = tmp_path / "start.log"
-    with open(log, "wb") as out:
+def start_failure(daemon_factory, config, name):
+    d = daemon_factory(config, name=name)
+    with open(os.path.join(d.workdir, "start.log"), "wb") as out:
         code = subprocess.run([DAEMON_BIN, "--config", d.config_path], stdout=out,
                               stderr=subprocess.STDOUT, timeout=60).returncode
+    with open(os.path.join(d.workdir, "start.log"), encoding="utf-8") as f:
+        return code, f.read()
+
+
+def test_bad_tls_files_stop_the_start_naming_them(daemon_factory, pki, tmp_path):
+    config = config_for(pki, tmp_path)
+    mount_secret(tmp_path / "tls", pki.server_cert, pki.client_key)
+    code, log = start_failure(daemon_factory, config, "wrong-key")
     assert code == 1
     assert (f"cdcviewd: starting the gRPC server: server.tls_key_file "
             f"{config['server']['tls_key_file']}: not the key of the certificate in "
-            f"{config['server']['tls_cert_file']}") in log.read_text()
+            f"{config['server']['tls_cert_file']}") in log
+    mount_secret(tmp_path / "tls", pki.server_cert, pki.server_key)
+    config["server"]["tls_client_ca_file"] = pki.server_key
+    code, log = start_failure(daemon_factory, config, "ca-not-a-certificate")
+    assert code == 1
+    assert (f"cdcviewd: starting the gRPC server: server.tls_client_ca_file {pki.server_key}: "
+            "not a PEM certificate (") in log
