@@ -19,6 +19,8 @@ import urllib.request
 import grpc
 import pytest
 
+from tls_certs import make_pki
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD_DIR = os.environ.get("CDCVIEW_BUILD_DIR", os.path.join(REPO, "build"))
 DAEMON_BIN = os.path.join(BUILD_DIR, "daemon", "cdcviewd")
@@ -81,6 +83,12 @@ def pb(tmp_path_factory):
     if rc != 0:
         pytest.fail(f"grpc_tools.protoc failed ({rc}) generating stubs from {proto_root}")
     return Stubs(out)
+
+
+@pytest.fixture
+def pki(tmp_path):
+    """A fresh CA with server, second server (rotation) and client pairs: tls_certs.Pki."""
+    return make_pki(tmp_path / "pki")
 
 
 # ---------------------------------------------------------------- value conversion
