@@ -447,11 +447,16 @@ class H2ReadServer::Loop {
     int fd = -1;
     nghttp2_session* h2 = nullptr;
     // TLS: the connection's OpenSSL state, fed and drained through memory BIOs it owns
-    // (net_in: bytes from the socket; net_out: records for it). Null in plaintext.
+    // (net_in: bytes from the socket; net_out: records for it). Null in plaintext. Shared
+    // with a handshake step running off the loop, which may outlive the connection.
     SSL* ssl = nullptr;
+    std::shared_ptr<SSL> ssl_owner;
     BIO* net_in = nullptr;
     BIO* net_out = nullptr;
     bool handshaken = false;
+    // A handshake step runs on an offload thread: until it is back, the loop neither reads
+    // the socket nor touches the SSL or its BIOs.
+    bool handshake_out = false;
     // Bytes for the socket that it has not taken yet: nghttp2's frames, or in TLS the records
     // that carry them.
     std::string pending;
@@ -467,7 +472,6 @@ class H2ReadServer::Loop {
     std::map<int32_t, std::unique_ptr<Stream>> streams;
     ~Connection() {
       if (h2 != nullptr) nghttp2_session_del(h2);
-      if (ssl != nullptr) SSL_free(ssl);
       if (fd >= 0) close(fd);
     }
   };
@@ -487,6 +491,12 @@ class H2ReadServer::Loop {
     bool counts_wait = false;  // counted in its connection's `waits`
     Clock::time_point start;
     absl::StatusOr<std::string> answer;
+    // Or a TLS handshake step of connection `conn` (its CPU kept off the loop): the session,
+    // and what SSL_do_handshake said.
+    std::shared_ptr<SSL> handshake;
+    int handshake_rc = 0;
+    int handshake_error = 0;
+    std::string handshake_why;  // OpenSSL's reason when it failed
   };
   // The offload pools (see kWaitThreads): reads that wait for a position, and the others.
   enum Pool { kWaits, kHeavy, kPools };
@@ -716,6 +726,7 @@ class H2ReadServer::Loop {
 
   // False when the connection is over (closed by the client, or broken).
   bool Receive(Connection* conn) {
+    if (conn->handshake_out) return true;  // read once the step is back
     uint8_t buf[kReadChunk];
     for (int chunk = 0; chunk < kReadChunksPerWake && conn->pending.size() < kMaxPendingOut;
          ++chunk) {
@@ -725,6 +736,7 @@ class H2ReadServer::Loop {
       if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
       if (conn->ssl != nullptr) {
         if (!ReceiveTls(conn, buf, static_cast<size_t>(n))) return false;
+        if (conn->handshake_out) return true;  // the rest waits for the step
       } else if (!Deliver(conn, buf, static_cast<size_t>(n))) {
         return false;
       }
@@ -751,6 +763,7 @@ class H2ReadServer::Loop {
   bool StartTls(Connection* conn) {
     std::shared_ptr<SSL_CTX> ctx = security_.tls->Current();
     conn->ssl = SSL_new(ctx.get());  // holds its own reference to ctx
+    if (conn->ssl != nullptr) conn->ssl_owner.reset(conn->ssl, SSL_free);
     conn->net_in = BIO_new(BIO_s_mem());
     conn->net_out = BIO_new(BIO_s_mem());
     if (conn->ssl == nullptr || conn->net_in == nullptr || conn->net_out == nullptr) {
@@ -768,21 +781,66 @@ class H2ReadServer::Loop {
     return true;
   }
 
-  // TLS: `n` bytes from the socket into the session: the handshake's next step, then the
+  // TLS: `n` bytes from the socket into the session: the handshake's next step, or the
   // HTTP/2 they carry to nghttp2. False when the connection is over.
   bool ReceiveTls(Connection* conn, const uint8_t* data, size_t n) {
     if (BIO_write(conn->net_in, data, static_cast<int>(n)) != static_cast<int>(n)) return false;
-    if (!conn->handshaken) {
-      ERR_clear_error();
-      const int rc = SSL_do_handshake(conn->ssl);
-      if (rc != 1) {
-        const int error = SSL_get_error(conn->ssl, rc);
-        if (error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE) return Flush(conn);
-        HandshakeFailed(conn);
-        return false;
+    if (conn->handshaken) return ReadTls(conn);
+    // The handshake's key exchange, signature and client-certificate check take a few hundred
+    // microseconds of CPU a step: an offload thread does them, so that a burst of new
+    // connections does not hold up the reads of the open ones.
+    auto job = std::make_unique<Job>();
+    job->conn = conn->serial;
+    job->handshake = conn->ssl_owner;
+    {
+      absl::MutexLock lock(&mu_);
+      if (offloaded_ < kMaxOffloaded) {
+        ++offloaded_;
+        queues_[kHeavy].push_back(std::move(job));
       }
-      conn->handshaken = true;
     }
+    if (job == nullptr) {
+      ready_[kHeavy].Signal();
+      conn->handshake_out = true;
+      SetEvents(conn, 0);  // the socket waits in the kernel until the step is back
+      return true;
+    }
+    StepHandshake(job.get());  // the offload threads are full: here, as a fallback
+    return HandshakeStepped(conn, *job);
+  }
+
+  // A handshake step, on whichever thread holds the session.
+  static void StepHandshake(Job* job) {
+    ERR_clear_error();
+    job->handshake_rc = SSL_do_handshake(job->handshake.get());
+    job->handshake_error = SSL_get_error(job->handshake.get(), job->handshake_rc);
+    if (job->handshake_rc != 1) {
+      char why[256] = "the client closed it";
+      if (unsigned long code = ERR_peek_error(); code != 0) {
+        ERR_error_string_n(code, why, sizeof why);
+      }
+      job->handshake_why = why;
+    }
+  }
+
+  // On the loop, once a handshake step is done: its flight to the client, then (handshake
+  // complete) the HTTP/2 that came with the client's last flight. False when it failed.
+  bool HandshakeStepped(Connection* conn, const Job& job) {
+    conn->handshake_out = false;
+    if (job.handshake_rc != 1) {
+      if (job.handshake_error == SSL_ERROR_WANT_READ ||
+          job.handshake_error == SSL_ERROR_WANT_WRITE) {
+        return Flush(conn);  // watches the socket again
+      }
+      HandshakeFailed(conn, job.handshake_why);
+      return false;
+    }
+    conn->handshaken = true;
+    return ReadTls(conn);
+  }
+
+  // TLS: the HTTP/2 the records in net_in carry, to nghttp2. False when the connection is over.
+  bool ReadTls(Connection* conn) {
     uint8_t plain[kReadChunk];
     while (true) {
       ERR_clear_error();
@@ -801,12 +859,8 @@ class H2ReadServer::Loop {
   }
 
   // Sends the alert OpenSSL made (whatever the socket takes) and logs why, a few a minute.
-  void HandshakeFailed(Connection* conn) {
+  void HandshakeFailed(Connection* conn, const std::string& why) {
     conn->end_reason = "tls_handshake";
-    char why[256] = "the client closed it";
-    if (unsigned long code = ERR_peek_error(); code != 0) {
-      ERR_error_string_n(code, why, sizeof why);
-    }
     TakeTlsOutput(conn);
     ssize_t w = send(conn->fd, conn->pending.data(), conn->pending.size(),
                      MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -864,6 +918,7 @@ class H2ReadServer::Loop {
       }
       return true;
     }
+    if (conn->handshake_out) return true;
     if (conn->handshaken) {
       // Gathered first, so that OpenSSL makes full records rather than one per frame.
       tls_plain_.clear();
@@ -895,12 +950,9 @@ class H2ReadServer::Loop {
     }
     // Answers the socket has not taken wait for it to drain; past kMaxPendingOut, so do the
     // connection's requests (not read until then).
-    const uint32_t events = (conn->pending.size() < kMaxPendingOut ? EPOLLIN : 0u) |
-                            (conn->pending.empty() ? 0u : EPOLLOUT);
-    if (events != conn->events) {
-      conn->events = events;
-      Watch(conn->fd, events, conn->serial, EPOLL_CTL_MOD);
-    }
+    SetEvents(conn, (conn->pending.size() < kMaxPendingOut && !conn->handshake_out ? EPOLLIN
+                                                                                   : 0u) |
+                        (conn->pending.empty() ? 0u : EPOLLOUT));
     if (conn->pending.size() > 0 || !Speaks(*conn) || nghttp2_session_want_read(conn->h2) ||
         nghttp2_session_want_write(conn->h2)) {
       return true;
@@ -908,6 +960,12 @@ class H2ReadServer::Loop {
     // Both sides are done: the client's GOAWAY was answered.
     conn->end_reason = "client";
     return false;
+  }
+
+  void SetEvents(Connection* conn, uint32_t events) {
+    if (events == conn->events) return;
+    conn->events = events;
+    Watch(conn->fd, events, conn->serial, EPOLL_CTL_MOD);
   }
 
   // `reason`: one of ConnectionProbe's.
@@ -1233,7 +1291,9 @@ class H2ReadServer::Loop {
         job = std::move(queues_[pool].front());
         queues_[pool].pop_front();
       }
-      if (job->gone->load()) {
+      if (job->handshake != nullptr) {
+        StepHandshake(job.get());
+      } else if (job->gone->load()) {
         job->answer = absl::CancelledError("the client went away");  // delivered to nobody
       } else if (job->check_first) {
         job->answer = job->call.run(Clock::now());  // a look, no wait (see Dispatch)
@@ -1247,7 +1307,8 @@ class H2ReadServer::Loop {
         ready_[pool].Signal();
         continue;
       }
-      if (probe_ != nullptr && !job->gone->load() && !job->needs_wait) {
+      if (probe_ != nullptr && job->handshake == nullptr && !job->gone->load() &&
+          !job->needs_wait) {
         probe_->Observe(job->method,
                         std::chrono::duration<double>(Clock::now() - job->start).count(),
                         job->answer.ok());
@@ -1304,6 +1365,12 @@ class H2ReadServer::Loop {
     for (auto& job : done) {
       auto conn = connections_.find(job->conn);
       if (conn == connections_.end()) continue;  // the client went away
+      if (job->handshake != nullptr) {
+        if (!HandshakeStepped(conn->second.get(), *job)) {
+          Drop(conn->second.get(), conn->second->end_reason);
+        }
+        continue;
+      }
       if (job->counts_wait) --conn->second->waits;
       auto stream = conn->second->streams.find(job->stream);
       if (stream == conn->second->streams.end()) continue;  // reset by the client

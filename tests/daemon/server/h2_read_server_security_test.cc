@@ -9,11 +9,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -217,6 +219,27 @@ TEST_F(H2ReadServerSecurityTest, ReadsOverTlsAnswerAsTheReader) {
                                  << large_status.error_message();
   EXPECT_EQ(all.entries_size(), 400);
   EXPECT_GT(all.ByteSizeLong(), 3 * 16384u);
+  EXPECT_EQ(Closed("tls_handshake"), "");
+}
+
+// Handshakes run on the offload threads; many at once all complete, each on its connection.
+TEST_F(H2ReadServerSecurityTest, ManyHandshakesAtOnceAllComplete) {
+  ASSERT_NO_FATAL_FAILURE(Start(/*tokens=*/false));
+  constexpr int kClients = 32;
+  std::vector<std::unique_ptr<v1::ViewService::Stub>> stubs;
+  for (int i = 0; i < kClients; ++i) stubs.push_back(TlsStub());
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < kClients; ++i) {
+    threads.emplace_back([&, i] {
+      v1::QueryResponse got;
+      if (Query(*stubs[i], Day("ByDay"), "", &got).ok() && got.entries_size() == 1) ++ok;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(ok.load(), kClients);
+  EXPECT_EQ(Metric("cdcview_connections_opened_total", "{port=\"fast_reads\"}"),
+            std::to_string(kClients));
   EXPECT_EQ(Closed("tls_handshake"), "");
 }
 
