@@ -122,16 +122,22 @@ Handler Unary(Read read, Cheap cheap) {
                                               Req::descriptor()->full_name(),
                                               "; is the client built from cdcview's proto/?"));
     }
+    // A ListViews answer keeps the views the token may read.
+    std::shared_ptr<const security::Principal> viewer;
     if (who != nullptr) {
       if (absl::Status permitted = PermitRead(*who, *request); !permitted.ok()) return permitted;
+      if constexpr (std::is_same_v<Answer, v1::ListViewsResponse>) {
+        if (!who->all_views) viewer = std::make_shared<const security::Principal>(*who);
+      }
     }
     Prepared p;
     p.waits = WaitsFor(*request);
     p.cheap = cheap(*request);
     p.runs_inline = !p.waits && p.cheap;
-    p.run = [read, request](Deadline deadline) -> absl::StatusOr<std::string> {
+    p.run = [read, request, viewer](Deadline deadline) -> absl::StatusOr<std::string> {
       auto answer = read(*request, deadline);
       if (!answer.ok()) return answer.status();
+      if (viewer != nullptr) RestrictAnswer(*viewer, &*answer);
       // Serialized once, straight behind the room for gRPC's prefix.
       std::string framed(5, '\0');
       answer->AppendToString(&framed);

@@ -42,9 +42,13 @@
 //   and is closed.
 //
 // Security (H2ReadSecurity; off by default, then plaintext as above):
-// - TLS (server.tls_cert_file): each connection's TLS runs in memory BIOs on the loop: the
-//   socket's bytes go into OpenSSL and its records out through the same buffers and limits as
-//   plaintext frames (kMaxPendingOut counts encrypted bytes). The handshake must finish within
+// - TLS (server.tls_cert_file): each connection's TLS runs in memory BIOs: the socket's bytes
+//   go into OpenSSL and its records out through the same buffers and limits as plaintext
+//   frames (kMaxPendingOut counts encrypted bytes). Records are sealed and opened on the loop;
+//   each handshake step (key exchange, signature, client-certificate check: a few hundred
+//   microseconds of CPU) runs on an offload thread, so a burst of new connections does not
+//   hold up the reads of open ones (on the loop only when kMaxOffloaded jobs are already out).
+//   ALPN: h2, or none offered; an offer without h2 fails. The handshake must finish within
 //   fast_reads_request_timeout_ms like the preface (a client that stalls it is closed,
 //   reason="request_timeout"); a handshake that fails (no client certificate with mTLS, a
 //   plaintext client, ALPN without h2) closes the connection, reason="tls_handshake". At the
@@ -52,9 +56,9 @@
 //   handshake the cap saves). Each connection takes the TlsServerContext current when it is
 //   accepted, so a rotated certificate serves new connections and open ones keep theirs.
 // - Tokens (server.tokens_file): every call needs "authorization: Bearer <token>"; without it
-//   UNAUTHENTICATED, and a token that may not read what the request names PERMISSION_DENIED
-//   (ReadPermission), answered before the request is parsed for the read (UNAUTHENTICATED) or
-//   run (PERMISSION_DENIED), counted in AuthProbe (port="fast_reads").
+//   UNAUTHENTICATED, answered on the headers (no byte of its body is held); a token that may
+//   not read what the request names PERMISSION_DENIED before the read runs (read_permission.h,
+//   the main port's rules). Both counted in AuthProbe (port="fast_reads").
 //
 // Thread-safety: Start, port and Shutdown may be called from any thread. `reader`, `probe`,
 // `connections` and the security's `auth_probe` must outlive the server.

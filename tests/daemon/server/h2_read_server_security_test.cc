@@ -243,6 +243,20 @@ TEST_F(H2ReadServerSecurityTest, ManyHandshakesAtOnceAllComplete) {
   EXPECT_EQ(Closed("tls_handshake"), "");
 }
 
+TEST_F(H2ReadServerSecurityTest, AtTheCapATlsConnectionIsClosedWithoutAHandshake) {
+  limits_.fast_reads_max_connections = 1;
+  ASSERT_NO_FATAL_FAILURE(Start(/*tokens=*/false));
+  auto first = TlsStub();
+  ASSERT_TRUE(Query(*first, Day("ByDay"), "").ok());
+  grpc::Status second = Query(*TlsStub(), Day("ByDay"), "");
+  EXPECT_EQ(second.error_code(), grpc::StatusCode::UNAVAILABLE) << second.error_message();
+  EXPECT_EQ(Metric("cdcview_connections_refused_total",
+                   "{port=\"fast_reads\",reason=\"max_connections\"}"),
+            "1");
+  EXPECT_EQ(Closed("tls_handshake"), "");
+  EXPECT_TRUE(Query(*first, Day("ByDay"), "").ok());
+}
+
 TEST_F(H2ReadServerSecurityTest, APlaintextClientFailsTheHandshake) {
   ASSERT_NO_FATAL_FAILURE(Start(/*tokens=*/false));
   auto plain = Stub(grpc::InsecureChannelCredentials());
@@ -318,19 +332,28 @@ TEST_F(H2ReadServerSecurityTest, TokensAreCheckedWithExactStatuses) {
   EXPECT_EQ(got.entries_size(), 1);
   EXPECT_TRUE(Query(*stub, Day("Secret"), "admin-token-0123456789abcdef").ok());
 
-  // A table and an aggregate are named like views; ListViews names none.
+  // An aggregate is named like a view; a table's items need views: all; ListViews lists what
+  // the token may read, GetStatus is open to any valid token.
+  auto as_orders = [](grpc::ClientContext* ctx) {
+    ctx->AddMetadata("authorization", "Bearer orders-api-token-0123456789");
+  };
   grpc::ClientContext item_ctx;
-  item_ctx.AddMetadata("authorization", "Bearer orders-api-token-0123456789");
+  as_orders(&item_ctx);
   v1::GetItemRequest item;
   item.set_table("App");
+  (*item.mutable_key()->mutable_attributes())["PK"].set_s("P#1");
   v1::GetItemResponse item_got;
   grpc::Status item_status = stub->GetItem(&item_ctx, item, &item_got);
   EXPECT_EQ(item_status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_EQ(item_status.error_message(),
-            "token \"orders-api\" may not read view \"App\": add the view to its views in "
-            "server.tokens_file");
+            "token \"orders-api\" may not read table \"App\"'s items: only a token with views: "
+            "all may (server.tokens_file)");
+  grpc::ClientContext admin_item_ctx;
+  admin_item_ctx.AddMetadata("authorization", "Bearer admin-token-0123456789abcdef");
+  EXPECT_TRUE(stub->GetItem(&admin_item_ctx, item, &item_got).ok());
+  EXPECT_EQ(item_got.item().attributes().at("day").s(), "D1");
   grpc::ClientContext aggregate_ctx;
-  aggregate_ctx.AddMetadata("authorization", "Bearer orders-api-token-0123456789");
+  as_orders(&aggregate_ctx);
   v1::GetAggregateRequest aggregate;
   aggregate.set_aggregate("PerDay");
   aggregate.mutable_group()->set_s("D1");
@@ -338,9 +361,15 @@ TEST_F(H2ReadServerSecurityTest, TokensAreCheckedWithExactStatuses) {
   grpc::Status aggregate_status = stub->GetAggregate(&aggregate_ctx, aggregate, &group);
   EXPECT_TRUE(aggregate_status.ok()) << aggregate_status.error_message();
   grpc::ClientContext list_ctx;
-  list_ctx.AddMetadata("authorization", "Bearer orders-api-token-0123456789");
+  as_orders(&list_ctx);
   v1::ListViewsResponse views;
-  EXPECT_TRUE(stub->ListViews(&list_ctx, v1::ListViewsRequest(), &views).ok());
+  ASSERT_TRUE(stub->ListViews(&list_ctx, v1::ListViewsRequest(), &views).ok());
+  ASSERT_EQ(views.views_size(), 1);
+  EXPECT_EQ(views.views(0).name(), "ByDay");
+  grpc::ClientContext status_ctx;
+  as_orders(&status_ctx);
+  v1::StatusResponse status;
+  EXPECT_TRUE(stub->GetStatus(&status_ctx, v1::GetStatusRequest(), &status).ok());
 
   EXPECT_EQ(Refused("no_token"), "1");
   EXPECT_EQ(Refused("bad_token"), "1");
