@@ -294,3 +294,55 @@ def test_a_handshake_that_never_finishes_is_closed_at_the_request_timeout(
     wait_applied(pb, channel, 3)
     channel.close()
     d.stop()
+
+
+def test_both_read_ports_refuse_and_answer_alike(daemon_factory, pb, pki, tmp_path):
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text(TOKENS_YAML)
+    stream = write_stream(tmp_path)
+    d = start(daemon_factory, daemon_config(stream, tls_server(pki, tokens_file=str(tokens))))
+    fast = tls_channel(d, pki)
+    wait_applied(pb, fast, 3, token=ORDERS_TOKEN)
+    main = grpc.secure_channel(d.addr, grpc.ssl_channel_credentials(
+        root_certificates=pki.read("ca_cert")),
+        options=[("grpc.ssl_target_name_override", "localhost")])
+
+    def outcome(channel, method, request, token):
+        stub = pb.grpc.ViewServiceStub(channel)
+        metadata = [("authorization", f"Bearer {token}")] if token else None
+        try:
+            answer = getattr(stub, method)(request, timeout=10, metadata=metadata)
+        except grpc.RpcError as e:
+            return e.code(), e.details()
+        if method == "ListViews":
+            return sorted(v.name for v in answer.views)
+        return "ok"
+
+    key = pb.av.Item(attributes={"PK": pb.av.AttributeValue(s="I0")})
+    calls = [
+        ("Query", pb.vs.QueryRequest(view="ByDay", partition_key=pb.av.AttributeValue(s="D1")),
+         None),
+        ("Query", pb.vs.QueryRequest(view="ByDay", partition_key=pb.av.AttributeValue(s="D1")),
+         "not-one-of-them-0123456789"),
+        ("Query", pb.vs.QueryRequest(view="ByPk", partition_key=pb.av.AttributeValue(s="I0")),
+         ORDERS_TOKEN),
+        ("DescribeView", pb.vs.DescribeViewRequest(view="ByPk"), ORDERS_TOKEN),
+        ("GetItem", pb.vs.GetItemRequest(table="App", key=key), ORDERS_TOKEN),
+        ("GetItem", pb.vs.GetItemRequest(table="App", key=key), ADMIN_TOKEN),
+        ("ListViews", pb.vs.ListViewsRequest(), ORDERS_TOKEN),
+        ("ListViews", pb.vs.ListViewsRequest(), ADMIN_TOKEN),
+        ("GetStatus", pb.vs.GetStatusRequest(), ORDERS_TOKEN),
+    ]
+    on_main = [outcome(main, *call) for call in calls]
+    on_fast = [outcome(fast, *call) for call in calls]
+    assert on_fast == on_main
+    assert on_fast[:3] == [(grpc.StatusCode.UNAUTHENTICATED, NO_TOKEN),
+                           (grpc.StatusCode.UNAUTHENTICATED, BAD_TOKEN),
+                           (grpc.StatusCode.PERMISSION_DENIED, DENIED)]
+    assert on_fast[4] == (grpc.StatusCode.PERMISSION_DENIED,
+                          'token "orders-api" may not read table "App"\'s items: only a token '
+                          "with views: all may (server.tokens_file)")
+    assert on_fast[5:] == ["ok", ["ByDay"], ["ByDay", "ByPk"], "ok"]
+    main.close()
+    fast.close()
+    d.stop()
