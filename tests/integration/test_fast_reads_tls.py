@@ -183,13 +183,20 @@ def test_reads_over_tls_answer_as_over_plaintext(daemon_factory, pb, pki, tmp_pa
     assert "fast_reads TLS: serving the certificate of " + pki.server_cert in d.log()
 
 
-def test_tokens_on_the_fast_read_port(daemon_factory, pb, pki, tmp_path):
+def start_with_tokens(daemon_factory, pb, pki, tmp_path):
+    """cdcviewd with TLS and TOKENS_YAML, its records applied; and a TLS channel to its fast
+    read port."""
     tokens = tmp_path / "tokens.yaml"
     tokens.write_text(TOKENS_YAML)
     stream = write_stream(tmp_path)
     d = start(daemon_factory, daemon_config(stream, tls_server(pki, tokens_file=str(tokens))))
     channel = tls_channel(d, pki)
     wait_applied(pb, channel, 3, token=ORDERS_TOKEN)
+    return d, channel
+
+
+def test_tokens_on_the_fast_read_port(daemon_factory, pb, pki, tmp_path):
+    d, channel = start_with_tokens(daemon_factory, pb, pki, tmp_path)
 
     assert refusal(lambda: query(pb, channel)) == (grpc.StatusCode.UNAUTHENTICATED, NO_TOKEN)
     assert refusal(lambda: query(pb, channel, token="not-one-of-them-0123456789")) == (
@@ -297,12 +304,7 @@ def test_a_handshake_that_never_finishes_is_closed_at_the_request_timeout(
 
 
 def test_both_read_ports_refuse_and_answer_alike(daemon_factory, pb, pki, tmp_path):
-    tokens = tmp_path / "tokens.yaml"
-    tokens.write_text(TOKENS_YAML)
-    stream = write_stream(tmp_path)
-    d = start(daemon_factory, daemon_config(stream, tls_server(pki, tokens_file=str(tokens))))
-    fast = tls_channel(d, pki)
-    wait_applied(pb, fast, 3, token=ORDERS_TOKEN)
+    d, fast = start_with_tokens(daemon_factory, pb, pki, tmp_path)
     main = grpc.secure_channel(d.addr, grpc.ssl_channel_credentials(
         root_certificates=pki.read("ca_cert")),
         options=[("grpc.ssl_target_name_override", "localhost")])
