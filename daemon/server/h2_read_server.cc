@@ -6,6 +6,8 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <nghttp2/nghttp2.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -32,10 +34,12 @@
 #include "absl/synchronization/mutex.h"
 #include "cdcview/v1/view_service.grpc.pb.h"
 #include "daemon/log/log.h"
+#include "daemon/log/log_throttle.h"
 #include "daemon/server/error_text.h"
 #include "daemon/server/listen_address.h"
-#include "index_builders/coding.h"
 #include "daemon/server/read_consistency.h"
+#include "daemon/server/read_permission.h"
+#include "index_builders/coding.h"
 
 namespace cdcview {
 namespace {
@@ -76,7 +80,10 @@ struct Prepared {
   std::function<absl::StatusOr<std::string>(Deadline)> run;
 };
 
-using Prepare = std::function<absl::StatusOr<Prepared>(std::string_view message)>;
+// `who`: the token's principal when server.tokens_file is on (the request must name what it
+// may read: PERMISSION_DENIED otherwise), else null.
+using Prepare = std::function<absl::StatusOr<Prepared>(std::string_view message,
+                                                       const security::Principal* who)>;
 
 bool Waits(const v1::ReadConsistency& c) {
   return !c.min_position().empty() || c.min_kafka_offsets_size() > 0;
@@ -107,20 +114,30 @@ struct Handler {
 template <typename Req, typename Read, typename Cheap>
 Handler Unary(Read read, Cheap cheap) {
   using Answer = typename std::invoke_result_t<Read, const Req&, Deadline>::value_type;
-  Prepare prepare = [read, cheap](std::string_view message) -> absl::StatusOr<Prepared> {
+  Prepare prepare = [read, cheap](std::string_view message,
+                                  const security::Principal* who) -> absl::StatusOr<Prepared> {
     auto request = std::make_shared<Req>();
     if (!request->ParseFromArray(message.data(), static_cast<int>(message.size()))) {
       return absl::InternalError(absl::StrCat("cannot parse the request as ",
                                               Req::descriptor()->full_name(),
                                               "; is the client built from cdcview's proto/?"));
     }
+    // A ListViews answer keeps the views the token may read.
+    std::shared_ptr<const security::Principal> viewer;
+    if (who != nullptr) {
+      if (absl::Status permitted = PermitRead(*who, *request); !permitted.ok()) return permitted;
+      if constexpr (std::is_same_v<Answer, v1::ListViewsResponse>) {
+        if (!who->all_views) viewer = std::make_shared<const security::Principal>(*who);
+      }
+    }
     Prepared p;
     p.waits = WaitsFor(*request);
     p.cheap = cheap(*request);
     p.runs_inline = !p.waits && p.cheap;
-    p.run = [read, request](Deadline deadline) -> absl::StatusOr<std::string> {
+    p.run = [read, request, viewer](Deadline deadline) -> absl::StatusOr<std::string> {
       auto answer = read(*request, deadline);
       if (!answer.ok()) return answer.status();
+      if (viewer != nullptr) RestrictAnswer(*viewer, &*answer);
       // Serialized once, straight behind the room for gRPC's prefix.
       std::string framed(5, '\0');
       answer->AppendToString(&framed);
@@ -336,12 +353,13 @@ absl::StatusOr<int> Listen(const std::string& address) {
 class H2ReadServer::Loop {
  public:
   Loop(const ViewQueries& reader, QueryProbe* probe, std::string grpc_setting,
-       const ServerConfig& limits, ConnectionProbe* connections)
+       const ServerConfig& limits, ConnectionProbe* connections, H2ReadSecurity security)
       : methods_(Methods(reader)),
         probe_(probe),
         grpc_setting_(std::move(grpc_setting)),
         limits_(limits),
         connection_probe_(connections),
+        security_(std::move(security)),
         max_connections_(limits.fast_reads_max_connections) {
     if (connection_probe_ != nullptr) connection_probe_->SetMax(max_connections_);
   }
@@ -407,6 +425,9 @@ class H2ReadServer::Loop {
     Connection* conn = nullptr;
     int32_t id = 0;
     std::string path, content_type, encoding;
+    std::string authorization;  // the header's value, when tokens are on
+    // Who the token is, once its HEADERS were checked (tokens on).
+    std::optional<security::Principal> who;
     std::optional<Clock::duration> timeout;
     bool bad_timeout = false;
     Clock::time_point begun;     // its HEADERS arrived
@@ -431,7 +452,20 @@ class H2ReadServer::Loop {
     uint64_t serial = 0;
     int fd = -1;
     nghttp2_session* h2 = nullptr;
-    std::string pending;  // bytes nghttp2 produced that the socket has not taken yet
+    // TLS: the connection's OpenSSL state, fed and drained through memory BIOs it owns
+    // (net_in: bytes from the socket; net_out: records for it). Null in plaintext. Shared
+    // with a handshake step running off the loop, which may outlive the connection.
+    SSL* ssl = nullptr;
+    std::shared_ptr<SSL> ssl_owner;
+    BIO* net_in = nullptr;
+    BIO* net_out = nullptr;
+    bool handshaken = false;
+    // A handshake step runs on an offload thread: until it is back, the loop neither reads
+    // the socket nor touches the SSL or its BIOs.
+    bool handshake_out = false;
+    // Bytes for the socket that it has not taken yet: nghttp2's frames, or in TLS the records
+    // that carry them.
+    std::string pending;
     uint32_t events = EPOLLIN;  // what epoll watches for
     Clock::time_point opened;
     bool got_settings = false;  // the client's preface and SETTINGS arrived
@@ -463,6 +497,12 @@ class H2ReadServer::Loop {
     bool counts_wait = false;  // counted in its connection's `waits`
     Clock::time_point start;
     absl::StatusOr<std::string> answer;
+    // Or a TLS handshake step of connection `conn` (its CPU kept off the loop): the session,
+    // and what SSL_do_handshake said.
+    std::shared_ptr<SSL> handshake;
+    int handshake_rc = 0;
+    int handshake_error = 0;
+    std::string handshake_why;  // OpenSSL's reason when it failed
   };
   // The offload pools (see kWaitThreads): reads that wait for a position, and the others.
   enum Pool { kWaits, kHeavy, kPools };
@@ -572,10 +612,10 @@ class H2ReadServer::Loop {
         nghttp2_submit_goaway(conn->h2, NGHTTP2_FLAG_NONE,
                               nghttp2_session_get_last_proc_stream_id(conn->h2), code,
                               reinterpret_cast<const uint8_t*>(why.data()), why.size());
-      } else {
+      } else if (conn->ssl == nullptr || conn->handshaken) {
         // nghttp2 sends nothing more before the client's preface: the frame is ours.
-        conn->pending += GoawayFrame(code, why);
-      }
+        QueueFrames(conn, GoawayFrame(code, why));
+      }  // else a TLS handshake that never finished: there is no channel to say it on
       Flush(conn);
       Drop(conn, idle ? "idle" : "request_timeout");
     }
@@ -592,7 +632,8 @@ class H2ReadServer::Loop {
   // No stream open and no answer waiting for a socket.
   bool Drained() const {
     for (const auto& [serial, conn] : connections_) {
-      if (!conn->streams.empty() || !conn->pending.empty() || nghttp2_session_want_write(conn->h2)) {
+      if (!conn->streams.empty() || !conn->pending.empty() ||
+          (Speaks(*conn) && nghttp2_session_want_write(conn->h2))) {
         return false;
       }
     }
@@ -640,6 +681,7 @@ class H2ReadServer::Loop {
       conn->fd = fd;
       conn->opened = conn->idle_since = Clock::now();
       if (!NewSession(conn.get())) continue;
+      if (security_.tls != nullptr && !StartTls(conn.get())) continue;
       Watch(fd, EPOLLIN, conn->serial);
       Connection* raw = conn.get();
       connections_.emplace(conn->serial, std::move(conn));
@@ -654,10 +696,12 @@ class H2ReadServer::Loop {
     const std::string why = absl::StrCat("the fast read port has ", connections_.size(),
                                          " connections open, its limit "
                                          "(server.fast_reads_max_connections); retry later");
-    std::string frames = {0, 0, 0, 4, 0, 0, 0, 0, 0};  // an empty SETTINGS frame
-    frames += GoawayFrame(NGHTTP2_ENHANCE_YOUR_CALM, why);
-    ssize_t n = send(fd, frames.data(), frames.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-    (void)n;  // a client that cannot take it sees the connection close
+    if (security_.tls == nullptr) {
+      std::string frames = {0, 0, 0, 4, 0, 0, 0, 0, 0};  // an empty SETTINGS frame
+      frames += GoawayFrame(NGHTTP2_ENHANCE_YOUR_CALM, why);
+      ssize_t n = send(fd, frames.data(), frames.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      (void)n;  // a client that cannot take it sees the connection close
+    }  // TLS: the GOAWAY would need the handshake whose CPU the cap saves
     close(fd);
     if (connection_probe_ != nullptr) connection_probe_->Refused("max_connections");
     if (!refusing_) LogWarning(absl::StrCat("fast read port: ", why));
@@ -688,6 +732,7 @@ class H2ReadServer::Loop {
 
   // False when the connection is over (closed by the client, or broken).
   bool Receive(Connection* conn) {
+    if (conn->handshake_out) return true;  // read once the step is back
     uint8_t buf[kReadChunk];
     for (int chunk = 0; chunk < kReadChunksPerWake && conn->pending.size() < kMaxPendingOut;
          ++chunk) {
@@ -695,22 +740,181 @@ class H2ReadServer::Loop {
       if (n == 0 || (n < 0 && errno == ECONNRESET)) conn->end_reason = "client";
       if (n == 0) return false;
       if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
-      ssize_t used = nghttp2_session_mem_recv(conn->h2, buf, static_cast<size_t>(n));
-      if (used < 0) {
-        Flush(conn);  // the GOAWAY nghttp2 queued, naming the protocol error
-        conn->end_reason = "error";
+      if (conn->ssl != nullptr) {
+        if (!ReceiveTls(conn, buf, static_cast<size_t>(n))) return false;
+        if (conn->handshake_out) return true;  // the rest waits for the step
+      } else if (!Deliver(conn, buf, static_cast<size_t>(n))) {
         return false;
       }
-      // The answers to what this chunk held go out before the next chunk is read.
-      if (!Flush(conn)) return false;
       if (static_cast<size_t>(n) < sizeof buf) return true;
     }
     return true;  // more may wait: level-triggered epoll comes back
   }
 
-  // Hands nghttp2's frames to the socket. False when the connection is over.
-  bool Flush(Connection* conn) {
+  // Hands `n` bytes of the client's HTTP/2 to nghttp2, then its answers to the socket. False
+  // when the connection is over.
+  bool Deliver(Connection* conn, const uint8_t* data, size_t n) {
+    ssize_t used = nghttp2_session_mem_recv(conn->h2, data, n);
+    if (used < 0) {
+      Flush(conn);  // the GOAWAY nghttp2 queued, naming the protocol error
+      conn->end_reason = "error";
+      return false;
+    }
+    // The answers to what this chunk held go out before the next chunk is read.
+    return Flush(conn);
+  }
+
+  // TLS: the connection's SSL, reading from and writing to its memory BIOs, on the context
+  // current now (a certificate rotated since serves this connection; open ones keep theirs).
+  bool StartTls(Connection* conn) {
+    std::shared_ptr<SSL_CTX> ctx = security_.tls->Current();
+    conn->ssl = SSL_new(ctx.get());  // holds its own reference to ctx
+    if (conn->ssl != nullptr) conn->ssl_owner.reset(conn->ssl, SSL_free);
+    conn->net_in = BIO_new(BIO_s_mem());
+    conn->net_out = BIO_new(BIO_s_mem());
+    if (conn->ssl == nullptr || conn->net_in == nullptr || conn->net_out == nullptr) {
+      if (conn->ssl == nullptr) {
+        BIO_free(conn->net_in);
+        BIO_free(conn->net_out);
+      }
+      LogWarning("fast read port: cannot make a TLS session (out of memory?)");
+      return false;
+    }
+    // An empty net_in means "more to come", not the end of the stream.
+    BIO_set_mem_eof_return(conn->net_in, -1);
+    SSL_set_bio(conn->ssl, conn->net_in, conn->net_out);
+    SSL_set_accept_state(conn->ssl);
+    return true;
+  }
+
+  // TLS: `n` bytes from the socket into the session: the handshake's next step, or the
+  // HTTP/2 they carry to nghttp2. False when the connection is over.
+  bool ReceiveTls(Connection* conn, const uint8_t* data, size_t n) {
+    if (BIO_write(conn->net_in, data, static_cast<int>(n)) != static_cast<int>(n)) return false;
+    if (conn->handshaken) return ReadTls(conn);
+    // The handshake's key exchange, signature and client-certificate check take a few hundred
+    // microseconds of CPU a step: an offload thread does them, so that a burst of new
+    // connections does not hold up the reads of the open ones.
+    auto job = std::make_unique<Job>();
+    job->conn = conn->serial;
+    job->handshake = conn->ssl_owner;
+    {
+      absl::MutexLock lock(&mu_);
+      if (offloaded_ < kMaxOffloaded) {
+        ++offloaded_;
+        queues_[kHeavy].push_back(std::move(job));
+      }
+    }
+    if (job == nullptr) {
+      ready_[kHeavy].Signal();
+      conn->handshake_out = true;
+      SetEvents(conn, 0);  // the socket waits in the kernel until the step is back
+      return true;
+    }
+    StepHandshake(job.get());  // the offload threads are full: here, as a fallback
+    return HandshakeStepped(conn, *job);
+  }
+
+  // A handshake step, on whichever thread holds the session.
+  static void StepHandshake(Job* job) {
+    ERR_clear_error();
+    job->handshake_rc = SSL_do_handshake(job->handshake.get());
+    job->handshake_error = SSL_get_error(job->handshake.get(), job->handshake_rc);
+    if (job->handshake_rc != 1) {
+      char why[256] = "the client closed it";
+      if (unsigned long code = ERR_peek_error(); code != 0) {
+        ERR_error_string_n(code, why, sizeof why);
+      }
+      job->handshake_why = why;
+    }
+  }
+
+  // On the loop, once a handshake step is done: its flight to the client, then (handshake
+  // complete) the HTTP/2 that came with the client's last flight. False when it failed.
+  bool HandshakeStepped(Connection* conn, const Job& job) {
+    conn->handshake_out = false;
+    if (job.handshake_rc != 1) {
+      if (job.handshake_error == SSL_ERROR_WANT_READ ||
+          job.handshake_error == SSL_ERROR_WANT_WRITE) {
+        return Flush(conn);  // watches the socket again
+      }
+      HandshakeFailed(conn, job.handshake_why);
+      return false;
+    }
+    conn->handshaken = true;
+    return ReadTls(conn);
+  }
+
+  // TLS: the HTTP/2 the records in net_in carry, to nghttp2. False when the connection is over.
+  bool ReadTls(Connection* conn) {
+    uint8_t plain[kReadChunk];
     while (true) {
+      ERR_clear_error();
+      const int got = SSL_read(conn->ssl, plain, sizeof plain);
+      if (got <= 0) {
+        const int error = SSL_get_error(conn->ssl, got);
+        if (error == SSL_ERROR_WANT_READ) break;
+        // close_notify is the client's end; anything else a broken record.
+        conn->end_reason = error == SSL_ERROR_ZERO_RETURN ? "client" : "error";
+        Flush(conn);
+        return false;
+      }
+      if (!Deliver(conn, plain, static_cast<size_t>(got))) return false;
+    }
+    return Flush(conn);  // the handshake's last flight, a TLS 1.3 key update's answer
+  }
+
+  // Sends the alert OpenSSL made (whatever the socket takes) and logs why, a few a minute.
+  void HandshakeFailed(Connection* conn, const std::string& why) {
+    conn->end_reason = "tls_handshake";
+    TakeTlsOutput(conn);
+    ssize_t w = send(conn->fd, conn->pending.data(), conn->pending.size(),
+                     MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)w;  // the connection closes either way
+    if (handshake_log_.Admit("tls")) {
+      LogWarning(absl::StrCat("fast read port: a TLS handshake failed: ", why,
+                              " (cdcview_connections_closed_total{port=\"fast_reads\","
+                              "reason=\"tls_handshake\"} counts them)"));
+    }
+  }
+
+  // Whether nghttp2 may speak on the connection: plaintext, or TLS once the handshake is done.
+  static bool Speaks(const Connection& conn) { return conn.ssl == nullptr || conn.handshaken; }
+
+  // Queues `frames` (HTTP/2, made here) for the socket, encrypted in TLS.
+  void QueueFrames(Connection* conn, std::string_view frames) {
+    if (conn->ssl == nullptr) {
+      conn->pending += frames;
+      return;
+    }
+    Encrypt(conn, frames);
+    TakeTlsOutput(conn);
+  }
+
+  // TLS: `plain` as records into net_out. A memory BIO takes everything, so SSL_write fails
+  // only on a broken session (false).
+  static bool Encrypt(Connection* conn, std::string_view plain) {
+    ERR_clear_error();
+    size_t written = 0;
+    return plain.empty() ||
+           (SSL_write_ex(conn->ssl, plain.data(), plain.size(), &written) == 1 &&
+            written == plain.size());
+  }
+
+  // TLS: the records OpenSSL wrote into net_out, appended to what the socket owes.
+  static void TakeTlsOutput(Connection* conn) {
+    const size_t ready = BIO_ctrl_pending(conn->net_out);
+    if (ready == 0) return;
+    const size_t at = conn->pending.size();
+    conn->pending.resize(at + ready);
+    const int got = BIO_read(conn->net_out, conn->pending.data() + at, static_cast<int>(ready));
+    conn->pending.resize(at + static_cast<size_t>(std::max(got, 0)));
+  }
+
+  // nghttp2's frames into `pending` (encrypted in TLS), up to kMaxPendingOut. False on an
+  // nghttp2 or OpenSSL error.
+  bool Produce(Connection* conn) {
+    if (conn->ssl == nullptr) {
       while (conn->pending.size() < kMaxPendingOut) {
         const uint8_t* data = nullptr;
         ssize_t n = nghttp2_session_mem_send(conn->h2, &data);
@@ -718,6 +922,29 @@ class H2ReadServer::Loop {
         if (n == 0) break;
         conn->pending.append(reinterpret_cast<const char*>(data), static_cast<size_t>(n));
       }
+      return true;
+    }
+    if (conn->handshake_out) return true;
+    if (conn->handshaken) {
+      // Gathered first, so that OpenSSL makes full records rather than one per frame.
+      tls_plain_.clear();
+      while (conn->pending.size() + tls_plain_.size() < kMaxPendingOut) {
+        const uint8_t* data = nullptr;
+        ssize_t n = nghttp2_session_mem_send(conn->h2, &data);
+        if (n < 0) return false;
+        if (n == 0) break;
+        tls_plain_.append(reinterpret_cast<const char*>(data), static_cast<size_t>(n));
+      }
+      if (!tls_plain_.empty() && !Encrypt(conn, tls_plain_)) return false;
+    }
+    TakeTlsOutput(conn);
+    return true;
+  }
+
+  // Hands nghttp2's frames to the socket. False when the connection is over.
+  bool Flush(Connection* conn) {
+    while (true) {
+      if (!Produce(conn)) return false;
       if (conn->pending.empty()) break;
       ssize_t w = send(conn->fd, conn->pending.data(), conn->pending.size(), MSG_NOSIGNAL);
       if (w < 0) {
@@ -729,19 +956,22 @@ class H2ReadServer::Loop {
     }
     // Answers the socket has not taken wait for it to drain; past kMaxPendingOut, so do the
     // connection's requests (not read until then).
-    const uint32_t events = (conn->pending.size() < kMaxPendingOut ? EPOLLIN : 0u) |
-                            (conn->pending.empty() ? 0u : EPOLLOUT);
-    if (events != conn->events) {
-      conn->events = events;
-      Watch(conn->fd, events, conn->serial, EPOLL_CTL_MOD);
-    }
-    if (conn->pending.size() > 0 || nghttp2_session_want_read(conn->h2) ||
+    SetEvents(conn, (conn->pending.size() < kMaxPendingOut && !conn->handshake_out ? EPOLLIN
+                                                                                   : 0u) |
+                        (conn->pending.empty() ? 0u : EPOLLOUT));
+    if (conn->pending.size() > 0 || !Speaks(*conn) || nghttp2_session_want_read(conn->h2) ||
         nghttp2_session_want_write(conn->h2)) {
       return true;
     }
     // Both sides are done: the client's GOAWAY was answered.
     conn->end_reason = "client";
     return false;
+  }
+
+  void SetEvents(Connection* conn, uint32_t events) {
+    if (events == conn->events) return;
+    conn->events = events;
+    Watch(conn->fd, events, conn->serial, EPOLL_CTL_MOD);
   }
 
   // `reason`: one of ConnectionProbe's.
@@ -780,6 +1010,8 @@ class H2ReadServer::Loop {
     } else if (n == "grpc-timeout") {
       s->timeout = ParseGrpcTimeout(v);
       s->bad_timeout = !s->timeout.has_value();
+    } else if (n == "authorization" && s->conn->loop->security_.tokens != nullptr) {
+      s->authorization = v;
     }
     return 0;
   }
@@ -847,9 +1079,13 @@ class H2ReadServer::Loop {
     if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) s->request_ended = true;
     if (s->answered) return 0;
     Loop* loop = static_cast<Connection*>(user)->loop;
+    if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST) {
+      loop->Authenticate(s);
+    }
     if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) {
       loop->Dispatch(s);
-    } else if (frame->hd.type == NGHTTP2_HEADERS && !loop->Serves(*s)) {
+    } else if (frame->hd.type == NGHTTP2_HEADERS && (!loop->Serves(*s) || s->refused)) {
+      // A call refused on its headers (its token) is answered before its body is held.
       // A call this port does not serve is answered at once, not at the end of a request
       // stream that may never end (a streaming call such as reflection's).
       loop->Dispatch(s);
@@ -865,6 +1101,20 @@ class H2ReadServer::Loop {
   }
 
   // ---- calls
+
+  // Tokens on: who the call's bearer token is, or the refusal it answers (counted) once
+  // dispatched. Before its body arrives, so no byte of an unauthenticated request is held.
+  void Authenticate(Stream* s) {
+    if (security_.tokens == nullptr || !Serves(*s)) return;
+    absl::StatusOr<security::Principal> who = security_.tokens->Authenticate(s->authorization);
+    std::string().swap(s->authorization);
+    if (who.ok()) {
+      s->who = *std::move(who);
+      return;
+    }
+    if (security_.auth_probe != nullptr) security_.auth_probe->RecordRefusal(who.status());
+    s->refused = who.status();
+  }
 
   bool Serves(const Stream& s) const {
     return IsGrpcContentType(s.content_type) && methods_.find(s.path) != methods_.end();
@@ -912,9 +1162,15 @@ class H2ReadServer::Loop {
                         : absl::InternalError("malformed gRPC message prefix: compressed flag "
                                               "without a grpc-encoding"));
     }
-    absl::StatusOr<Prepared> call = method->second.prepare(std::string_view(b).substr(5));
+    absl::StatusOr<Prepared> call =
+        method->second.prepare(std::string_view(b).substr(5), s->who ? &*s->who : nullptr);
     Unbuffer(s);
-    if (!call.ok()) return Finish(s, method->second.name, start, call.status());
+    if (!call.ok()) {
+      if (absl::IsPermissionDenied(call.status()) && security_.auth_probe != nullptr) {
+        security_.auth_probe->RecordRefusal(call.status());
+      }
+      return Finish(s, method->second.name, start, call.status());
+    }
     Deadline deadline = s->timeout ? WaitDeadline(start + *s->timeout, start) : Deadline::max();
     if (call->runs_inline) {
       return Finish(s, method->second.name, start, call->run(deadline));
@@ -1041,7 +1297,9 @@ class H2ReadServer::Loop {
         job = std::move(queues_[pool].front());
         queues_[pool].pop_front();
       }
-      if (job->gone->load()) {
+      if (job->handshake != nullptr) {
+        StepHandshake(job.get());
+      } else if (job->gone->load()) {
         job->answer = absl::CancelledError("the client went away");  // delivered to nobody
       } else if (job->check_first) {
         job->answer = job->call.run(Clock::now());  // a look, no wait (see Dispatch)
@@ -1055,7 +1313,8 @@ class H2ReadServer::Loop {
         ready_[pool].Signal();
         continue;
       }
-      if (probe_ != nullptr && !job->gone->load() && !job->needs_wait) {
+      if (probe_ != nullptr && job->handshake == nullptr && !job->gone->load() &&
+          !job->needs_wait) {
         probe_->Observe(job->method,
                         std::chrono::duration<double>(Clock::now() - job->start).count(),
                         job->answer.ok());
@@ -1112,6 +1371,12 @@ class H2ReadServer::Loop {
     for (auto& job : done) {
       auto conn = connections_.find(job->conn);
       if (conn == connections_.end()) continue;  // the client went away
+      if (job->handshake != nullptr) {
+        if (!HandshakeStepped(conn->second.get(), *job)) {
+          Drop(conn->second.get(), conn->second->end_reason);
+        }
+        continue;
+      }
       if (job->counts_wait) --conn->second->waits;
       auto stream = conn->second->streams.find(job->stream);
       if (stream == conn->second->streams.end()) continue;  // reset by the client
@@ -1136,6 +1401,9 @@ class H2ReadServer::Loop {
   const std::string grpc_setting_;
   const ServerConfig limits_;
   ConnectionProbe* const connection_probe_;
+  const H2ReadSecurity security_;
+  std::string tls_plain_;  // Produce's buffer, kept between calls
+  LogThrottle handshake_log_{3, 60'000};  // failed handshakes logged, a few a minute
   // limits_.fast_reads_max_connections, or less when the open-files budget leaves less
   // (SetMaxConnections, from the application's thread).
   std::atomic<uint32_t> max_connections_;
@@ -1169,8 +1437,10 @@ H2ReadServer::~H2ReadServer() { Shutdown(0); }
 
 absl::StatusOr<std::unique_ptr<H2ReadServer>> H2ReadServer::Start(
     const std::string& address, const ViewQueries& reader, QueryProbe* probe,
-    std::string grpc_setting, const ServerConfig& limits, ConnectionProbe* connections) {
-  auto loop = std::make_unique<Loop>(reader, probe, std::move(grpc_setting), limits, connections);
+    std::string grpc_setting, const ServerConfig& limits, ConnectionProbe* connections,
+    H2ReadSecurity security) {
+  auto loop = std::make_unique<Loop>(reader, probe, std::move(grpc_setting), limits, connections,
+                                     std::move(security));
   if (absl::Status s = loop->Open(address); !s.ok()) return s;
   return std::unique_ptr<H2ReadServer>(new H2ReadServer(std::move(loop)));
 }

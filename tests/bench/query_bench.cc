@@ -17,10 +17,13 @@
 // (c) first of all, in the server process: ViewReader::Query alone, point at --qps and range
 //     at the first of --range-rates, no gRPC: the part of the latency that is ours, not the
 //     transport's. (Printed before the client's banner.)
+// --fast-tls: the fast read port serves TLS (a P-256 certificate made with `openssl`); its rows
+// then come from gRPC's async client over TLS (the lean HTTP/2 client has no TLS).
 // Client and server share the machine's cores; "cpu" is each process's CPU time per query.
 // Prints figures beside their targets; asserts nothing.
 // Progress goes to stderr.
 #include <grpcpp/grpcpp.h>
+#include <prometheus/registry.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -31,6 +34,7 @@
 #include <chrono>
 #include <ctime>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <limits>
 #include <fstream>
@@ -71,6 +75,8 @@ struct Flags {
   double qps = 5000;
   std::string config = DefaultConfigPath();
   std::string tmp = std::filesystem::temp_directory_path().string();
+  bool fast_tls = false;
+  std::string tls_dir;  // set by Run when fast_tls: tls.crt and tls.key
 };
 
 // One kind of query: the requests to cycle through and the entry count each must return.
@@ -447,12 +453,24 @@ int DriveClient(const Flags& flags, const std::vector<QueryKind>& kinds, int por
   }
   // The same point load on the fast read port (H2ReadServer: one event loop, no gRPC library
   // on the server side), from both clients.
-  printf("  fast read port (cdcviewd's own HTTP/2 loop), %s:\n", describe("h2").c_str());
-  double fast_p99 = Print("point", OpenLoopH2(fast_port, kinds[0], flags.qps, flags.open_seconds));
-  printf("   target p99 < 1000 us at 5k QPS %s\n", fast_p99 < 1000 ? "[met]" : "[below target]");
-  auto fast_stub = v1::ViewService::NewStub(grpc::CreateChannel(
-      absl::StrFormat("127.0.0.1:%d", fast_port), grpc::InsecureChannelCredentials()));
-  printf("  fast read port, %s:\n", describe("async").c_str());
+  if (!flags.fast_tls) {
+    printf("  fast read port (cdcviewd's own HTTP/2 loop), %s:\n", describe("h2").c_str());
+    double fast_p99 = Print("point", OpenLoopH2(fast_port, kinds[0], flags.qps, flags.open_seconds));
+    printf("   target p99 < 1000 us at 5k QPS %s\n", fast_p99 < 1000 ? "[met]" : "[below target]");
+  }
+  std::shared_ptr<grpc::ChannelCredentials> fast_credentials = grpc::InsecureChannelCredentials();
+  grpc::ChannelArguments fast_args;
+  if (flags.fast_tls) {
+    grpc::SslCredentialsOptions ssl;
+    std::ifstream ca(flags.tls_dir + "/tls.crt");
+    ssl.pem_root_certs.assign(std::istreambuf_iterator<char>(ca), {});
+    fast_credentials = grpc::SslCredentials(ssl);
+    fast_args.SetSslTargetNameOverride("localhost");
+  }
+  auto fast_stub = v1::ViewService::NewStub(grpc::CreateCustomChannel(
+      absl::StrFormat("127.0.0.1:%d", fast_port), fast_credentials, fast_args));
+  printf("  fast read port%s, %s:\n", flags.fast_tls ? " over TLS" : "",
+         describe("async").c_str());
   Print("point", OpenLoop(*fast_stub, kinds[0], flags.qps, flags.open_seconds));
   printf("\n");
   printf("open loop, range queries at increasing rates, %.0f s each:\n", flags.open_seconds);
@@ -468,20 +486,40 @@ int DriveClient(const Flags& flags, const std::vector<QueryKind>& kinds, int por
          best_range_rate > 0 ? absl::StrFormat("%.0f QPS", best_range_rate).c_str() : "none");
   // Range pages of 100 run on the fast read port's loop, in turn with everything else there.
   const double fast_range_rate = flags.range_rates.front();
-  printf("  fast read port, %s, at %.0f/s:\n", describe("h2").c_str(), fast_range_rate);
+  printf("  fast read port%s, %s, at %.0f/s:\n", flags.fast_tls ? " over TLS" : "",
+         describe(flags.fast_tls ? "async" : "h2").c_str(), fast_range_rate);
   Print(absl::StrFormat("%.0f/s", fast_range_rate).c_str(),
-        OpenLoopH2(fast_port, kinds[1], fast_range_rate, flags.open_seconds));
+        flags.fast_tls ? OpenLoop(*fast_stub, kinds[1], fast_range_rate, flags.open_seconds)
+                       : OpenLoopH2(fast_port, kinds[1], fast_range_rate, flags.open_seconds));
   printf("\n");
   return 0;
 }
 
-int Run(const Flags& flags) {
+// A self-signed P-256 certificate for localhost in `dir` (tls.crt, tls.key).
+bool MakeCertificate(const std::string& dir) {
+  const std::string command = absl::StrFormat(
+      "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 "
+      "-subj /CN=localhost -addext subjectAltName=DNS:localhost,IP:127.0.0.1 "
+      "-keyout '%s/tls.key' -out '%s/tls.crt' 2>/dev/null",
+      dir, dir);
+  return std::system(command.c_str()) == 0;
+}
+
+int Run(Flags flags) {
   // As cdcviewd does (Application::Start): no debug lock-order graph behind every absl::Mutex.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   auto dir = MakeTempDir(flags.tmp, "cdcview-query-bench");
   if (!dir.ok()) {
     fprintf(stderr, "query_bench: %s\n", std::string(dir.status().message()).c_str());
     return 1;
+  }
+  if (flags.fast_tls) {
+    flags.tls_dir = *dir;
+    if (!MakeCertificate(*dir)) {
+      fprintf(stderr, "query_bench: openssl req could not make a certificate\n");
+      RemoveTree(*dir);
+      return 1;
+    }
   }
   int rc = 0;
   {
@@ -556,7 +594,21 @@ int Run(const Flags& flags) {
     auto server = ViewServer::Start("127.0.0.1:0", reader, &probe);
     if (!server.ok()) return fail(server.status());
     (*server)->SetServing(true);
-    auto fast = H2ReadServer::Start("127.0.0.1:0", reader, &probe, "server.grpc");
+    prometheus::Registry tls_registry;  // outlives the TLS context
+    H2ReadSecurity security;
+    if (flags.fast_tls) {
+      ServerConfig tls_config;
+      tls_config.tls_cert_file = *dir + "/tls.crt";
+      tls_config.tls_key_file = *dir + "/tls.key";
+      security::TlsServerContext::Options options;
+      options.port = "fast_reads";
+      options.alpn = {"h2"};
+      auto tls = security::TlsServerContext::Create(tls_config, options, tls_registry);
+      if (!tls.ok()) return fail(tls.status());
+      security.tls = *tls;
+    }
+    auto fast = H2ReadServer::Start("127.0.0.1:0", reader, &probe, "server.grpc", ServerConfig{},
+                                    nullptr, security);
     if (!fast.ok()) return fail(fast.status());
     const int ports[2] = {(*server)->port(), (*fast)->port()};
     if (write(port_pipe[1], ports, sizeof ports) != sizeof ports) perror("query_bench: pipe");
@@ -595,6 +647,7 @@ int main(int argc, char** argv) {
   app.add_option("--qps", flags.qps, "open-loop rate")->check(CLI::PositiveNumber);
   app.add_option("--config", flags.config, "cdcview config whose first table is App");
   app.add_option("--tmp", flags.tmp, "where to create the temporary store");
+  app.add_flag("--fast-tls", flags.fast_tls, "serve the fast read port over TLS");
   CLI11_PARSE(app, argc, argv);
   return cdcview::bench::Run(flags);
 }
