@@ -130,8 +130,29 @@ absl::Status Application::Init() {
   server_->SetServing(true);
   if (!config_.server.fast_reads.empty()) {
     fast_reads_connections_ = std::make_unique<ConnectionProbe>(*metrics_, "fast_reads");
+    H2ReadSecurity security;
+    if (config_.server.TlsEnabled()) {
+      security::TlsServerContext::Options tls;
+      tls.port = "fast_reads";
+      tls.alpn = {"h2"};
+      auto context =
+          security::TlsServerContext::Create(config_.server, std::move(tls), metrics_->registry());
+      if (!context.ok()) return InPhase("starting the fast read port's TLS", context.status());
+      security.tls = *std::move(context);
+    }
+    if (!config_.server.tokens_file.empty()) {
+      if (tokens_ == nullptr) {
+        auto tokens = security::TokenStore::Open(config_.server.tokens_file, &metrics_->registry());
+        if (!tokens.ok()) return InPhase("loading server.tokens_file", tokens.status());
+        tokens_ = *std::move(tokens);
+      }
+      fast_reads_auth_ = std::make_unique<security::AuthProbe>(metrics_->registry(), "fast_reads");
+      security.tokens = tokens_;
+      security.auth_probe = fast_reads_auth_.get();
+    }
     auto fast = H2ReadServer::Start(config_.server.fast_reads, *reader_, query_probe_.get(),
-                                    "server.grpc", config_.server, fast_reads_connections_.get());
+                                    "server.grpc", config_.server, fast_reads_connections_.get(),
+                                    std::move(security));
     if (!fast.ok()) {
       return InPhase("starting the fast read port",
                      absl::Status(fast.status().code(),

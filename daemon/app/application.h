@@ -109,6 +109,8 @@ class Application {
   std::unique_ptr<ConnectionProbe> grpc_connections_;  // outlives server_
   std::unique_ptr<ViewServer> server_;
   std::unique_ptr<ConnectionProbe> fast_reads_connections_;  // outlives fast_reads_
+  std::shared_ptr<security::TokenStore> tokens_;  // server.tokens_file; null when off
+  std::unique_ptr<security::AuthProbe> fast_reads_auth_;  // outlives fast_reads_
   std::unique_ptr<H2ReadServer> fast_reads_;  // server.fast_reads; null when off
   std::thread writer_;
   std::atomic<bool> stop_writer_{false};

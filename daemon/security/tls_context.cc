@@ -164,8 +164,6 @@ absl::StatusOr<std::shared_ptr<SSL_CTX>> TlsServerContext::Build() const {
   SSL_CTX_set_min_proto_version(raw, TLS1_2_VERSION);
   SSL_CTX_set_options(raw, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION |
                                SSL_OP_CIPHER_SERVER_PREFERENCE);
-  // A non-blocking writer retries SSL_write with its buffer wherever it then is.
-  SSL_CTX_set_mode(raw, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
   SSL_CTX_set_default_passwd_cb(raw, &NoPassphrase);
   SSL_CTX_set_session_id_context(raw, kSessionIdContext, sizeof(kSessionIdContext) - 1);
   if (SSL_CTX_set_cipher_list(raw, kTls12Ciphers) != 1) {

@@ -6,6 +6,8 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <nghttp2/nghttp2.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -32,10 +34,12 @@
 #include "absl/synchronization/mutex.h"
 #include "cdcview/v1/view_service.grpc.pb.h"
 #include "daemon/log/log.h"
+#include "daemon/log/log_throttle.h"
 #include "daemon/server/error_text.h"
 #include "daemon/server/listen_address.h"
-#include "index_builders/coding.h"
 #include "daemon/server/read_consistency.h"
+#include "daemon/server/read_permission.h"
+#include "index_builders/coding.h"
 
 namespace cdcview {
 namespace {
@@ -76,7 +80,10 @@ struct Prepared {
   std::function<absl::StatusOr<std::string>(Deadline)> run;
 };
 
-using Prepare = std::function<absl::StatusOr<Prepared>(std::string_view message)>;
+// `who`: the token's principal when server.tokens_file is on (the request must name what it
+// may read: PERMISSION_DENIED otherwise), else null.
+using Prepare = std::function<absl::StatusOr<Prepared>(std::string_view message,
+                                                       const security::Principal* who)>;
 
 bool Waits(const v1::ReadConsistency& c) {
   return !c.min_position().empty() || c.min_kafka_offsets_size() > 0;
@@ -107,12 +114,16 @@ struct Handler {
 template <typename Req, typename Read, typename Cheap>
 Handler Unary(Read read, Cheap cheap) {
   using Answer = typename std::invoke_result_t<Read, const Req&, Deadline>::value_type;
-  Prepare prepare = [read, cheap](std::string_view message) -> absl::StatusOr<Prepared> {
+  Prepare prepare = [read, cheap](std::string_view message,
+                                  const security::Principal* who) -> absl::StatusOr<Prepared> {
     auto request = std::make_shared<Req>();
     if (!request->ParseFromArray(message.data(), static_cast<int>(message.size()))) {
       return absl::InternalError(absl::StrCat("cannot parse the request as ",
                                               Req::descriptor()->full_name(),
                                               "; is the client built from cdcview's proto/?"));
+    }
+    if (who != nullptr) {
+      if (absl::Status permitted = PermitRead(*who, *request); !permitted.ok()) return permitted;
     }
     Prepared p;
     p.waits = WaitsFor(*request);
@@ -336,12 +347,13 @@ absl::StatusOr<int> Listen(const std::string& address) {
 class H2ReadServer::Loop {
  public:
   Loop(const ViewQueries& reader, QueryProbe* probe, std::string grpc_setting,
-       const ServerConfig& limits, ConnectionProbe* connections)
+       const ServerConfig& limits, ConnectionProbe* connections, H2ReadSecurity security)
       : methods_(Methods(reader)),
         probe_(probe),
         grpc_setting_(std::move(grpc_setting)),
         limits_(limits),
         connection_probe_(connections),
+        security_(std::move(security)),
         max_connections_(limits.fast_reads_max_connections) {
     if (connection_probe_ != nullptr) connection_probe_->SetMax(max_connections_);
   }
@@ -407,6 +419,9 @@ class H2ReadServer::Loop {
     Connection* conn = nullptr;
     int32_t id = 0;
     std::string path, content_type, encoding;
+    std::string authorization;  // the header's value, when tokens are on
+    // Who the token is, once its HEADERS were checked (tokens on).
+    std::optional<security::Principal> who;
     std::optional<Clock::duration> timeout;
     bool bad_timeout = false;
     Clock::time_point begun;     // its HEADERS arrived
@@ -431,7 +446,15 @@ class H2ReadServer::Loop {
     uint64_t serial = 0;
     int fd = -1;
     nghttp2_session* h2 = nullptr;
-    std::string pending;  // bytes nghttp2 produced that the socket has not taken yet
+    // TLS: the connection's OpenSSL state, fed and drained through memory BIOs it owns
+    // (net_in: bytes from the socket; net_out: records for it). Null in plaintext.
+    SSL* ssl = nullptr;
+    BIO* net_in = nullptr;
+    BIO* net_out = nullptr;
+    bool handshaken = false;
+    // Bytes for the socket that it has not taken yet: nghttp2's frames, or in TLS the records
+    // that carry them.
+    std::string pending;
     uint32_t events = EPOLLIN;  // what epoll watches for
     Clock::time_point opened;
     bool got_settings = false;  // the client's preface and SETTINGS arrived
@@ -444,6 +467,7 @@ class H2ReadServer::Loop {
     std::map<int32_t, std::unique_ptr<Stream>> streams;
     ~Connection() {
       if (h2 != nullptr) nghttp2_session_del(h2);
+      if (ssl != nullptr) SSL_free(ssl);
       if (fd >= 0) close(fd);
     }
   };
@@ -572,10 +596,10 @@ class H2ReadServer::Loop {
         nghttp2_submit_goaway(conn->h2, NGHTTP2_FLAG_NONE,
                               nghttp2_session_get_last_proc_stream_id(conn->h2), code,
                               reinterpret_cast<const uint8_t*>(why.data()), why.size());
-      } else {
+      } else if (conn->ssl == nullptr || conn->handshaken) {
         // nghttp2 sends nothing more before the client's preface: the frame is ours.
-        conn->pending += GoawayFrame(code, why);
-      }
+        QueueFrames(conn, GoawayFrame(code, why));
+      }  // else a TLS handshake that never finished: there is no channel to say it on
       Flush(conn);
       Drop(conn, idle ? "idle" : "request_timeout");
     }
@@ -592,7 +616,8 @@ class H2ReadServer::Loop {
   // No stream open and no answer waiting for a socket.
   bool Drained() const {
     for (const auto& [serial, conn] : connections_) {
-      if (!conn->streams.empty() || !conn->pending.empty() || nghttp2_session_want_write(conn->h2)) {
+      if (!conn->streams.empty() || !conn->pending.empty() ||
+          (Speaks(*conn) && nghttp2_session_want_write(conn->h2))) {
         return false;
       }
     }
@@ -640,6 +665,7 @@ class H2ReadServer::Loop {
       conn->fd = fd;
       conn->opened = conn->idle_since = Clock::now();
       if (!NewSession(conn.get())) continue;
+      if (security_.tls != nullptr && !StartTls(conn.get())) continue;
       Watch(fd, EPOLLIN, conn->serial);
       Connection* raw = conn.get();
       connections_.emplace(conn->serial, std::move(conn));
@@ -654,10 +680,12 @@ class H2ReadServer::Loop {
     const std::string why = absl::StrCat("the fast read port has ", connections_.size(),
                                          " connections open, its limit "
                                          "(server.fast_reads_max_connections); retry later");
-    std::string frames = {0, 0, 0, 4, 0, 0, 0, 0, 0};  // an empty SETTINGS frame
-    frames += GoawayFrame(NGHTTP2_ENHANCE_YOUR_CALM, why);
-    ssize_t n = send(fd, frames.data(), frames.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-    (void)n;  // a client that cannot take it sees the connection close
+    if (security_.tls == nullptr) {
+      std::string frames = {0, 0, 0, 4, 0, 0, 0, 0, 0};  // an empty SETTINGS frame
+      frames += GoawayFrame(NGHTTP2_ENHANCE_YOUR_CALM, why);
+      ssize_t n = send(fd, frames.data(), frames.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      (void)n;  // a client that cannot take it sees the connection close
+    }  // TLS: the GOAWAY would need the handshake whose CPU the cap saves
     close(fd);
     if (connection_probe_ != nullptr) connection_probe_->Refused("max_connections");
     if (!refusing_) LogWarning(absl::StrCat("fast read port: ", why));
@@ -695,22 +723,138 @@ class H2ReadServer::Loop {
       if (n == 0 || (n < 0 && errno == ECONNRESET)) conn->end_reason = "client";
       if (n == 0) return false;
       if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
-      ssize_t used = nghttp2_session_mem_recv(conn->h2, buf, static_cast<size_t>(n));
-      if (used < 0) {
-        Flush(conn);  // the GOAWAY nghttp2 queued, naming the protocol error
-        conn->end_reason = "error";
+      if (conn->ssl != nullptr) {
+        if (!ReceiveTls(conn, buf, static_cast<size_t>(n))) return false;
+      } else if (!Deliver(conn, buf, static_cast<size_t>(n))) {
         return false;
       }
-      // The answers to what this chunk held go out before the next chunk is read.
-      if (!Flush(conn)) return false;
       if (static_cast<size_t>(n) < sizeof buf) return true;
     }
     return true;  // more may wait: level-triggered epoll comes back
   }
 
-  // Hands nghttp2's frames to the socket. False when the connection is over.
-  bool Flush(Connection* conn) {
+  // Hands `n` bytes of the client's HTTP/2 to nghttp2, then its answers to the socket. False
+  // when the connection is over.
+  bool Deliver(Connection* conn, const uint8_t* data, size_t n) {
+    ssize_t used = nghttp2_session_mem_recv(conn->h2, data, n);
+    if (used < 0) {
+      Flush(conn);  // the GOAWAY nghttp2 queued, naming the protocol error
+      conn->end_reason = "error";
+      return false;
+    }
+    // The answers to what this chunk held go out before the next chunk is read.
+    return Flush(conn);
+  }
+
+  // TLS: the connection's SSL, reading from and writing to its memory BIOs, on the context
+  // current now (a certificate rotated since serves this connection; open ones keep theirs).
+  bool StartTls(Connection* conn) {
+    std::shared_ptr<SSL_CTX> ctx = security_.tls->Current();
+    conn->ssl = SSL_new(ctx.get());  // holds its own reference to ctx
+    conn->net_in = BIO_new(BIO_s_mem());
+    conn->net_out = BIO_new(BIO_s_mem());
+    if (conn->ssl == nullptr || conn->net_in == nullptr || conn->net_out == nullptr) {
+      if (conn->ssl == nullptr) {
+        BIO_free(conn->net_in);
+        BIO_free(conn->net_out);
+      }
+      LogWarning("fast read port: cannot make a TLS session (out of memory?)");
+      return false;
+    }
+    // An empty net_in means "more to come", not the end of the stream.
+    BIO_set_mem_eof_return(conn->net_in, -1);
+    SSL_set_bio(conn->ssl, conn->net_in, conn->net_out);
+    SSL_set_accept_state(conn->ssl);
+    return true;
+  }
+
+  // TLS: `n` bytes from the socket into the session: the handshake's next step, then the
+  // HTTP/2 they carry to nghttp2. False when the connection is over.
+  bool ReceiveTls(Connection* conn, const uint8_t* data, size_t n) {
+    if (BIO_write(conn->net_in, data, static_cast<int>(n)) != static_cast<int>(n)) return false;
+    if (!conn->handshaken) {
+      ERR_clear_error();
+      const int rc = SSL_do_handshake(conn->ssl);
+      if (rc != 1) {
+        const int error = SSL_get_error(conn->ssl, rc);
+        if (error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE) return Flush(conn);
+        HandshakeFailed(conn);
+        return false;
+      }
+      conn->handshaken = true;
+    }
+    uint8_t plain[kReadChunk];
     while (true) {
+      ERR_clear_error();
+      const int got = SSL_read(conn->ssl, plain, sizeof plain);
+      if (got <= 0) {
+        const int error = SSL_get_error(conn->ssl, got);
+        if (error == SSL_ERROR_WANT_READ) break;
+        // close_notify is the client's end; anything else a broken record.
+        conn->end_reason = error == SSL_ERROR_ZERO_RETURN ? "client" : "error";
+        Flush(conn);
+        return false;
+      }
+      if (!Deliver(conn, plain, static_cast<size_t>(got))) return false;
+    }
+    return Flush(conn);  // the handshake's last flight, a TLS 1.3 key update's answer
+  }
+
+  // Sends the alert OpenSSL made (whatever the socket takes) and logs why, a few a minute.
+  void HandshakeFailed(Connection* conn) {
+    conn->end_reason = "tls_handshake";
+    char why[256] = "the client closed it";
+    if (unsigned long code = ERR_peek_error(); code != 0) {
+      ERR_error_string_n(code, why, sizeof why);
+    }
+    TakeTlsOutput(conn);
+    ssize_t w = send(conn->fd, conn->pending.data(), conn->pending.size(),
+                     MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)w;  // the connection closes either way
+    if (handshake_log_.Admit("tls")) {
+      LogWarning(absl::StrCat("fast read port: a TLS handshake failed: ", why,
+                              " (cdcview_connections_closed_total{port=\"fast_reads\","
+                              "reason=\"tls_handshake\"} counts them)"));
+    }
+  }
+
+  // Whether nghttp2 may speak on the connection: plaintext, or TLS once the handshake is done.
+  static bool Speaks(const Connection& conn) { return conn.ssl == nullptr || conn.handshaken; }
+
+  // Queues `frames` (HTTP/2, made here) for the socket, encrypted in TLS.
+  void QueueFrames(Connection* conn, std::string_view frames) {
+    if (conn->ssl == nullptr) {
+      conn->pending += frames;
+      return;
+    }
+    Encrypt(conn, frames);
+    TakeTlsOutput(conn);
+  }
+
+  // TLS: `plain` as records into net_out. A memory BIO takes everything, so SSL_write fails
+  // only on a broken session (false).
+  static bool Encrypt(Connection* conn, std::string_view plain) {
+    ERR_clear_error();
+    size_t written = 0;
+    return plain.empty() ||
+           (SSL_write_ex(conn->ssl, plain.data(), plain.size(), &written) == 1 &&
+            written == plain.size());
+  }
+
+  // TLS: the records OpenSSL wrote into net_out, appended to what the socket owes.
+  static void TakeTlsOutput(Connection* conn) {
+    const size_t ready = BIO_ctrl_pending(conn->net_out);
+    if (ready == 0) return;
+    const size_t at = conn->pending.size();
+    conn->pending.resize(at + ready);
+    const int got = BIO_read(conn->net_out, conn->pending.data() + at, static_cast<int>(ready));
+    conn->pending.resize(at + static_cast<size_t>(std::max(got, 0)));
+  }
+
+  // nghttp2's frames into `pending` (encrypted in TLS), up to kMaxPendingOut. False on an
+  // nghttp2 or OpenSSL error.
+  bool Produce(Connection* conn) {
+    if (conn->ssl == nullptr) {
       while (conn->pending.size() < kMaxPendingOut) {
         const uint8_t* data = nullptr;
         ssize_t n = nghttp2_session_mem_send(conn->h2, &data);
@@ -718,6 +862,28 @@ class H2ReadServer::Loop {
         if (n == 0) break;
         conn->pending.append(reinterpret_cast<const char*>(data), static_cast<size_t>(n));
       }
+      return true;
+    }
+    if (conn->handshaken) {
+      // Gathered first, so that OpenSSL makes full records rather than one per frame.
+      tls_plain_.clear();
+      while (conn->pending.size() + tls_plain_.size() < kMaxPendingOut) {
+        const uint8_t* data = nullptr;
+        ssize_t n = nghttp2_session_mem_send(conn->h2, &data);
+        if (n < 0) return false;
+        if (n == 0) break;
+        tls_plain_.append(reinterpret_cast<const char*>(data), static_cast<size_t>(n));
+      }
+      if (!tls_plain_.empty() && !Encrypt(conn, tls_plain_)) return false;
+    }
+    TakeTlsOutput(conn);
+    return true;
+  }
+
+  // Hands nghttp2's frames to the socket. False when the connection is over.
+  bool Flush(Connection* conn) {
+    while (true) {
+      if (!Produce(conn)) return false;
       if (conn->pending.empty()) break;
       ssize_t w = send(conn->fd, conn->pending.data(), conn->pending.size(), MSG_NOSIGNAL);
       if (w < 0) {
@@ -735,7 +901,7 @@ class H2ReadServer::Loop {
       conn->events = events;
       Watch(conn->fd, events, conn->serial, EPOLL_CTL_MOD);
     }
-    if (conn->pending.size() > 0 || nghttp2_session_want_read(conn->h2) ||
+    if (conn->pending.size() > 0 || !Speaks(*conn) || nghttp2_session_want_read(conn->h2) ||
         nghttp2_session_want_write(conn->h2)) {
       return true;
     }
@@ -780,6 +946,8 @@ class H2ReadServer::Loop {
     } else if (n == "grpc-timeout") {
       s->timeout = ParseGrpcTimeout(v);
       s->bad_timeout = !s->timeout.has_value();
+    } else if (n == "authorization" && s->conn->loop->security_.tokens != nullptr) {
+      s->authorization = v;
     }
     return 0;
   }
@@ -847,9 +1015,13 @@ class H2ReadServer::Loop {
     if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) s->request_ended = true;
     if (s->answered) return 0;
     Loop* loop = static_cast<Connection*>(user)->loop;
+    if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST) {
+      loop->Authenticate(s);
+    }
     if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) {
       loop->Dispatch(s);
-    } else if (frame->hd.type == NGHTTP2_HEADERS && !loop->Serves(*s)) {
+    } else if (frame->hd.type == NGHTTP2_HEADERS && (!loop->Serves(*s) || s->refused)) {
+      // A call refused on its headers (its token) is answered before its body is held.
       // A call this port does not serve is answered at once, not at the end of a request
       // stream that may never end (a streaming call such as reflection's).
       loop->Dispatch(s);
@@ -865,6 +1037,20 @@ class H2ReadServer::Loop {
   }
 
   // ---- calls
+
+  // Tokens on: who the call's bearer token is, or the refusal it answers (counted) once
+  // dispatched. Before its body arrives, so no byte of an unauthenticated request is held.
+  void Authenticate(Stream* s) {
+    if (security_.tokens == nullptr || !Serves(*s)) return;
+    absl::StatusOr<security::Principal> who = security_.tokens->Authenticate(s->authorization);
+    std::string().swap(s->authorization);
+    if (who.ok()) {
+      s->who = *std::move(who);
+      return;
+    }
+    if (security_.auth_probe != nullptr) security_.auth_probe->RecordRefusal(who.status());
+    s->refused = who.status();
+  }
 
   bool Serves(const Stream& s) const {
     return IsGrpcContentType(s.content_type) && methods_.find(s.path) != methods_.end();
@@ -912,9 +1098,15 @@ class H2ReadServer::Loop {
                         : absl::InternalError("malformed gRPC message prefix: compressed flag "
                                               "without a grpc-encoding"));
     }
-    absl::StatusOr<Prepared> call = method->second.prepare(std::string_view(b).substr(5));
+    absl::StatusOr<Prepared> call =
+        method->second.prepare(std::string_view(b).substr(5), s->who ? &*s->who : nullptr);
     Unbuffer(s);
-    if (!call.ok()) return Finish(s, method->second.name, start, call.status());
+    if (!call.ok()) {
+      if (absl::IsPermissionDenied(call.status()) && security_.auth_probe != nullptr) {
+        security_.auth_probe->RecordRefusal(call.status());
+      }
+      return Finish(s, method->second.name, start, call.status());
+    }
     Deadline deadline = s->timeout ? WaitDeadline(start + *s->timeout, start) : Deadline::max();
     if (call->runs_inline) {
       return Finish(s, method->second.name, start, call->run(deadline));
@@ -1136,6 +1328,9 @@ class H2ReadServer::Loop {
   const std::string grpc_setting_;
   const ServerConfig limits_;
   ConnectionProbe* const connection_probe_;
+  const H2ReadSecurity security_;
+  std::string tls_plain_;  // Produce's buffer, kept between calls
+  LogThrottle handshake_log_{3, 60'000};  // failed handshakes logged, a few a minute
   // limits_.fast_reads_max_connections, or less when the open-files budget leaves less
   // (SetMaxConnections, from the application's thread).
   std::atomic<uint32_t> max_connections_;
@@ -1169,8 +1364,10 @@ H2ReadServer::~H2ReadServer() { Shutdown(0); }
 
 absl::StatusOr<std::unique_ptr<H2ReadServer>> H2ReadServer::Start(
     const std::string& address, const ViewQueries& reader, QueryProbe* probe,
-    std::string grpc_setting, const ServerConfig& limits, ConnectionProbe* connections) {
-  auto loop = std::make_unique<Loop>(reader, probe, std::move(grpc_setting), limits, connections);
+    std::string grpc_setting, const ServerConfig& limits, ConnectionProbe* connections,
+    H2ReadSecurity security) {
+  auto loop = std::make_unique<Loop>(reader, probe, std::move(grpc_setting), limits, connections,
+                                     std::move(security));
   if (absl::Status s = loop->Open(address); !s.ok()) return s;
   return std::unique_ptr<H2ReadServer>(new H2ReadServer(std::move(loop)));
 }

@@ -41,8 +41,23 @@
 //   or a call's request has not all arrived after fast_reads_request_timeout_ms, gets a GOAWAY
 //   and is closed.
 //
-// Thread-safety: Start, port and Shutdown may be called from any thread. `reader`, `probe` and
-// `connections` must outlive the server.
+// Security (H2ReadSecurity; off by default, then plaintext as above):
+// - TLS (server.tls_cert_file): each connection's TLS runs in memory BIOs on the loop: the
+//   socket's bytes go into OpenSSL and its records out through the same buffers and limits as
+//   plaintext frames (kMaxPendingOut counts encrypted bytes). The handshake must finish within
+//   fast_reads_request_timeout_ms like the preface (a client that stalls it is closed,
+//   reason="request_timeout"); a handshake that fails (no client certificate with mTLS, a
+//   plaintext client, ALPN without h2) closes the connection, reason="tls_handshake". At the
+//   connection cap a TLS connection is closed without a handshake (no GOAWAY: it would cost the
+//   handshake the cap saves). Each connection takes the TlsServerContext current when it is
+//   accepted, so a rotated certificate serves new connections and open ones keep theirs.
+// - Tokens (server.tokens_file): every call needs "authorization: Bearer <token>"; without it
+//   UNAUTHENTICATED, and a token that may not read what the request names PERMISSION_DENIED
+//   (ReadPermission), answered before the request is parsed for the read (UNAUTHENTICATED) or
+//   run (PERMISSION_DENIED), counted in AuthProbe (port="fast_reads").
+//
+// Thread-safety: Start, port and Shutdown may be called from any thread. `reader`, `probe`,
+// `connections` and the security's `auth_probe` must outlive the server.
 #pragma once
 
 #include <chrono>
@@ -56,9 +71,19 @@
 #include "daemon/config/config.h"
 #include "daemon/metrics/connection_probe.h"
 #include "daemon/metrics/metrics.h"
+#include "daemon/security/auth_probe.h"
+#include "daemon/security/tls_context.h"
+#include "daemon/security/token_store.h"
 #include "daemon/server/view_queries.h"
 
 namespace cdcview {
+
+// What guards the fast read port; every member may be null (that guard off).
+struct H2ReadSecurity {
+  std::shared_ptr<security::TlsServerContext> tls;  // null: plaintext
+  std::shared_ptr<security::TokenStore> tokens;     // null: no token asked for
+  security::AuthProbe* auth_probe = nullptr;        // counts refusals when tokens are on
+};
 
 class H2ReadServer {
  public:
@@ -77,7 +102,7 @@ class H2ReadServer {
   static absl::StatusOr<std::unique_ptr<H2ReadServer>> Start(
       const std::string& address, const ViewQueries& reader, QueryProbe* probe,
       std::string grpc_setting, const ServerConfig& limits = ServerConfig{},
-      ConnectionProbe* connections = nullptr);
+      ConnectionProbe* connections = nullptr, H2ReadSecurity security = {});
   ~H2ReadServer();  // Shutdown(0)
 
   int port() const;
