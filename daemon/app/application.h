@@ -45,9 +45,6 @@
 #include "daemon/store/store.h"
 
 namespace cdcview {
-namespace security {
-class TokenStore;
-}  // namespace security
 
 class Application {
  public:
@@ -92,8 +89,6 @@ class Application {
   FdLimit fd_limit_;
   std::unique_ptr<Store> store_;
   std::unique_ptr<MetricsRegistry> metrics_;
-  // server.tokens_file's tokens, shared by every port that checks them; null without the file.
-  std::shared_ptr<security::TokenStore> tokens_;
   std::unique_ptr<ApplyProbe> apply_probe_;
   std::unique_ptr<QueryProbe> query_probe_;
   std::unique_ptr<Catalog> catalog_;

@@ -131,7 +131,8 @@ std::string ConnectionHint(grpc::StatusCode code, std::string_view message,
   }
   if (code != grpc::UNAVAILABLE) return "";
   const bool closed = has("socket closed") || has("connection reset") ||
-                      has("end of tcp stream") || has("endpoint closing");
+                      has("end of tcp stream") || has("endpoint closing") ||
+                      has("endpoint read failed");
   if (flags.tls()) {
     if (has("peer name") || has("hostname mismatch") || has("not in peer certificate")) {
       return flags.server_name.empty()
