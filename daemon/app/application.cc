@@ -84,6 +84,8 @@ absl::Status Application::Init() {
     auto tokens = security::TokenStore::Open(config_.server.tokens_file, &metrics_->registry());
     if (!tokens.ok()) return InPhase("loading server.tokens_file", tokens.status());
     tokens_ = std::move(*tokens);
+    LogInfo(absl::StrCat("server.tokens_file ", config_.server.tokens_file, ": ",
+                         tokens_->size(), " tokens"));
   }
   if (absl::Status s = metrics_->Serve(config_.server.metrics, config_.server, tokens_); !s.ok()) {
     return InPhase("starting metrics", s);
@@ -113,14 +115,16 @@ absl::Status Application::Init() {
   watch_probe_ = std::make_unique<WatchProbe>(*metrics_, view_names);
   watch_hub_ = std::make_unique<WatchHub>(*catalog_, *store_, *published_, *reader_, config_.watch,
                                           watch_probe_.get());
-  admin_ = std::make_unique<AdminService>(store_.get(), config_.storage.backup_dir);
+  admin_ = std::make_unique<AdminService>(store_.get(), config_.storage.backup_dir, tokens_,
+                                          metrics_.get());
   fd_probe_ = std::make_unique<FdProbe>(*metrics_);
   fd_probe_->SetLimit(fd_limit_.soft);
   grpc_connections_ = std::make_unique<ConnectionProbe>(
       *metrics_, "grpc", std::vector<std::string>{GrpcListener::kClosedReason});
   auto server = ViewServer::Start(config_.server.grpc, *reader_, query_probe_.get(),
                                   watch_hub_.get(), config_.server, grpc_connections_.get(),
-                                  admin_.get());
+                                  admin_.get(),
+                                  MainPortSecurity{config_.storage.path, tokens_, metrics_.get()});
   if (!server.ok()) return InPhase("starting the gRPC server", server.status());
   server_ = std::move(*server);
   // Views start NOT_SERVING (not unknown) so a probe on a view name waits instead of failing.
@@ -128,6 +132,10 @@ absl::Status Application::Init() {
     server_->SetServiceServing(ViewHealthServiceName(view.spec->name), false);
   }
   server_->SetServing(true);
+  if (server_->health_port() != 0) {
+    LogInfo(absl::StrCat("cdcviewd serving grpc.health.v1.Health (plaintext) on port ",
+                         server_->health_port()));
+  }
   if (!config_.server.fast_reads.empty()) {
     fast_reads_connections_ = std::make_unique<ConnectionProbe>(*metrics_, "fast_reads");
     H2ReadSecurity security;
@@ -194,16 +202,20 @@ absl::Status Application::ClampConnectionCaps() {
         " are open and server.fd_reserve keeps ", config_.server.fd_reserve,
         "; raise the limit (ulimit -n, the container's nofile) or lower server.fd_reserve"));
   }
+  // With TLS each main-port connection holds three descriptors (connection_relay.h).
+  const uint32_t grpc_fds = config_.server.TlsEnabled() ? 3 : 1;
   const uint32_t grpc_wanted = config_.server.grpc_max_connections;
-  std::vector<uint32_t> wanted = {grpc_wanted};
+  std::vector<uint32_t> wanted = {grpc_wanted * grpc_fds};
   if (fast_reads_ != nullptr) wanted.push_back(config_.server.fast_reads_max_connections);
   const std::vector<uint32_t> caps = ShareConnectionBudget(budget, wanted);
-  server_->SetMaxConnections(caps[0]);
+  const uint32_t grpc_cap = std::max<uint32_t>(1, caps[0] / grpc_fds);
+  server_->SetMaxConnections(grpc_cap);
   if (fast_reads_ != nullptr) fast_reads_->SetMaxConnections(caps[1]);
   LogInfo(absl::StrCat(
       "file descriptors: limit ", fd_limit_.soft, ", ", *open, " open, server.fd_reserve ",
       config_.server.fd_reserve, ": connections may hold ", budget, "; the gRPC port takes at most ",
-      caps[0], fast_reads_ != nullptr ? absl::StrCat(", the fast read port ", caps[1]) : "",
+      grpc_cap, grpc_fds > 1 ? " (3 descriptors each: TLS relay)" : "",
+      fast_reads_ != nullptr ? absl::StrCat(", the fast read port ", caps[1]) : "",
       caps != wanted ? " (server.grpc_max_connections and server.fast_reads_max_connections ask "
                        "for more than the limit leaves)"
                      : ""));

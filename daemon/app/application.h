@@ -33,6 +33,7 @@
 #include "daemon/metrics/connection_probe.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/metrics/watch_probe.h"
+#include "daemon/security/token_store.h"
 #include "daemon/server/admin_service.h"
 #include "daemon/server/h2_read_server.h"
 #include "daemon/server/view_reader.h"
@@ -102,9 +103,9 @@ class Application {
   std::unique_ptr<AdminService> admin_;   // outlives server_, which serves it
   std::unique_ptr<FdProbe> fd_probe_;
   std::unique_ptr<ConnectionProbe> grpc_connections_;  // outlives server_
+  std::shared_ptr<security::TokenStore> tokens_;  // server.tokens_file; null when unset
   std::unique_ptr<ViewServer> server_;
   std::unique_ptr<ConnectionProbe> fast_reads_connections_;  // outlives fast_reads_
-  std::shared_ptr<security::TokenStore> tokens_;  // server.tokens_file; null when off
   std::unique_ptr<security::AuthProbe> fast_reads_auth_;  // outlives fast_reads_
   std::unique_ptr<H2ReadServer> fast_reads_;  // server.fast_reads; null when off
   std::thread writer_;

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/log/log.h"
 #include "daemon/server/error_text.h"
+#include "daemon/server/grpc_auth.h"
 #include "daemon/store/backup.h"
 
 namespace cdcview {
@@ -16,8 +17,21 @@ grpc::Status ToGrpc(const absl::Status& s) {
 
 }  // namespace
 
-grpc::Status AdminService::Backup(grpc::ServerContext*, const v1::BackupRequest* request,
+AdminService::AdminService(Store* store, std::string backup_dir,
+                           std::shared_ptr<security::TokenStore> tokens, MetricsRegistry* metrics)
+    : store_(store),
+      backup_dir_(std::move(backup_dir)),
+      refusals_(tokens != nullptr && metrics != nullptr
+                    ? std::make_unique<security::AuthProbe>(metrics->registry(), "grpc")
+                    : nullptr),
+      permissions_(std::move(tokens), refusals_.get()) {}
+
+grpc::Status AdminService::Backup(grpc::ServerContext* context, const v1::BackupRequest* request,
                                   v1::BackupResponse* response) {
+  // A backup copies every view: only a token that may read them all may ask for one.
+  if (absl::Status s = permissions_.PermitEverything(*context, "a backup of the store"); !s.ok()) {
+    return ToGrpc(s);
+  }
   absl::StatusOr<std::filesystem::path> target = ResolveBackupTarget(backup_dir_, request->directory());
   if (!target.ok()) return ToGrpc(target.status());
   if (!backup_mu_.TryLock()) {

@@ -12,6 +12,10 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "cdcview/v1/admin_service.grpc.pb.h"
+#include "daemon/metrics/metrics.h"
+#include "daemon/security/auth_probe.h"
+#include "daemon/security/token_store.h"
+#include "daemon/server/grpc_auth.h"
 #include "daemon/store/store.h"
 
 namespace cdcview {
@@ -19,8 +23,11 @@ namespace cdcview {
 class AdminService final : public v1::AdminService::Service {
  public:
   // `backup_dir` is storage.backup_dir (empty: Backup is refused with FAILED_PRECONDITION).
-  AdminService(Store* store, std::string backup_dir)
-      : store_(store), backup_dir_(std::move(backup_dir)) {}
+  // With `tokens`, only a token with views: all may ask for a backup (it copies every view);
+  // refusals count in `metrics` (may be null) as the main port's.
+  AdminService(Store* store, std::string backup_dir,
+               std::shared_ptr<security::TokenStore> tokens = nullptr,
+               MetricsRegistry* metrics = nullptr);
 
   grpc::Status Backup(grpc::ServerContext* context, const v1::BackupRequest* request,
                       v1::BackupResponse* response) override;
@@ -28,6 +35,8 @@ class AdminService final : public v1::AdminService::Service {
  private:
   Store* const store_;
   const std::string backup_dir_;
+  std::unique_ptr<security::AuthProbe> refusals_;  // with tokens and metrics
+  const CallPermissions permissions_;
   absl::Mutex backup_mu_;  // held for a backup's duration; TryLock refuses a second one
 };
 

@@ -39,10 +39,14 @@ int OpenSpare() { return open("/dev/null", O_RDONLY | O_CLOEXEC); }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<GrpcListener>> GrpcListener::Listen(const std::string& address) {
+absl::StatusOr<std::unique_ptr<GrpcListener>> GrpcListener::Listen(const std::string& address,
+                                                                   std::string name,
+                                                                   std::string cap_source) {
   absl::StatusOr<AddressList> found = ListenAddresses(address, "50051");
   if (!found.ok()) return found.status();
   std::unique_ptr<GrpcListener> listener(new GrpcListener());
+  listener->name_ = std::move(name);
+  listener->cap_source_ = std::move(cap_source);
   // Like gRPC's own listener, a name such as "localhost" is served on each of its addresses
   // (127.0.0.1 and ::1), all on one port: the first bound picks it when the port is 0.
   const bool several = found->get()->ai_next != nullptr;
@@ -80,8 +84,26 @@ absl::StatusOr<std::unique_ptr<GrpcListener>> GrpcListener::Listen(const std::st
 
 GrpcListener::~GrpcListener() {
   Stop();
+  StopRelay();
   if (wake_fd_ >= 0) close(wake_fd_);
   if (spare_fd_ >= 0) close(spare_fd_);
+}
+
+absl::Status GrpcListener::RelayTo(const std::string& path) {
+  auto relay = ConnectionRelay::Start(path, [this](uint64_t count) { RelayedClosed(count); });
+  if (!relay.ok()) return relay.status();
+  relay_ = std::move(*relay);
+  return absl::OkStatus();
+}
+
+void GrpcListener::RelayedClosed(uint64_t count) {
+  open_.fetch_sub(count);
+  if (probe_ != nullptr) probe_->Closed(kClosedReason, count);
+  PublishOpen();
+}
+
+void GrpcListener::StopRelay() {
+  if (relay_ != nullptr) relay_->Stop();
 }
 
 void GrpcListener::Start(grpc::Server* server, uint32_t max_connections, ConnectionProbe* probe) {
@@ -124,7 +146,7 @@ void GrpcListener::AcceptMain() {
     if (stopping_.load()) break;
     if (std::chrono::steady_clock::now() - last_sweep_ >= kSweepInterval) Sweep();
     if (ready < 0 && errno != EINTR) {
-      LogError(absl::StrCat("gRPC port: poll failed: ", std::strerror(errno)));
+      LogError(absl::StrCat(name_, ": poll failed: ", std::strerror(errno)));
       resting = true;
       continue;
     }
@@ -145,7 +167,7 @@ bool GrpcListener::AcceptReady(int listen_fd) {
     if (fd >= 0) {
       if (out_of_fds_) {
         out_of_fds_ = false;
-        LogInfo("gRPC port: accepting connections again");
+        LogInfo(absl::StrCat(name_, ": accepting connections again"));
       }
       if (open_.load() >= max_connections_.load()) {
         // The cap may only look reached: gRPC may have closed some since the last sweep.
@@ -164,7 +186,7 @@ bool GrpcListener::AcceptReady(int listen_fd) {
     if (!out_of_fds_) {
       out_of_fds_ = true;
       LogWarning(absl::StrCat(
-          "gRPC port: cannot accept connections: ", std::strerror(error),
+          name_, ": cannot accept connections: ", std::strerror(error),
           "; refusing new ones until descriptors are free (raise the open-files limit, "
           "lower server.grpc_max_connections or the fast read port's cap)"));
     }
@@ -189,9 +211,8 @@ void GrpcListener::Refuse(int fd, const char* reason) {
     if (!refusing_) {
       refusing_ = true;
       refused_in_episode_ = 0;
-      LogWarning(absl::StrCat("gRPC port: ", open_.load(),
-                              " connections open, the cap (server.grpc_max_connections, clamped "
-                              "to the descriptors left): refusing new ones"));
+      LogWarning(absl::StrCat(name_, ": ", open_.load(), " connections open, the cap (", cap_source_,
+                              "): refusing new ones"));
     }
     ++refused_in_episode_;
   }
@@ -211,11 +232,33 @@ void GrpcListener::Serve(int fd) {
   }
   if (refusing_) {
     refusing_ = false;
-    LogInfo(absl::StrCat("gRPC port: below its connection cap again; refused ", refused_in_episode_,
+    LogInfo(absl::StrCat(name_, ": below its connection cap again; refused ", refused_in_episode_,
                          " connections meanwhile"));
   }
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (relay_ != nullptr) {
+    // Counted open first: the relay may end the connection (and count it closed) at once.
+    open_.fetch_add(1);
+    if (const int error = relay_->Add(fd); error != 0) {
+      open_.fetch_sub(1);
+      const bool no_fds = error == EMFILE || error == ENFILE;
+      if (!no_fds && !relay_failing_) {
+        relay_failing_ = true;
+        LogError(absl::StrCat(name_, ": cannot relay a connection to gRPC's TLS listener: ",
+                              std::strerror(error), "; refusing connections until it can"));
+      }
+      Refuse(fd, no_fds ? "fd_limit" : "unavailable");
+      return;
+    }
+    if (relay_failing_) {
+      relay_failing_ = false;
+      LogInfo(absl::StrCat(name_, ": relaying connections to gRPC's TLS listener again"));
+    }
+    if (probe_ != nullptr) probe_->Opened();
+    PublishOpen();
+    return;
+  }
   live_[fd] = Socket{st.st_dev, st.st_ino};
   open_.fetch_add(1);
   if (probe_ != nullptr) probe_->Opened();

@@ -5,12 +5,23 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
 #include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "cdcview/v1/view_service.grpc.pb.h"
+#include "daemon/log/log.h"
+#include "daemon/security/certificate_watch.h"
 #include "daemon/server/error_text.h"
+#include "daemon/server/grpc_auth.h"
 #include "daemon/server/grpc_listener.h"
 #include "daemon/server/watch.h"
 #include "daemon/server/read_consistency.h"
@@ -45,42 +56,98 @@ ViewQueries::Deadline DeadlineOf(const grpc::ServerContext* context) {
                       now);
 }
 
+// Drops the builder plugins every ServerBuilder gets (reflection registers itself when its
+// library loads), so that the unauthenticated health port serves nothing but health.
+class WithoutPlugins final : public grpc::ServerBuilderOption {
+ public:
+  void UpdateArguments(grpc::ChannelArguments*) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
+    plugins->clear();
+  }
+};
+
 }  // namespace
 
+// With tokens, each handler first checks the caller may read what the request names: a view
+// or an aggregate by its name (a token's `views` list names either); a table's items or hot
+// keys only with views: all, as they span every view of the table.
 class ViewServer::Service final : public v1::ViewService::Service {
  public:
-  Service(const ViewQueries& reader, QueryProbe* probe, WatchHub* watch)
-      : reader_(reader), probe_(probe), watch_(watch) {}
+  Service(const ViewQueries& reader, QueryProbe* probe, WatchHub* watch,
+          const CallPermissions& permissions)
+      : reader_(reader), probe_(probe), watch_(watch), permissions_(permissions) {}
 
   grpc::Status Query(grpc::ServerContext* ctx, const v1::QueryRequest* req, v1::QueryResponse* resp) override {
-    return Timed("Query", [&] { return Assign(reader_.Query(*req, DeadlineOf(ctx)), resp); });
+    return Timed("Query", [&] {
+      absl::Status refused = permissions_.PermitView(*ctx, req->view());
+      if (!refused.ok()) return refused;
+      return Assign(reader_.Query(*req, DeadlineOf(ctx)), resp);
+    });
   }
   grpc::Status Scan(grpc::ServerContext* ctx, const v1::ScanRequest* req, v1::ScanResponse* resp) override {
-    return Timed("Scan", [&] { return Assign(reader_.Scan(*req, DeadlineOf(ctx)), resp); });
+    return Timed("Scan", [&] {
+      absl::Status refused = permissions_.PermitView(*ctx, req->view());
+      if (!refused.ok()) return refused;
+      return Assign(reader_.Scan(*req, DeadlineOf(ctx)), resp);
+    });
   }
   grpc::Status GetItem(grpc::ServerContext* ctx, const v1::GetItemRequest* req, v1::GetItemResponse* resp) override {
-    return Timed("GetItem", [&] { return Assign(reader_.GetItem(*req, DeadlineOf(ctx)), resp); });
+    return Timed("GetItem", [&] {
+      absl::Status refused = permissions_.PermitEverything(
+          *ctx, absl::StrCat("table \"", req->table(), "\"'s items"));
+      if (!refused.ok()) return refused;
+      return Assign(reader_.GetItem(*req, DeadlineOf(ctx)), resp);
+    });
   }
-  grpc::Status GetHotKeys(grpc::ServerContext*, const v1::GetHotKeysRequest* req,
+  grpc::Status GetHotKeys(grpc::ServerContext* ctx, const v1::GetHotKeysRequest* req,
                           v1::HotKeysResponse* resp) override {
-    return Timed("GetHotKeys", [&] { return Assign(reader_.GetHotKeys(*req), resp); });
+    return Timed("GetHotKeys", [&] {
+      absl::Status refused =
+          req->view().empty()
+              ? permissions_.PermitEverything(
+                    *ctx, absl::StrCat("table \"", req->table(), "\"'s hot keys"))
+              : permissions_.PermitView(*ctx, req->view());
+      if (!refused.ok()) return refused;
+      return Assign(reader_.GetHotKeys(*req), resp);
+    });
   }
-  grpc::Status ListViews(grpc::ServerContext*, const v1::ListViewsRequest*, v1::ListViewsResponse* resp) override {
-    return Timed("ListViews", [&] { return Assign(reader_.ListViews(), resp); });
+  // A token that may read some views lists only those.
+  grpc::Status ListViews(grpc::ServerContext* ctx, const v1::ListViewsRequest*, v1::ListViewsResponse* resp) override {
+    return Timed("ListViews", [&] {
+      absl::StatusOr<std::optional<security::Principal>> who = permissions_.Caller(*ctx);
+      if (!who.ok()) return who.status();
+      absl::Status s = Assign(reader_.ListViews(), resp);
+      if (!s.ok() || !who->has_value() || (*who)->all_views) return s;
+      auto* views = resp->mutable_views();
+      for (int i = views->size() - 1; i >= 0; --i) {
+        if (!(*who)->MayRead(views->Get(i).name())) views->DeleteSubrange(i, 1);
+      }
+      return s;
+    });
   }
-  grpc::Status DescribeView(grpc::ServerContext*, const v1::DescribeViewRequest* req,
+  grpc::Status DescribeView(grpc::ServerContext* ctx, const v1::DescribeViewRequest* req,
                             v1::ViewDescription* resp) override {
-    return Timed("DescribeView", [&] { return Assign(reader_.DescribeView(req->view()), resp); });
+    return Timed("DescribeView", [&] {
+      absl::Status refused = permissions_.PermitView(*ctx, req->view());
+      if (!refused.ok()) return refused;
+      return Assign(reader_.DescribeView(req->view()), resp);
+    });
   }
   grpc::Status GetAggregate(grpc::ServerContext* ctx, const v1::GetAggregateRequest* req,
                             v1::AggregateGroup* resp) override {
-    return Timed("GetAggregate",
-                 [&] { return Assign(reader_.GetAggregate(*req, DeadlineOf(ctx)), resp); });
+    return Timed("GetAggregate", [&] {
+      absl::Status refused = permissions_.PermitView(*ctx, req->aggregate());
+      if (!refused.ok()) return refused;
+      return Assign(reader_.GetAggregate(*req, DeadlineOf(ctx)), resp);
+    });
   }
   grpc::Status ListAggregates(grpc::ServerContext* ctx, const v1::ListAggregatesRequest* req,
                               v1::ListAggregatesResponse* resp) override {
-    return Timed("ListAggregates",
-                 [&] { return Assign(reader_.ListAggregates(*req, DeadlineOf(ctx)), resp); });
+    return Timed("ListAggregates", [&] {
+      absl::Status refused = permissions_.PermitView(*ctx, req->aggregate());
+      if (!refused.ok()) return refused;
+      return Assign(reader_.ListAggregates(*req, DeadlineOf(ctx)), resp);
+    });
   }
   grpc::Status GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*, v1::StatusResponse* resp) override {
     return Timed("GetStatus", [&] {
@@ -94,6 +161,7 @@ class ViewServer::Service final : public v1::ViewService::Service {
   grpc::Status Watch(grpc::ServerContext* ctx, const v1::WatchRequest* req,
                      grpc::ServerWriter<v1::WatchEvent>* writer) override {
     if (watch_ == nullptr) return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "Watch is not served here");
+    if (absl::Status s = permissions_.PermitView(*ctx, req->view()); !s.ok()) return ToGrpc(s);
     // Plain Writes: a sync Write with buffer_hint does not complete until a later write
     // flushes it, so it would stall the handler on its last buffered event.
     WatchStream stream{[writer](const v1::WatchEvent& e) { return writer->Write(e); },
@@ -129,11 +197,13 @@ class ViewServer::Service final : public v1::ViewService::Service {
   const ViewQueries& reader_;
   QueryProbe* probe_;
   WatchHub* watch_;
+  const CallPermissions& permissions_;
 };
 
 absl::StatusOr<std::unique_ptr<ViewServer>> ViewServer::Start(
     const std::string& address, const ViewQueries& reader, QueryProbe* probe, WatchHub* watch,
-    const ServerConfig& limits, ConnectionProbe* connections, grpc::Service* admin) {
+    const ServerConfig& limits, ConnectionProbe* connections, grpc::Service* admin,
+    const MainPortSecurity& security) {
   std::unique_ptr<ViewServer> server(new ViewServer());
   auto listener = GrpcListener::Listen(address);
   if (!listener.ok()) {
@@ -142,11 +212,35 @@ absl::StatusOr<std::unique_ptr<ViewServer>> ViewServer::Start(
   }
   server->listener_ = std::move(*listener);
   server->port_ = server->listener_->port();
-  server->service_ = std::make_unique<Service>(reader, probe, watch);
+  if (security.tokens != nullptr && security.metrics != nullptr) {
+    server->auth_probe_ = std::make_unique<security::AuthProbe>(security.metrics->registry(), "grpc");
+  }
   grpc::EnableDefaultHealthCheckService(true);
+  if (!limits.health.empty()) {
+    if (absl::Status s = server->StartHealthPort(limits, security.metrics); !s.ok()) return s;
+  }
+  server->permissions_ =
+      std::make_unique<CallPermissions>(security.tokens, server->auth_probe_.get());
+  server->service_ = std::make_unique<Service>(reader, probe, watch, *server->permissions_);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.RegisterService(server->service_.get());
+  if (limits.TlsEnabled()) {
+    auto watch = security::CertificateWatch::Start(
+        limits.tls_cert_file, limits.tls_key_file,
+        security.metrics != nullptr ? &security.metrics->registry() : nullptr, "grpc");
+    if (!watch.ok()) return watch.status();
+    server->certificate_watch_ = std::move(*watch);
+    if (!limits.tls_client_ca_file.empty()) {
+      absl::Status ca = security::CertificateWatch::CheckClientCa(limits.tls_client_ca_file);
+      if (!ca.ok()) return ca;
+    }
+    absl::StatusOr<std::string> socket = server->MakeRelaySocketPath(security.private_dir);
+    if (!socket.ok()) return socket.status();
+    if (absl::Status s = server->listener_->RelayTo(*socket); !s.ok()) return s;
+    builder.AddListeningPort(absl::StrCat("unix:", *socket),
+                             MainPortCredentials(limits, security.tokens, server->auth_probe_.get()));
+  }
   // Connections come from the listener, which caps them. gRPC ends a connection with no call
   // for the idle time, and any connection at its age (jittered by gRPC, then the grace period
   // for its calls, then closed): a client that sends half a request and stops, or never sends
@@ -176,12 +270,78 @@ absl::StatusOr<std::unique_ptr<ViewServer>> ViewServer::Start(
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, kMaxIdleHandlerThreads);
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr) {
-    return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ", address,
-                                               "; set server.grpc (or --grpc) to a free host:port"));
+    return absl::UnavailableError(absl::StrCat(
+        "cannot serve gRPC on ", address,
+        limits.TlsEnabled() ? absl::StrCat(" (TLS: server.tls_cert_file ", limits.tls_cert_file,
+                                           ", server.tls_key_file ", limits.tls_key_file,
+                                           "; gRPC's log above says why)")
+                            : "; set server.grpc (or --grpc) to a free host:port"));
   }
   server->SetServing(false);
   server->listener_->Start(server->server_.get(), limits.grpc_max_connections, connections);
   return server;
+}
+
+absl::StatusOr<std::string> ViewServer::MakeRelaySocketPath(const std::string& private_dir) {
+  constexpr char kSocketName[] = "/grpc.sock";
+  std::vector<std::string> parents;
+  if (!private_dir.empty()) parents.push_back(private_dir);
+  const char* tmp = std::getenv("TMPDIR");
+  parents.push_back(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp");
+  std::string why;
+  if (!private_dir.empty()) {
+    // What a killed process left: no other process uses this store (it holds the store's lock).
+    std::error_code ignored;
+    for (const auto& entry : std::filesystem::directory_iterator(private_dir, ignored)) {
+      if (entry.path().filename().string().starts_with(".cdcviewd-tls-")) {
+        std::filesystem::remove_all(entry.path(), ignored);
+      }
+    }
+  }
+  for (const std::string& parent : parents) {
+    std::string dir = absl::StrCat(parent, "/.cdcviewd-tls-XXXXXX");
+    if (dir.size() + sizeof kSocketName > sizeof(sockaddr_un::sun_path)) {
+      why = absl::StrCat(parent, " is too long a path for a unix socket");
+      continue;
+    }
+    // mkdtemp makes it 0700: only this user can reach the socket inside.
+    if (mkdtemp(dir.data()) == nullptr) {
+      why = absl::StrCat("cannot make a directory in ", parent, ": ", std::strerror(errno));
+      continue;
+    }
+    relay_dir_ = dir;
+    return dir + kSocketName;
+  }
+  return absl::UnavailableError(
+      absl::StrCat("cannot make the private socket for the TLS port: ", why));
+}
+
+absl::Status ViewServer::StartHealthPort(const ServerConfig& limits, MetricsRegistry* metrics) {
+  auto listener = GrpcListener::Listen(
+      limits.health, "health port",
+      absl::StrCat(kHealthMaxConnections, " for the health port, out of server.fd_reserve"));
+  if (!listener.ok()) {
+    return absl::UnavailableError(absl::StrCat(
+        "server.health: ", listener.status().message(),
+        "; set it to a free host:port, or \"\" to turn the health port off"));
+  }
+  health_listener_ = std::move(*listener);
+  health_port_ = health_listener_->port();
+  grpc::ServerBuilder builder;
+  builder.SetOption(std::make_unique<WithoutPlugins>());
+  // The default health service is a callback service; a sync server must have a sync service
+  // to start. ViewService's base class answers every method UNIMPLEMENTED.
+  health_placeholder_ = std::make_unique<v1::ViewService::Service>();
+  builder.RegisterService(health_placeholder_.get());  health_server_ = builder.BuildAndStart();
+  if (health_server_ == nullptr) {
+    return absl::UnavailableError(absl::StrCat("cannot serve gRPC health on ", limits.health));
+  }
+  if (metrics != nullptr) {
+    health_connections_ = std::make_unique<ConnectionProbe>(
+        *metrics, "health", std::vector<std::string>{GrpcListener::kClosedReason});
+  }
+  health_listener_->Start(health_server_.get(), kHealthMaxConnections, health_connections_.get());
+  return absl::OkStatus();
 }
 
 ViewServer::~ViewServer() { Shutdown(0); }
@@ -195,25 +355,41 @@ uint32_t ViewServer::max_connections() const {
 }
 
 void ViewServer::SetServing(bool serving) {
-  if (server_ == nullptr) return;
-  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
-  if (health == nullptr) return;
-  health->SetServingStatus("", serving);
-  health->SetServingStatus(kServiceName, serving);
+  SetServiceServing("", serving);
+  SetServiceServing(kServiceName, serving);
 }
 
 void ViewServer::SetServiceServing(const std::string& service, bool serving) {
-  if (server_ == nullptr) return;
-  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
-  if (health != nullptr) health->SetServingStatus(service, serving);
+  // The health port answers what the main port answers.
+  for (grpc::Server* s : {server_.get(), health_server_.get()}) {
+    if (s == nullptr) continue;
+    grpc::HealthCheckServiceInterface* health = s->GetHealthCheckService();
+    if (health != nullptr) health->SetServingStatus(service, serving);
+  }
 }
 
 void ViewServer::Shutdown(int grace_ms) {
   if (listener_ != nullptr) listener_->Stop();
-  if (server_ == nullptr) return;
-  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(grace_ms));
-  server_->Wait();
-  server_.reset();
+  if (health_listener_ != nullptr) health_listener_->Stop();
+  const auto deadline = std::chrono::system_clock::now() + std::chrono::milliseconds(grace_ms);
+  if (server_ != nullptr) {
+    server_->Shutdown(deadline);
+    server_->Wait();
+    server_.reset();
+  }
+  if (health_server_ != nullptr) {
+    health_server_->Shutdown(deadline);
+    health_server_->Wait();
+    health_server_.reset();
+  }
+  if (certificate_watch_ != nullptr) certificate_watch_->Stop();
+  // The relayed connections carried the grace period's answers; now they go.
+  if (listener_ != nullptr) listener_->StopRelay();
+  if (!relay_dir_.empty()) {
+    std::error_code ignored;
+    std::filesystem::remove_all(relay_dir_, ignored);
+    relay_dir_.clear();
+  }
 }
 
 }  // namespace cdcview

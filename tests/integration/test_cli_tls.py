@@ -7,6 +7,8 @@ The daemon side is the fast read port (server.fast_reads: ViewService's unary re
 tokens as on the main port), which speaks gRPC to the CLI like the main port does.
 """
 
+import json
+
 import pytest
 import yaml
 
@@ -153,3 +155,19 @@ def test_mtls_needs_cert_and_key(secure, pki):
     mutual = (*flags, "--cert", pki.client_cert, "--key", pki.client_key)
     wait_for("the CLI to read a page with a client certificate",
              lambda: scan(d, *mutual)[1].count("\n") == 2, describe=lambda: scan(d, *mutual))
+
+
+def test_the_main_port_takes_the_same_flags(secure, pki):
+    d = secure()
+    flags = ("--tls-ca", pki.ca_cert, "--token-file", d.token_file)
+    code, out, err = run_cli(*flags, "views", addr=d.addr)
+    assert code == 0, err
+    assert sorted(json.loads(line)["name"] for line in out.splitlines()) == sorted(
+        ref.EXAMPLE_VIEWS)
+    code, out, err = run_cli("--tls-ca", pki.ca_cert, "views", addr=d.addr)
+    assert (code, out) == (1, "") and err.startswith("cdcview: UNAUTHENTICATED: "), err
+    assert "--token-file" in err
+    code, out, err = run_cli("views", addr=d.addr)
+    assert code == 1 and err.endswith(
+        f"(the server closed the connection: if cdcviewd on {d.addr} uses TLS, pass --tls-ca "
+        "with the CA that signed its certificate)\n"), err

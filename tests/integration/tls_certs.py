@@ -7,7 +7,8 @@ make_pki(directory) writes, as PEM files in `directory`:
   `client_cert`/`client_key` (CN=cdcview-test-client, clientAuth);
 - an unrelated CA (`other_ca_cert`) and a client pair it signed (`other_client_cert`,
   `other_client_key`): what a server that trusts only `ca_cert` must refuse.
-Keys are P-256 (fast to make). Certificates are valid for a day.
+Keys are P-256 (fast to make). Certificates are valid for a day, server2 for two (so that a
+rotation shows in the expiry metric).
 """
 
 import dataclasses
@@ -57,7 +58,7 @@ def _ca(prefix, cn, cwd):
              "-out", f"{prefix}.crt", cwd=cwd)
 
 
-def _leaf(prefix, cn, serial, ca, extensions, cwd):
+def _leaf(prefix, cn, serial, ca, extensions, cwd, days=1):
     _key(f"{prefix}.key", cwd)
     _openssl("req", "-new", "-key", f"{prefix}.key", "-subj", f"/CN={cn}", "-out",
              f"{prefix}.csr", cwd=cwd)
@@ -65,7 +66,7 @@ def _leaf(prefix, cn, serial, ca, extensions, cwd):
     with open(os.path.join(cwd, ext), "w", encoding="ascii") as f:
         f.write("basicConstraints=CA:FALSE\n" + extensions)
     _openssl("x509", "-req", "-in", f"{prefix}.csr", "-CA", f"{ca}.crt", "-CAkey", f"{ca}.key",
-             "-set_serial", str(serial), "-days", "1", "-sha256", "-extfile", ext,
+             "-set_serial", str(serial), "-days", str(days), "-sha256", "-extfile", ext,
              "-out", f"{prefix}.crt", cwd=cwd)
     os.remove(os.path.join(cwd, f"{prefix}.csr"))
     os.remove(os.path.join(cwd, ext))
@@ -84,7 +85,7 @@ def make_pki(directory):
     os.makedirs(directory, exist_ok=True)
     _ca("ca", "cdcview-test-ca", directory)
     _leaf("server", "localhost", SERVER_SERIAL, "ca", SERVER_EXT, directory)
-    _leaf("server2", "localhost", SERVER2_SERIAL, "ca", SERVER_EXT, directory)
+    _leaf("server2", "localhost", SERVER2_SERIAL, "ca", SERVER_EXT, directory, days=2)
     _leaf("client", CLIENT_CN, CLIENT_SERIAL, "ca", CLIENT_EXT, directory)
     _ca("other-ca", "cdcview-test-other-ca", directory)
     _leaf("other-client", CLIENT_CN, CLIENT_SERIAL, "other-ca", CLIENT_EXT, directory)
