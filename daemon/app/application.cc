@@ -9,6 +9,7 @@
 #include "daemon/server/grpc_listener.h"
 #include "daemon/server/readiness.h"
 #include "daemon/log/log.h"
+#include "daemon/security/token_store.h"
 #include "daemon/sources/dynamodb_source.h"
 #include "daemon/sources/file_source.h"
 #include "daemon/sources/kafka_source.h"
@@ -78,9 +79,17 @@ absl::Status Application::Init() {
     LogInfo(absl::StrCat("aggregate ", a, " is no longer configured: dropped its databases"));
   }
 
-  auto metrics = MetricsRegistry::Start(config_.server.metrics);
-  if (!metrics.ok()) return InPhase("starting metrics", metrics.status());
-  metrics_ = std::move(*metrics);
+  metrics_ = MetricsRegistry::Create();
+  if (!config_.server.tokens_file.empty()) {
+    auto tokens = security::TokenStore::Open(config_.server.tokens_file, &metrics_->registry());
+    if (!tokens.ok()) return InPhase("loading server.tokens_file", tokens.status());
+    tokens_ = std::move(*tokens);
+    LogInfo(absl::StrCat("server.tokens_file ", config_.server.tokens_file, ": ",
+                         tokens_->size(), " tokens"));
+  }
+  if (absl::Status s = metrics_->Serve(config_.server.metrics, config_.server, tokens_); !s.ok()) {
+    return InPhase("starting metrics", s);
+  }
   apply_probe_ = std::make_unique<ApplyProbe>(*metrics_, config_);
   query_probe_ = std::make_unique<QueryProbe>(*metrics_, ViewServiceUnaryMethods());
 
@@ -106,13 +115,6 @@ absl::Status Application::Init() {
   watch_probe_ = std::make_unique<WatchProbe>(*metrics_, view_names);
   watch_hub_ = std::make_unique<WatchHub>(*catalog_, *store_, *published_, *reader_, config_.watch,
                                           watch_probe_.get());
-  if (!config_.server.tokens_file.empty()) {
-    auto tokens = security::TokenStore::Open(config_.server.tokens_file, &metrics_->registry());
-    if (!tokens.ok()) return InPhase("loading server.tokens_file", tokens.status());
-    tokens_ = std::move(*tokens);
-    LogInfo(absl::StrCat("server.tokens_file ", config_.server.tokens_file, ": ",
-                         tokens_->size(), " tokens"));
-  }
   admin_ = std::make_unique<AdminService>(store_.get(), config_.storage.backup_dir, tokens_,
                                           metrics_.get());
   fd_probe_ = std::make_unique<FdProbe>(*metrics_);

@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <iostream>
 #include <optional>
 
@@ -10,6 +11,7 @@
 #include "cdcview/v1/admin_service.grpc.pb.h"
 #include "cdcview/v1/view_service.grpc.pb.h"
 #include "daemon/cli/advisor.h"
+#include "daemon/cli/connection.h"
 #include "daemon/cli/json_output.h"
 
 namespace cdcview {
@@ -27,14 +29,15 @@ const char* CodeName(grpc::StatusCode code) {
     case grpc::ABORTED: return "ABORTED";
     case grpc::OUT_OF_RANGE: return "OUT_OF_RANGE";
     case grpc::INTERNAL: return "INTERNAL";
+    case grpc::UNAUTHENTICATED: return "UNAUTHENTICATED";
+    case grpc::PERMISSION_DENIED: return "PERMISSION_DENIED";
     default: return "ERROR";
   }
 }
 
-int Fail(const grpc::Status& s, const std::string& addr) {
-  std::cerr << "cdcview: " << CodeName(s.error_code()) << ": " << s.error_message();
-  if (s.error_code() == grpc::UNAVAILABLE) std::cerr << " (is cdcviewd running on " << addr << "?)";
-  std::cerr << "\n";
+int Fail(const grpc::Status& s, const ConnectionFlags& connection) {
+  std::cerr << "cdcview: " << CodeName(s.error_code()) << ": " << s.error_message()
+            << ConnectionHint(s.error_code(), s.error_message(), connection) << "\n";
   return 1;
 }
 
@@ -78,7 +81,7 @@ std::optional<std::string> Unhex(const std::string& text) {
 }
 
 struct Options {
-  std::string addr = "127.0.0.1:50051";
+  ConnectionFlags connection;
   std::string view, pk, table;
   std::optional<std::string> eq, lt, le, gt, ge, begins_with;
   std::vector<std::string> between;
@@ -158,7 +161,7 @@ int PrintPages(Request req, const Options& o, Call&& call) {
   req.set_page_token(token);
   for (;;) {
     Response resp;
-    if (grpc::Status s = call(req, &resp); !s.ok()) return Fail(s, o.addr);
+    if (grpc::Status s = call(req, &resp); !s.ok()) return Fail(s, o.connection);
     PrintEntries(resp.entries(), o.ddb_json);
     if (resp.next_page_token().empty() || !o.all_pages) PrintPosition(o, resp.applied());
     if (resp.next_page_token().empty()) return 0;
@@ -174,7 +177,7 @@ int RunQuery(v1::ViewService::Stub& stub, const Options& o) {
   v1::ViewDescription desc;
   v1::DescribeViewRequest dreq;
   dreq.set_view(o.view);
-  if (grpc::Status s = stub.DescribeView(Context(o).get(), dreq, &desc); !s.ok()) return Fail(s, o.addr);
+  if (grpc::Status s = stub.DescribeView(Context(o).get(), dreq, &desc); !s.ok()) return Fail(s, o.connection);
   v1::QueryRequest req;
   req.set_view(o.view);
   *req.mutable_partition_key() = Typed(o.pk, desc.partition_key().type());
@@ -230,7 +233,7 @@ int RunGet(v1::ViewService::Stub& stub, const Options& o) {
     (*req.mutable_key()->mutable_attributes())[name] = Typed(k.substr(eq + 1), type);
   }
   v1::GetItemResponse resp;
-  if (grpc::Status s = stub.GetItem(Context(o).get(), req, &resp); !s.ok()) return Fail(s, o.addr);
+  if (grpc::Status s = stub.GetItem(Context(o).get(), req, &resp); !s.ok()) return Fail(s, o.connection);
   if (!resp.found()) {
     PrintPosition(o, resp.applied());
     std::cerr << "cdcview: no such item\n";
@@ -251,13 +254,13 @@ std::string KeyText(const v1::KeySchema& k) {
 
 int RunViews(v1::ViewService::Stub& stub, const Options& o) {
   v1::ListViewsResponse resp;
-  if (grpc::Status s = stub.ListViews(Context(o).get(), {}, &resp); !s.ok()) return Fail(s, o.addr);
+  if (grpc::Status s = stub.ListViews(Context(o).get(), {}, &resp); !s.ok()) return Fail(s, o.connection);
   for (v1::ViewDescription& d : *resp.mutable_views()) {
     if (d.shard_count() > 0) {
       // ListViews leaves out the per-shard counts (a walk over each sharded view); ask for them.
       v1::DescribeViewRequest req;
       req.set_view(d.name());
-      if (grpc::Status s = stub.DescribeView(Context(o).get(), req, &d); !s.ok()) return Fail(s, o.addr);
+      if (grpc::Status s = stub.DescribeView(Context(o).get(), req, &d); !s.ok()) return Fail(s, o.connection);
     }
     std::cout << "{\"name\":" << JsonString(d.name()) << ",\"table\":" << JsonString(d.table())
               << ",\"state\":" << JsonString(v1::ViewDescription::State_Name(d.state()))
@@ -290,7 +293,7 @@ int RunBackup(v1::AdminService::Stub& stub, const Options& o) {
   req.set_directory(o.backup_to);
   v1::BackupResponse resp;
   if (grpc::Status s = stub.Backup(timed ? timed.get() : &plain, req, &resp); !s.ok()) {
-    return Fail(s, o.addr);
+    return Fail(s, o.connection);
   }
   std::cout << resp.manifest();
   std::cerr << "cdcview: backup in " << resp.directory() << " (data.mdb: " << resp.data_bytes()
@@ -300,7 +303,7 @@ int RunBackup(v1::AdminService::Stub& stub, const Options& o) {
 
 int RunStatus(v1::ViewService::Stub& stub, const Options& o) {
   v1::StatusResponse resp;
-  if (grpc::Status s = stub.GetStatus(Context(o).get(), {}, &resp); !s.ok()) return Fail(s, o.addr);
+  if (grpc::Status s = stub.GetStatus(Context(o).get(), {}, &resp); !s.ok()) return Fail(s, o.connection);
   for (const v1::SourceStatus& s : resp.sources()) {
     std::cout << "{\"source\":" << JsonString(s.name()) << ",\"kind\":" << JsonString(s.kind())
               << ",\"table\":" << JsonString(s.table()) << ",\"state\":" << JsonString(s.state())
@@ -329,14 +332,14 @@ int RunAdvise(v1::ViewService::Stub& stub, const Options& o) {
   std::vector<v1::ViewDescription> views;
   if (o.view.empty()) {
     v1::ListViewsResponse all;
-    if (grpc::Status s = stub.ListViews(Context(o).get(), {}, &all); !s.ok()) return Fail(s, o.addr);
+    if (grpc::Status s = stub.ListViews(Context(o).get(), {}, &all); !s.ok()) return Fail(s, o.connection);
     views.assign(all.views().begin(), all.views().end());
   } else {
     v1::DescribeViewRequest req;
     req.set_view(o.view);
     views.emplace_back();
     if (grpc::Status s = stub.DescribeView(Context(o).get(), req, &views.back()); !s.ok()) {
-      return Fail(s, o.addr);
+      return Fail(s, o.connection);
     }
   }
   for (const v1::ViewDescription& view : views) {
@@ -344,11 +347,11 @@ int RunAdvise(v1::ViewService::Stub& stub, const Options& o) {
     req.set_view(view.name());
     req.set_limit(o.limit == 0 ? 10 : o.limit);
     v1::HotKeysResponse hot;
-    if (grpc::Status s = stub.GetHotKeys(Context(o).get(), req, &hot); !s.ok()) return Fail(s, o.addr);
+    if (grpc::Status s = stub.GetHotKeys(Context(o).get(), req, &hot); !s.ok()) return Fail(s, o.connection);
     HotKeysSpan span = HotKeysSpan::kRecent;
     if (hot.keys().empty()) {  // nothing written lately: what the whole run says
       req.set_whole_run(true);
-      if (grpc::Status s = stub.GetHotKeys(Context(o).get(), req, &hot); !s.ok()) return Fail(s, o.addr);
+      if (grpc::Status s = stub.GetHotKeys(Context(o).get(), req, &hot); !s.ok()) return Fail(s, o.connection);
       span = HotKeysSpan::kWholeRun;
     }
     std::cout << AdviseView(view, hot, o.advise, span);
@@ -393,7 +396,7 @@ int RunAggregate(v1::ViewService::Stub& stub, const Options& o) {
     *req.mutable_group() = Typed(*o.group, o.group_type);
     if (!SetConsistency(o, req.mutable_consistency())) return 2;
     v1::AggregateGroup resp;
-    if (grpc::Status s = stub.GetAggregate(Context(o).get(), req, &resp); !s.ok()) return Fail(s, o.addr);
+    if (grpc::Status s = stub.GetAggregate(Context(o).get(), req, &resp); !s.ok()) return Fail(s, o.connection);
     std::cout << GroupJson(resp, o.ddb_json) << "\n";
     PrintPosition(o, resp.applied());
     return 0;
@@ -408,7 +411,7 @@ int RunAggregate(v1::ViewService::Stub& stub, const Options& o) {
   req.set_page_token(token);
   for (;;) {
     v1::ListAggregatesResponse resp;
-    if (grpc::Status s = stub.ListAggregates(Context(o).get(), req, &resp); !s.ok()) return Fail(s, o.addr);
+    if (grpc::Status s = stub.ListAggregates(Context(o).get(), req, &resp); !s.ok()) return Fail(s, o.connection);
     for (const v1::AggregateGroup& g : resp.groups()) std::cout << GroupJson(g, o.ddb_json) << "\n";
     if (resp.next_page_token().empty() || !o.all_pages) PrintPosition(o, resp.applied());
     if (resp.next_page_token().empty()) return 0;
@@ -429,7 +432,7 @@ int RunWatch(v1::ViewService::Stub& stub, const Options& o) {
     v1::ViewDescription desc;
     v1::DescribeViewRequest dreq;
     dreq.set_view(o.view);
-    if (grpc::Status s = stub.DescribeView(Context(o).get(), dreq, &desc); !s.ok()) return Fail(s, o.addr);
+    if (grpc::Status s = stub.DescribeView(Context(o).get(), dreq, &desc); !s.ok()) return Fail(s, o.connection);
     *req.mutable_partition_key() = Typed(*o.watch_key, desc.partition_key().type());
   }
   if (o.watch_from) {
@@ -472,7 +475,7 @@ int RunWatch(v1::ViewService::Stub& stub, const Options& o) {
     std::cout << std::endl;
   }
   grpc::Status s = reader->Finish();
-  return s.ok() ? 0 : Fail(s, o.addr);
+  return s.ok() ? 0 : Fail(s, o.connection);
 }
 
 }  // namespace
@@ -480,12 +483,25 @@ int RunWatch(v1::ViewService::Stub& stub, const Options& o) {
 
 int main(int argc, char** argv) {
   using namespace cdcview;
+  // The CLI prints every failed call's status with a hint; gRPC's own log lines (a failed
+  // handshake, each retry) would repeat it. GRPC_VERBOSITY set by the user still wins.
+  setenv("GRPC_VERBOSITY", "NONE", /*overwrite=*/0);
   Options o;
   CLI::App cli{"cdcview: query the views of a running cdcviewd"};
   cli.require_subcommand(1);
   // Subcommands inherit this: --addr and --ddb-json may also follow the subcommand.
   cli.fallthrough();
-  cli.add_option("--addr", o.addr, "cdcviewd gRPC address host:port")->capture_default_str();
+  cli.add_option("--addr", o.connection.addr, "cdcviewd gRPC address host:port")->capture_default_str();
+  cli.add_option("--tls-ca", o.connection.tls_ca,
+                 "connect with TLS, verifying the server with this CA certificate (PEM)");
+  cli.add_option("--cert", o.connection.cert,
+                 "client certificate (PEM) for servers that require one (mTLS); needs --key");
+  cli.add_option("--key", o.connection.key, "the client certificate's private key (PEM)");
+  cli.add_option("--token-file", o.connection.token_file,
+                 "send the bearer token in this file (\"authorization: Bearer <token>\") on "
+                 "every call; needs TLS");
+  cli.add_option("--server-name", o.connection.server_name,
+                 "the name to expect in the server's certificate (default: --addr's host)");
   cli.add_flag("--ddb-json", o.ddb_json, "print DynamoDB JSON ({\"S\": ...}) instead of plain JSON");
   CLI::Option* timeout = cli.add_option("--timeout", o.timeout_seconds,
                                         "seconds each call may take (a --min-position wait "
@@ -577,7 +593,17 @@ int main(int argc, char** argv) {
     return 2;
   }
   o.timeout_given = timeout->count() > 0;
-  auto channel = grpc::CreateChannel(o.addr, grpc::InsecureChannelCredentials());
+  absl::StatusOr<ConnectionSecrets> secrets = LoadConnectionSecrets(o.connection);
+  if (!secrets.ok()) {
+    std::cerr << "cdcview: " << secrets.status().message();
+    // After `get` and `watch`, --key is the item's key: the client's key goes before them.
+    if (!o.connection.cert.empty() && o.connection.key.empty() && (get->parsed() || watch->parsed())) {
+      std::cerr << "; give it before the subcommand (after it, --key is the item's key)";
+    }
+    std::cerr << "\n";
+    return 2;
+  }
+  auto channel = OpenChannel(o.connection, *secrets);
   if (backup->parsed()) {
     auto admin = v1::AdminService::NewStub(channel);
     return RunBackup(*admin, o);

@@ -1,7 +1,6 @@
 #include "daemon/metrics/metrics.h"
 
 #include <prometheus/counter.h>
-#include <prometheus/exposer.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
@@ -11,6 +10,10 @@
 #include <exception>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/metrics/metrics_http_server.h"
+#include "daemon/security/auth_probe.h"
+#include "daemon/security/tls_context.h"
+#include "daemon/security/token_store.h"
 
 namespace cdcview {
 
@@ -19,21 +22,44 @@ using prometheus::BuildGauge;
 using prometheus::BuildHistogram;
 using prometheus::Histogram;
 
-absl::StatusOr<std::unique_ptr<MetricsRegistry>> MetricsRegistry::Start(const std::string& listen) {
+std::unique_ptr<MetricsRegistry> MetricsRegistry::Create() {
   std::unique_ptr<MetricsRegistry> m(new MetricsRegistry());
   m->registry_ = std::make_shared<prometheus::Registry>();
-  if (!listen.empty()) {
-    try {
-      m->exposer_ = std::make_unique<prometheus::Exposer>(listen, 2);
-    } catch (const std::exception& e) {
-      return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", listen, ": ", e.what(),
-                                                 "; set server.metrics to a free host:port"));
-    }
-    m->exposer_->RegisterCollectable(m->registry_);
-    std::vector<int> ports = m->exposer_->GetListeningPorts();
-    m->port_ = ports.empty() ? 0 : ports.front();
-  }
   return m;
+}
+
+absl::StatusOr<std::unique_ptr<MetricsRegistry>> MetricsRegistry::Start(const std::string& listen) {
+  std::unique_ptr<MetricsRegistry> m = Create();
+  if (absl::Status s = m->Serve(listen, ServerConfig{}, nullptr); !s.ok()) return s;
+  return m;
+}
+
+absl::Status MetricsRegistry::Serve(const std::string& listen, const ServerConfig& server,
+                                    std::shared_ptr<security::TokenStore> tokens) {
+  if (listen.empty()) return absl::OkStatus();
+  MetricsHttpServer::Options options;
+  options.listen = listen;
+  if (!server.tls_cert_file.empty() && server.tls_metrics) {
+    // No ALPN: civetweb speaks HTTP/1.1, and a scraper offering h2 falls back to it.
+    security::TlsServerContext::Options tls_options;
+    tls_options.port = "metrics";
+    auto tls = security::TlsServerContext::Create(server, std::move(tls_options), *registry_);
+    if (!tls.ok()) {
+      return absl::Status(tls.status().code(),
+                          absl::StrCat("/metrics over TLS: ", tls.status().message()));
+    }
+    options.tls = std::move(*tls);
+  }
+  if (tokens != nullptr) {
+    refusals_ = std::make_unique<security::AuthProbe>(*registry_, "metrics");
+    options.tokens = std::move(tokens);
+    options.refusals = refusals_.get();
+  }
+  auto http = MetricsHttpServer::Start(std::move(options), [this] { return Render(); });
+  if (!http.ok()) return http.status();
+  http_ = std::move(*http);
+  port_ = http_->port();
+  return absl::OkStatus();
 }
 
 MetricsRegistry::~MetricsRegistry() = default;

@@ -19,7 +19,6 @@
 
 namespace prometheus {
 class Registry;
-class Exposer;
 class Counter;
 class Gauge;
 class Histogram;
@@ -28,14 +27,29 @@ class Family;
 }  // namespace prometheus
 
 namespace cdcview {
+namespace security {
+class AuthProbe;
+class TokenStore;
+}  // namespace security
+class MetricsHttpServer;
 
-// Owns the registry and, when an address is configured, the HTTP exposer serving /metrics.
+// Owns the registry and, once served, the HTTP endpoint serving /metrics (MetricsHttpServer).
 class MetricsRegistry {
  public:
-  // `listen` is host:port ("127.0.0.1:0" picks a free port) or "" for no HTTP endpoint.
-  // UNAVAILABLE naming the address when it cannot listen.
+  // The registry without an endpoint (Serve adds one).
+  static std::unique_ptr<MetricsRegistry> Create();
+  // Create and Serve(listen) in plaintext without tokens. `listen` is host:port
+  // ("127.0.0.1:0" picks a free port) or "" for no HTTP endpoint.
   static absl::StatusOr<std::unique_ptr<MetricsRegistry>> Start(const std::string& listen);
   ~MetricsRegistry();
+
+  // Serves /metrics on `listen` ("" for none): over TLS with server.tls_cert_file,
+  // tls_key_file and tls_client_ca_file (reloaded when they change) when tls_cert_file is set
+  // and server.tls_metrics; with `tokens`, only to a bearer token with metrics: true (see
+  // MetricsHttpServer). UNAVAILABLE naming the address when it cannot listen; TlsServerContext's
+  // errors for unusable certificate files. Call once.
+  absl::Status Serve(const std::string& listen, const ServerConfig& server,
+                     std::shared_ptr<security::TokenStore> tokens);
 
   int port() const { return port_; }  // 0 without an endpoint
   prometheus::Registry& registry() { return *registry_; }
@@ -45,7 +59,8 @@ class MetricsRegistry {
  private:
   MetricsRegistry() = default;
   std::shared_ptr<prometheus::Registry> registry_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<security::AuthProbe> refusals_;  // with tokens
+  std::unique_ptr<MetricsHttpServer> http_;  // last: stopped before what its handler uses
   int port_ = 0;
 };
 

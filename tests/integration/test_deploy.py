@@ -369,7 +369,10 @@ def quantile(q, buckets):
 
 
 class Prometheus:
-    def __init__(self, workdir, scrape_port):
+    """Debian's prometheus scraping 127.0.0.1:<scrape_port> as job "cdcview" every second;
+    `scrape` adds to that scrape config (scheme, tls_config, authorization)."""
+
+    def __init__(self, workdir, scrape_port, **scrape):
         self.dir = workdir
         self.port = free_port()
         config = workdir / "prometheus.yml"
@@ -377,7 +380,8 @@ class Prometheus:
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
             "rule_files": [ALERTS],
             "scrape_configs": [{"job_name": "cdcview", "scrape_interval": "1s",
-                                "static_configs": [{"targets": [f"127.0.0.1:{scrape_port}"]}]}],
+                                "static_configs": [{"targets": [f"127.0.0.1:{scrape_port}"]}],
+                                **scrape}],
         }))
         self.log_path = workdir / "prometheus.log"
         with open(self.log_path, "wb") as log:
