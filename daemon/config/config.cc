@@ -324,7 +324,8 @@ absl::StatusOr<Fields> Loader::ReadFields(const YAML::Node& node, std::string pa
   }
   Fields fields{node, std::move(path), {}};
   for (auto it = node.begin(); it != node.end(); ++it) {
-    const YAML::Node& key = it->first;
+    // A copy: `it->first` belongs to a proxy that dies at the end of this statement.
+    const YAML::Node key = it->first;
     if (!key.IsScalar()) {
       return Error(key, fields.path,
                    Cat("expected field names to be plain strings, got ", Describe(key)));
