@@ -263,8 +263,9 @@ TEST(LongKeyFormatTest, StoredKeyIsThePrefixAndTheHashAndTheValueKeepsTheRest) {
   ASSERT_TRUE(entry.ok());
   EXPECT_EQ(entry->key, key);
   EXPECT_EQ(entry->value, "value");
-  std::string_view value;
-  EXPECT_TRUE(LongEntryValue(key, LongStoredValue(key, "value"), &value));
+  std::string_view value;  // points into `stored_value`
+  const std::string stored_value = LongStoredValue(key, "value");
+  EXPECT_TRUE(LongEntryValue(key, stored_value, &value));
   EXPECT_EQ(value, "value");
   // Another key under the same stored key (a hash collision) is not this key's entry.
   EXPECT_FALSE(LongEntryValue(key, LongStoredValue(key + "!", "value"), &value));
