@@ -79,7 +79,6 @@ class Released {
 using Plain = void (*)(absl::Mutex*);
 using Try = bool (*)(absl::Mutex*);
 using When = void (*)(absl::Mutex*, const absl::Condition&);
-using WhenTimeout = bool (*)(absl::Mutex*, const absl::Condition&, absl::Duration);
 using WhenDeadline = bool (*)(absl::Mutex*, const absl::Condition&, absl::Time);
 
 void Lock(absl::Mutex* mu, unsigned mode, Plain real) {
@@ -118,6 +117,9 @@ auto LockWhen(absl::Mutex* mu, unsigned mode, Fn real, const Args&... args) {
 }  // namespace
 
 namespace absl {
+
+// Not here: the *WithTimeout variants. Debian's abseil implements each as a call of its
+// *WithDeadline twin through the dynamic linker, which lands in the definitions below.
 
 Mutex::~Mutex() {
   static const auto real = Resolve<Plain>("5MutexD2Ev");
@@ -158,16 +160,6 @@ void Mutex::ReaderLockWhen(const Condition& cond) {
   static const auto real = Resolve<When>("5Mutex14ReaderLockWhenERKNS0_9ConditionE");
   ::LockWhen(this, __tsan_mutex_read_lock, real, cond);
 }
-bool Mutex::LockWhenWithTimeout(const Condition& cond, Duration timeout) {
-  static const auto real =
-      Resolve<WhenTimeout>("5Mutex19LockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE");
-  return ::LockWhen(this, 0, real, cond, timeout);
-}
-bool Mutex::ReaderLockWhenWithTimeout(const Condition& cond, Duration timeout) {
-  static const auto real =
-      Resolve<WhenTimeout>("5Mutex25ReaderLockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE");
-  return ::LockWhen(this, __tsan_mutex_read_lock, real, cond, timeout);
-}
 bool Mutex::LockWhenWithDeadline(const Condition& cond, Time deadline) {
   static const auto real =
       Resolve<WhenDeadline>("5Mutex20LockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE");
@@ -184,12 +176,6 @@ void Mutex::Await(const Condition& cond) {
   Released released(this);
   real(this, cond);
 }
-bool Mutex::AwaitWithTimeout(const Condition& cond, Duration timeout) {
-  static const auto real =
-      Resolve<WhenTimeout>("5Mutex16AwaitWithTimeoutERKNS0_9ConditionENS0_8DurationE");
-  Released released(this);
-  return real(this, cond, timeout);
-}
 bool Mutex::AwaitWithDeadline(const Condition& cond, Time deadline) {
   static const auto real =
       Resolve<WhenDeadline>("5Mutex17AwaitWithDeadlineERKNS0_9ConditionENS0_4TimeE");
@@ -201,12 +187,6 @@ void CondVar::Wait(Mutex* mu) {
   static const auto real = Resolve<void (*)(CondVar*, Mutex*)>("7CondVar4WaitEPNS0_5MutexE");
   Released released(mu);
   real(this, mu);
-}
-bool CondVar::WaitWithTimeout(Mutex* mu, Duration timeout) {
-  static const auto real = Resolve<bool (*)(CondVar*, Mutex*, Duration)>(
-      "7CondVar15WaitWithTimeoutEPNS0_5MutexENS0_8DurationE");
-  Released released(mu);
-  return real(this, mu, timeout);
 }
 bool CondVar::WaitWithDeadline(Mutex* mu, Time deadline) {
   static const auto real = Resolve<bool (*)(CondVar*, Mutex*, Time)>(
