@@ -8,7 +8,8 @@
 // points is defined again in the executable, which the dynamic linker prefers over the library
 // (also for calls from libgrpc and from libabsl itself); each calls the library's definition
 // (found with dlsym(RTLD_NEXT)) between the __tsan_mutex_* annotations that abseil itself emits
-// when it is compiled with TSan. The executables export these definitions (-rdynamic).
+// when it is compiled with TSan. The executables export these definitions
+// (and only these: see CMakeLists.txt).
 //
 // Thread-safety: the functions are called concurrently, like the ones they stand in for; each
 // resolves its target once (a function-local static).
