@@ -12,6 +12,8 @@ pkgs=(
   libcurl4-openssl-dev libssl-dev libgoogle-perftools-dev libnghttp2-dev
   python3 python3-venv python3-pip prometheus
   clang-14                     # scripts/thread-safety.sh: checks the lock annotations
+  libclang-rt-14-dev           # scripts/sanitize.sh: clang's ASan, UBSan and TSan runtimes
+  libfuzzer-14-dev             # scripts/fuzz.sh: libFuzzer for clang-14
   default-jdk-headless maven   # scripts/kafka.sh: a real Kafka broker for the Kafka tests
 )
 missing=()

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# The second command of the README: installs what is needed, builds, checks the lock annotations
-# with clang (scripts/thread-safety.sh), and runs every test: GoogleTest units through ctest,
-# then the integration tests (real cdcviewd processes, real gRPC clients, the real CLI) through
-# pytest. Extra arguments go to pytest (e.g. -k sample).
+# The second command of the README: installs what is needed, builds, and runs every test:
+# GoogleTest units through ctest; the same units under ASan + UBSan with the lock annotations
+# proved by clang (scripts/sanitize.sh asan); every fuzz target for 60 s (scripts/fuzz.sh); the
+# concurrency tests under TSan (scripts/sanitize.sh tsan); then the integration tests (real
+# cdcviewd processes, real gRPC clients, the real CLI, real Kafka brokers, moto, Prometheus)
+# through pytest. Extra arguments go to pytest (e.g. -k sample).
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$here"
 "$here/scripts/install-deps.sh"
 "$here/scripts/build.sh"
-echo "[test] lock annotations (clang -Wthread-safety, scripts/thread-safety.sh)"
-"$here/scripts/thread-safety.sh"
 build="${CDCVIEW_BUILD_DIR:-$here/build}"
 export CDCVIEW_BUILD_DIR="$build"
 
@@ -21,6 +21,19 @@ ctest --test-dir "$build" --output-on-failure -j "$(nproc)" --timeout 300 -E '^K
 echo "[test] Kafka mock-cluster unit tests (ctest, serial)"
 ctest --test-dir "$build" --output-on-failure -j 1 --timeout 300 -R '^KafkaSourceTest\.' \
   --repeat until-pass:2
+
+echo "[test] unit tests under ASan + UBSan, lock annotations checked (scripts/sanitize.sh asan)"
+"$here/scripts/sanitize.sh" asan
+echo "[test] fuzz targets, 60 s each on their corpora (scripts/fuzz.sh)"
+"$here/scripts/fuzz.sh" all 60
+echo "[test] concurrency tests under TSan (scripts/sanitize.sh tsan)"
+"$here/scripts/sanitize.sh" tsan
+
+# The brokers the integration tests start: Kafka 4.1 for the sources, and 3.9 for SASL/SCRAM over
+# TLS, which Debian's librdkafka 2.0 cannot do with Kafka 4 (tests/integration/test_kafka_security.py).
+echo "[test] Kafka broker jars (scripts/kafka.sh fetch; downloaded once into .cache/kafka)"
+"$here/scripts/kafka.sh" fetch
+KAFKA_VERSION=3.9.1 "$here/scripts/kafka.sh" fetch
 
 echo "[test] integration tests (pytest)"
 "$here/.venv/bin/python" -m pytest "$here/tests/integration" -p no:cacheprovider -q "$@"

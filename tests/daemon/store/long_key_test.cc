@@ -259,12 +259,13 @@ TEST(LongKeyFormatTest, StoredKeyIsThePrefixAndTheHashAndTheValueKeepsTheRest) {
   ASSERT_EQ(stored.size(), 511u);
   EXPECT_EQ(stored.substr(0, kLongKeyPrefixBytes), key.substr(0, kLongKeyPrefixBytes));
   EXPECT_NE(stored, LongStoredKey(key + "!"));
-  auto entry = DecodeLongEntry(stored, LongStoredValue(key, "value"));
+  const std::string stored_value = LongStoredValue(key, "value");  // the entries point into it
+  auto entry = DecodeLongEntry(stored, stored_value);
   ASSERT_TRUE(entry.ok());
   EXPECT_EQ(entry->key, key);
   EXPECT_EQ(entry->value, "value");
   std::string_view value;
-  EXPECT_TRUE(LongEntryValue(key, LongStoredValue(key, "value"), &value));
+  EXPECT_TRUE(LongEntryValue(key, stored_value, &value));
   EXPECT_EQ(value, "value");
   // Another key under the same stored key (a hash collision) is not this key's entry.
   EXPECT_FALSE(LongEntryValue(key, LongStoredValue(key + "!", "value"), &value));

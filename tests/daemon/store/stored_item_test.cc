@@ -34,7 +34,8 @@ TEST(StoredItemTest, RoundTrips) {
 
   // A sequence number longer than 127 bytes takes a two-byte varint.
   const std::string long_seq(200, '7');
-  item = DecodeStoredItem(EncodeStoredItem(false, long_seq, "i"));
+  const std::string long_item = EncodeStoredItem(false, long_seq, "i");  // the item points into it
+  item = DecodeStoredItem(long_item);
   ASSERT_TRUE(item.ok()) << item.status();
   EXPECT_EQ(item->sequence_number, long_seq);
   EXPECT_EQ(item->image, "i");
@@ -52,14 +53,16 @@ TEST(StoredItemTest, ATombstoneCarriesItsTimeAndOneWithoutDecodesAsUntimed) {
   EXPECT_EQ(DecodeStoredItem(EncodeTombstone("", 0))->removed_ms, 0);
 
   // What a cdcviewd without tombstone times wrote: the flag and the sequence number only.
-  item = DecodeStoredItem(std::string("\x01\x03" "200", 5));
+  const std::string untimed("\x01\x03" "200", 5);  // the item points into it
+  item = DecodeStoredItem(untimed);
   ASSERT_TRUE(item.ok()) << item.status();
   EXPECT_TRUE(item->tombstone);
   EXPECT_EQ(item->sequence_number, "200");
   EXPECT_EQ(item->removed_ms, StoredItem::kNoTime);
 
   // A live item has no time, whatever its image's length.
-  item = DecodeStoredItem(EncodeStoredItem(false, "1", "12345678"));
+  const std::string live_item = EncodeStoredItem(false, "1", "12345678");
+  item = DecodeStoredItem(live_item);
   ASSERT_TRUE(item.ok()) << item.status();
   EXPECT_EQ(item->removed_ms, StoredItem::kNoTime);
   EXPECT_EQ(item->image, "12345678");
