@@ -55,6 +55,8 @@ class ConnectionRelay {
   // Closes every relayed connection and stops the thread. Idempotent.
   void Stop();
   uint64_t relayed() const { return relayed_.load(); }  // connections open now
+  // Times the relay thread woke from epoll_wait: tests check that an idle relay sleeps.
+  uint64_t wakeups() const { return wakeups_.load(std::memory_order_relaxed); }
 
  private:
   struct Pair;
@@ -70,7 +72,7 @@ class ConnectionRelay {
     bool eof[2] = {false, false};  // end of stream read from side i
     bool shut[2] = {false, false}; // shutdown(SHUT_WR) done on side i
     uint32_t events[2] = {0, 0};   // epoll interest registered for side i
-    bool unwatched = false;        // gRPC's side taken out of the epoll set
+    bool unwatched = false;        // gRPC's side out of the epoll set (finished or hung up)
     bool dead = false;
   };
 
@@ -83,6 +85,8 @@ class ConnectionRelay {
   bool Forward(Pair& pair, int from);
   bool Flush(Pair& pair, int from);
   void UpdateInterest(Pair& pair);
+  // Takes gRPC's side out of the epoll set (once).
+  void Unwatch(Pair& pair);
   void Close(Pair* pair);
 
   const std::string target_;
@@ -92,6 +96,7 @@ class ConnectionRelay {
   std::thread thread_;
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> relayed_{0};
+  std::atomic<uint64_t> wakeups_{0};
   absl::Mutex mu_;
   std::map<Pair*, std::unique_ptr<Pair>> pairs_ ABSL_GUARDED_BY(mu_);
   std::vector<char> scratch_;  // relay thread only

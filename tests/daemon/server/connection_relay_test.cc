@@ -144,6 +144,39 @@ TEST_F(ConnectionRelayTest, TheTargetClosingEndsAnIdleClient) {
   close(client);
 }
 
+TEST_F(ConnectionRelayTest, ATargetClosingWhileTheClientDoesNotReadLeavesTheRelayAsleep) {
+  int client, backend;
+  Connect(&client, &backend);
+  // The target sends until every buffer on the way is full (the client reads nothing), so the
+  // relay holds bytes for the client and has stopped reading the target; then it closes.
+  fcntl(backend, F_SETFL, O_NONBLOCK);
+  std::string sent;
+  const std::string chunk(4096, 'x');
+  for (size_t i = 0;; ++i) {
+    std::string piece = chunk;
+    piece[0] = static_cast<char>('a' + i % 26);
+    const ssize_t n = write(backend, piece.data(), piece.size());
+    if (n > 0) {
+      sent.append(piece, 0, n);
+      continue;
+    }
+    ASSERT_EQ(errno, EAGAIN) << std::strerror(errno);
+    pollfd p{backend, POLLOUT, 0};
+    if (poll(&p, 1, 1000) == 0) break;  // the relay took nothing more for 1 s
+  }
+  ASSERT_GT(sent.size(), ConnectionRelay::kMaxPendingBytes);
+  close(backend);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the hang-up is seen
+  const uint64_t before = relay_->wakeups();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  // Asleep: a relay woken by the hang-up on every wait counts many thousands here.
+  EXPECT_LE(relay_->wakeups() - before, 2u);
+  EXPECT_EQ(closed_.load(), 0u);  // the client has not had everything yet
+  EXPECT_TRUE(ReadAll(client) == sent);  // all of it, then end of stream
+  EXPECT_TRUE(WaitClosed(1));
+  close(client);
+}
+
 TEST_F(ConnectionRelayTest, AClientResetEndsThePair) {
   int client, backend;
   Connect(&client, &backend);
