@@ -62,20 +62,39 @@ int ConnectionRelay::Add(int client_fd) {
   Pair* pair = owned.get();
   pair->fd[0] = client_fd;
   pair->fd[1] = backend;
-  {
-    absl::MutexLock lock(&mu_);
-    pairs_.emplace(pair, std::move(owned));
-  }
-  relayed_.fetch_add(1);
   for (int side = 0; side < 2; ++side) {
     pair->end[side] = End{pair, side};
     pair->events[side] = EPOLLIN;
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.ptr = &pair->end[side];
-    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, pair->fd[side], &ev);
   }
+  {
+    // The relay thread puts the pair in the epoll set (Watch): once one of its descriptors is
+    // there, the thread may pump it, so only that thread may touch it from then on.
+    absl::MutexLock lock(&mu_);
+    pairs_.emplace(pair, std::move(owned));
+    arrived_.push_back(pair);
+  }
+  relayed_.fetch_add(1);
+  uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = write(wake_fd_, &one, sizeof one);
   return 0;
+}
+
+void ConnectionRelay::Watch() {
+  uint64_t count;
+  [[maybe_unused]] ssize_t n = read(wake_fd_, &count, sizeof count);
+  std::vector<Pair*> arrived;
+  {
+    absl::MutexLock lock(&mu_);
+    arrived.swap(arrived_);
+  }
+  for (Pair* pair : arrived) {
+    for (int side = 0; side < 2; ++side) {
+      epoll_event ev{};
+      ev.events = pair->events[side];
+      ev.data.ptr = &pair->end[side];
+      epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, pair->fd[side], &ev);
+    }
+  }
 }
 
 void ConnectionRelay::Stop() {
@@ -89,6 +108,7 @@ void ConnectionRelay::Stop() {
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [pair, owned] : pairs_) left.push_back(pair);
+    arrived_.clear();
   }
   for (Pair* pair : left) Close(pair);
 }
@@ -107,7 +127,10 @@ void ConnectionRelay::Main() {
     }
     for (int i = 0; i < ready; ++i) {
       const auto* end = static_cast<const End*>(events[i].data.ptr);
-      if (end == nullptr) continue;  // Stop's wake
+      if (end == nullptr) {  // Add's or Stop's wake
+        Watch();
+        continue;
+      }
       Pair& pair = *end->pair;
       if (pair.dead) continue;
       const bool hung_up = (events[i].events & (EPOLLERR | EPOLLHUP)) != 0;

@@ -18,7 +18,8 @@
 // pair once the bytes before it reached the client. An error on either side closes both.
 //
 // Thread-safety: Add from any thread (the accept thread); Stop once, from the owner. `on_closed`
-// runs on the relay thread. Owns the sockets it was given and the thread.
+// runs on the relay thread. A pair's state is the relay thread's alone: Add hands a new pair
+// over through the wake eventfd, and the relay thread puts it in the epoll set. Owns the sockets it was given and the thread.
 #pragma once
 
 #include <atomic>
@@ -79,6 +80,8 @@ class ConnectionRelay {
   ConnectionRelay(std::string target, std::function<void(uint64_t)> on_closed)
       : target_(std::move(target)), on_closed_(std::move(on_closed)) {}
   void Main();
+  // Puts the pairs Add made since the last call in the epoll set (relay thread).
+  void Watch();
   // Moves what can move for `pair` after an event on it; false when the pair is finished.
   bool Pump(Pair& pair);
   // Reads side `from` once and writes to the other; false on an error.
@@ -99,6 +102,8 @@ class ConnectionRelay {
   std::atomic<uint64_t> wakeups_{0};
   absl::Mutex mu_;
   std::map<Pair*, std::unique_ptr<Pair>> pairs_ ABSL_GUARDED_BY(mu_);
+  // Made by Add, not yet in the epoll set: Add fills a pair, the relay thread watches it.
+  std::vector<Pair*> arrived_ ABSL_GUARDED_BY(mu_);
   std::vector<char> scratch_;  // relay thread only
 };
 

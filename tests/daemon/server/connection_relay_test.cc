@@ -177,6 +177,30 @@ TEST_F(ConnectionRelayTest, ATargetClosingWhileTheClientDoesNotReadLeavesTheRela
   close(client);
 }
 
+// Each client has sent its request before Add, so the relay pumps the pair as soon as it is
+// watched, while Add may still be running on this thread (a race TSan reports if Add touches
+// the pair after it is in the epoll set).
+TEST_F(ConnectionRelayTest, RelaysClientsThatSentBeforeTheyWereAdded) {
+  constexpr int kClients = 50;
+  for (int i = 0; i < kClients; ++i) {
+    int pair[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair), 0);
+    fcntl(pair[1], F_SETFL, O_NONBLOCK);
+    const std::string request = "request " + std::to_string(i);
+    WriteAll(pair[0], request);
+    ASSERT_EQ(relay_->Add(pair[1]), 0);
+    const int backend = target_.Accept();
+    ASSERT_GE(backend, 0);
+    EXPECT_EQ(ReadAll(backend, request.size()), request);
+    WriteAll(backend, "answer " + std::to_string(i));
+    close(backend);
+    EXPECT_EQ(ReadAll(pair[0]), "answer " + std::to_string(i));
+    close(pair[0]);
+  }
+  EXPECT_TRUE(WaitClosed(kClients));
+  EXPECT_EQ(relay_->relayed(), 0u);
+}
+
 TEST_F(ConnectionRelayTest, AClientResetEndsThePair) {
   int client, backend;
   Connect(&client, &backend);
