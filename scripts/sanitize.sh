@@ -8,7 +8,8 @@
 #   scripts/sanitize.sh tsan   TSan (CDCVIEW_SANITIZE=thread) into build-tsan: only the tests that
 #                              run threads against each other (TSAN_TESTS below).
 # The build directory is ${CDCVIEW_SANITIZE_BUILD_DIR:-build-asan|build-tsan}; configured once,
-# then incremental (ccache also makes a fresh directory cheap after the first run). Only the
+# then incremental (ccache also makes a fresh directory cheap after the first run); one configured
+# for the other mode is refused. Only the
 # targets the stage runs are built: no benchmarks, no cdcviewd.
 # Any sanitizer report fails its test: the runtimes abort on the first finding.
 set -euo pipefail
@@ -27,12 +28,14 @@ main() {
   case "$mode" in
     asan)
       build="${CDCVIEW_SANITIZE_BUILD_DIR:-$here/build-asan}"
-      configure=(-DCDCVIEW_SANITIZE=address,undefined -DCDCVIEW_FUZZ=ON
+      sanitize=address,undefined
+      configure=(-DCDCVIEW_SANITIZE=$sanitize -DCDCVIEW_FUZZ=ON
                  "-DCMAKE_CXX_FLAGS=-Wthread-safety -Werror=thread-safety")
       ;;
     tsan)
       build="${CDCVIEW_SANITIZE_BUILD_DIR:-$here/build-tsan}"
-      configure=(-DCDCVIEW_SANITIZE=thread)
+      sanitize=thread
+      configure=(-DCDCVIEW_SANITIZE=$sanitize)
       ;;
     *)
       echo "usage: scripts/sanitize.sh asan|tsan" >&2
@@ -44,14 +47,16 @@ main() {
   # thread, the change log's waiters, write-back and the store's growth beside readers, the record
   # queue, the file source's follow thread, the Kafka source's consumer thread, the AWS HTTP client
   # against a local server, both servers (gRPC view service, fast read port) with watch and the
-  # read-consistency waits, hot keys and the published state. TSAN_TARGETS are their binaries,
-  # the only targets the tsan stage builds.
-  TSAN_TARGETS=(apply_test store_test sources_test server_test state_test aws_test)
+  # read-consistency waits, the TLS relay's thread beside the accepting one, hot keys, the
+  # published state, and the token store's and TLS context's reloads beside their readers.
+  # TSAN_TARGETS are their binaries, the only targets the tsan stage builds.
+  TSAN_TARGETS=(apply_test store_test sources_test server_test state_test aws_test security_test)
   suites=(ApplierTest CommitsDirectlyTest TombstoneTest WriterLingerTest ChangeLogTest
           StoreTest WriteBackTest RecordQueueTest FileSourceTest FollowTest KafkaSourceTest
           HttpClientTest AggregateReaderTest GetStatusTest ReadConsistencyTest
           WaitDeadlineTest WatchHubTest WatchPositionTest ReadinessTest HotKeyTrackerTest
-          PublishedStateTest SourceStateTest)
+          PublishedStateTest SourceStateTest ConnectionRelayTest TokenStoreTest
+          TlsServerContextTest)
   TSAN_TESTS="^($(IFS='|'; echo "${suites[*]}"))\\."
   # Both servers' tests drive them with gRPC's own client in the same process. Debian's gRPC is
   # not built with TSan, and some of its internal hand-offs still reach TSan as reports now and
@@ -65,6 +70,16 @@ main() {
   if ! command -v "$clang" >/dev/null 2>&1; then
     echo "[sanitize] $clang not found: run scripts/install-deps.sh (it installs clang-14)" >&2
     exit 1
+  fi
+  # Both modes honour CDCVIEW_SANITIZE_BUILD_DIR: a directory configured for the other sanitizer
+  # would otherwise be built and run as this one without a word.
+  if [ -f "$build/CMakeCache.txt" ]; then
+    configured="$(sed -n 's/^CDCVIEW_SANITIZE:[A-Z]*=//p' "$build/CMakeCache.txt")"
+    if [ "$configured" != "$sanitize" ]; then
+      echo "[sanitize] $build is configured with CDCVIEW_SANITIZE=${configured:-(none)}, not" \
+           "$sanitize for $mode: remove that directory, or unset CDCVIEW_SANITIZE_BUILD_DIR" >&2
+      exit 1
+    fi
   fi
   if [ ! -f "$build/build.ninja" ]; then
     echo "[sanitize] configuring $build with $clang ($mode)"

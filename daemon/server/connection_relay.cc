@@ -62,20 +62,39 @@ int ConnectionRelay::Add(int client_fd) {
   Pair* pair = owned.get();
   pair->fd[0] = client_fd;
   pair->fd[1] = backend;
-  {
-    absl::MutexLock lock(&mu_);
-    pairs_.emplace(pair, std::move(owned));
-  }
-  relayed_.fetch_add(1);
   for (int side = 0; side < 2; ++side) {
     pair->end[side] = End{pair, side};
     pair->events[side] = EPOLLIN;
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.ptr = &pair->end[side];
-    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, pair->fd[side], &ev);
   }
+  {
+    // The relay thread puts the pair in the epoll set (Watch): once one of its descriptors is
+    // there, the thread may pump it, so only that thread may touch it from then on.
+    absl::MutexLock lock(&mu_);
+    pairs_.emplace(pair, std::move(owned));
+    arrived_.push_back(pair);
+  }
+  relayed_.fetch_add(1);
+  uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = write(wake_fd_, &one, sizeof one);
   return 0;
+}
+
+void ConnectionRelay::Watch() {
+  uint64_t count;
+  [[maybe_unused]] ssize_t n = read(wake_fd_, &count, sizeof count);
+  std::vector<Pair*> arrived;
+  {
+    absl::MutexLock lock(&mu_);
+    arrived.swap(arrived_);
+  }
+  for (Pair* pair : arrived) {
+    for (int side = 0; side < 2; ++side) {
+      epoll_event ev{};
+      ev.events = pair->events[side];
+      ev.data.ptr = &pair->end[side];
+      epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, pair->fd[side], &ev);
+    }
+  }
 }
 
 void ConnectionRelay::Stop() {
@@ -89,6 +108,7 @@ void ConnectionRelay::Stop() {
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [pair, owned] : pairs_) left.push_back(pair);
+    arrived_.clear();
   }
   for (Pair* pair : left) Close(pair);
 }
@@ -99,6 +119,7 @@ void ConnectionRelay::Main() {
   std::vector<Pair*> finished;
   while (!stopping_.load()) {
     const int ready = epoll_wait(epoll_fd_, events, kMaxEvents, -1);
+    wakeups_.fetch_add(1, std::memory_order_relaxed);
     if (ready < 0) {
       if (errno == EINTR) continue;
       LogError(absl::StrCat("gRPC port: the TLS relay's epoll_wait failed: ", std::strerror(errno)));
@@ -106,11 +127,22 @@ void ConnectionRelay::Main() {
     }
     for (int i = 0; i < ready; ++i) {
       const auto* end = static_cast<const End*>(events[i].data.ptr);
-      if (end == nullptr) continue;  // Stop's wake
+      if (end == nullptr) {  // Add's or Stop's wake
+        Watch();
+        continue;
+      }
       Pair& pair = *end->pair;
       if (pair.dead) continue;
-      // A reset or error on the client ends the pair; on gRPC's side, reading shows it.
-      const bool client_failed = end->side == 0 && (events[i].events & (EPOLLERR | EPOLLHUP)) != 0;
+      const bool hung_up = (events[i].events & (EPOLLERR | EPOLLHUP)) != 0;
+      // A reset or error on the client ends the pair.
+      const bool client_failed = end->side == 0 && hung_up;
+      if (end->side == 1 && hung_up) {
+        // epoll reports a hang-up whatever the interest, so while the client has not taken what
+        // gRPC sent before it (pending[1]), this would wake every wait. Out of the set: what is
+        // left in the socket is read as the client takes pending[1] (Pump), and reading shows
+        // an error.
+        Unwatch(pair);
+      }
       if (client_failed || !Pump(pair)) {
         pair.dead = true;
         finished.push_back(&pair);
@@ -125,6 +157,11 @@ bool ConnectionRelay::Pump(Pair& pair) {
   for (int from = 0; from < 2; ++from) {
     if (!Flush(pair, from)) return false;
     if (pair.pending[from].empty() && !pair.eof[from] && !Forward(pair, from)) return false;
+  }
+  // gRPC's side hung up and is out of the set: no event says it has more, so read on while the
+  // client takes it all (a hung-up socket never blocks a read).
+  while (pair.unwatched && pair.pending[1].empty() && !pair.eof[1]) {
+    if (!Forward(pair, 1)) return false;
   }
   // The client's end of stream: half-close toward gRPC once what came before it is written.
   if (pair.eof[0] && pair.pending[0].empty() && !pair.shut[1]) {
@@ -143,7 +180,12 @@ bool ConnectionRelay::Forward(Pair& pair, int from) {
     pair.eof[from] = true;
     return true;
   }
-  if (n < 0) return WouldBlock(errno);
+  if (n < 0) {
+    if (!WouldBlock(errno)) return false;
+    // Nothing left on a side that hung up, and no event would say there is more.
+    if (from == 1 && pair.unwatched) pair.eof[1] = true;
+    return true;
+  }
   const int to = 1 - from;
   ssize_t sent = send(pair.fd[to], scratch_.data(), n, MSG_NOSIGNAL | MSG_DONTWAIT);
   if (sent < 0) {
@@ -166,10 +208,9 @@ bool ConnectionRelay::Flush(Pair& pair, int from) {
 void ConnectionRelay::UpdateInterest(Pair& pair) {
   for (int side = 0; side < 2; ++side) {
     if (pair.fd[side] < 0) continue;
-    if (side == 1 && pair.eof[1]) {
+    if (side == 1 && (pair.eof[1] || pair.unwatched)) {
       // gRPC's side is finished: out of the set, or its hang-up would be reported on every wait.
-      if (!pair.unwatched) epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, pair.fd[1], nullptr);
-      pair.unwatched = true;
+      Unwatch(pair);
       continue;
     }
     uint32_t want = 0;
@@ -182,6 +223,11 @@ void ConnectionRelay::UpdateInterest(Pair& pair) {
     epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, pair.fd[side], &ev);
     pair.events[side] = want;
   }
+}
+
+void ConnectionRelay::Unwatch(Pair& pair) {
+  if (!pair.unwatched) epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, pair.fd[1], nullptr);
+  pair.unwatched = true;
 }
 
 void ConnectionRelay::Close(Pair* pair) {

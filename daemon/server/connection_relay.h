@@ -18,7 +18,8 @@
 // pair once the bytes before it reached the client. An error on either side closes both.
 //
 // Thread-safety: Add from any thread (the accept thread); Stop once, from the owner. `on_closed`
-// runs on the relay thread. Owns the sockets it was given and the thread.
+// runs on the relay thread. A pair's state is the relay thread's alone: Add hands a new pair
+// over through the wake eventfd, and the relay thread puts it in the epoll set. Owns the sockets it was given and the thread.
 #pragma once
 
 #include <atomic>
@@ -55,6 +56,8 @@ class ConnectionRelay {
   // Closes every relayed connection and stops the thread. Idempotent.
   void Stop();
   uint64_t relayed() const { return relayed_.load(); }  // connections open now
+  // Times the relay thread woke from epoll_wait: tests check that an idle relay sleeps.
+  uint64_t wakeups() const { return wakeups_.load(std::memory_order_relaxed); }
 
  private:
   struct Pair;
@@ -70,19 +73,23 @@ class ConnectionRelay {
     bool eof[2] = {false, false};  // end of stream read from side i
     bool shut[2] = {false, false}; // shutdown(SHUT_WR) done on side i
     uint32_t events[2] = {0, 0};   // epoll interest registered for side i
-    bool unwatched = false;        // gRPC's side taken out of the epoll set
+    bool unwatched = false;        // gRPC's side out of the epoll set (finished or hung up)
     bool dead = false;
   };
 
   ConnectionRelay(std::string target, std::function<void(uint64_t)> on_closed)
       : target_(std::move(target)), on_closed_(std::move(on_closed)) {}
   void Main();
+  // Puts the pairs Add made since the last call in the epoll set (relay thread).
+  void Watch();
   // Moves what can move for `pair` after an event on it; false when the pair is finished.
   bool Pump(Pair& pair);
   // Reads side `from` once and writes to the other; false on an error.
   bool Forward(Pair& pair, int from);
   bool Flush(Pair& pair, int from);
   void UpdateInterest(Pair& pair);
+  // Takes gRPC's side out of the epoll set (once).
+  void Unwatch(Pair& pair);
   void Close(Pair* pair);
 
   const std::string target_;
@@ -92,8 +99,11 @@ class ConnectionRelay {
   std::thread thread_;
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> relayed_{0};
+  std::atomic<uint64_t> wakeups_{0};
   absl::Mutex mu_;
   std::map<Pair*, std::unique_ptr<Pair>> pairs_ ABSL_GUARDED_BY(mu_);
+  // Made by Add, not yet in the epoll set: Add fills a pair, the relay thread watches it.
+  std::vector<Pair*> arrived_ ABSL_GUARDED_BY(mu_);
   std::vector<char> scratch_;  // relay thread only
 };
 

@@ -46,6 +46,34 @@ int MillisOrNever(uint32_t seconds) {
   return seconds == 0 ? INT_MAX : static_cast<int>(seconds) * 1000;
 }
 
+// On a connection gRPC accepts itself (the main port with TLS, from the relay), the TLS
+// handshake and then the HTTP/2 preface must arrive within this, or gRPC closes it. gRPC's
+// default is 120 s, during which a client that stops mid-handshake holds one of
+// server.grpc_max_connections; a real client on a slow network finishes well within this.
+// Connections handed to gRPC as descriptors (plaintext) have no handshake: the idle time
+// bounds those.
+constexpr int kHandshakeTimeoutMs = 10 * 1000;
+
+// The limits on each connection of a port whose connections come from a GrpcListener (which
+// caps their number). gRPC ends a connection with no call for the idle time, and any
+// connection at its age (jittered by gRPC, then the grace period for its calls, then closed):
+// a client that sends half a request and stops, or never sends the HTTP/2 preface, holds a
+// connection only that long. A client pinging more often than the minimum interval with no
+// call is sent GOAWAY after the strikes.
+void AddConnectionLimits(grpc::ServerBuilder& builder, const ServerConfig& limits) {
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, kHandshakeTimeoutMs);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                             MillisOrNever(limits.grpc_max_connection_idle_seconds));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS,
+                             MillisOrNever(limits.grpc_max_connection_age_seconds));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
+                             static_cast<int>(limits.grpc_max_connection_age_grace_seconds) * 1000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             static_cast<int>(limits.grpc_min_ping_interval_seconds) * 1000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES,
+                             static_cast<int>(limits.grpc_max_ping_strikes));
+}
+
 // The call's deadline on the steady clock (gRPC gives it on the system clock); max() if none.
 ViewQueries::Deadline DeadlineOf(const grpc::ServerContext* context) {
   const auto deadline = context->deadline();
@@ -241,21 +269,7 @@ absl::StatusOr<std::unique_ptr<ViewServer>> ViewServer::Start(
     builder.AddListeningPort(absl::StrCat("unix:", *socket),
                              MainPortCredentials(limits, security.tokens, server->auth_probe_.get()));
   }
-  // Connections come from the listener, which caps them. gRPC ends a connection with no call
-  // for the idle time, and any connection at its age (jittered by gRPC, then the grace period
-  // for its calls, then closed): a client that sends half a request and stops, or never sends
-  // the HTTP/2 preface, holds a connection only that long. A client pinging more often than
-  // the minimum interval with no call is sent GOAWAY after the strikes.
-  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
-                             MillisOrNever(limits.grpc_max_connection_idle_seconds));
-  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS,
-                             MillisOrNever(limits.grpc_max_connection_age_seconds));
-  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
-                             static_cast<int>(limits.grpc_max_connection_age_grace_seconds) * 1000);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
-                             static_cast<int>(limits.grpc_min_ping_interval_seconds) * 1000);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES,
-                             static_cast<int>(limits.grpc_max_ping_strikes));
+  AddConnectionLimits(builder, limits);
   if (admin != nullptr) builder.RegisterService(admin);
   // gRPC's sync server keeps between MIN_POLLERS (1) and MAX_POLLERS (2) idle handler threads by
   // default: when the last idle one takes a call it starts a new thread, and a thread that
@@ -332,7 +346,11 @@ absl::Status ViewServer::StartHealthPort(const ServerConfig& limits, MetricsRegi
   // The default health service is a callback service; a sync server must have a sync service
   // to start. ViewService's base class answers every method UNIMPLEMENTED.
   health_placeholder_ = std::make_unique<v1::ViewService::Service>();
-  builder.RegisterService(health_placeholder_.get());  health_server_ = builder.BuildAndStart();
+  builder.RegisterService(health_placeholder_.get());
+  // The same limits as the main port: the health port has only kHealthMaxConnections, and a
+  // client holding them idle would fail the kubelet's probes.
+  AddConnectionLimits(builder, limits);
+  health_server_ = builder.BuildAndStart();
   if (health_server_ == nullptr) {
     return absl::UnavailableError(absl::StrCat("cannot serve gRPC health on ", limits.health));
   }

@@ -9,6 +9,7 @@ import shutil
 import socket
 import ssl
 import subprocess
+import time
 import urllib.request
 
 import grpc
@@ -352,3 +353,34 @@ def test_bad_tls_files_stop_the_start_naming_them(daemon_factory, pki, tmp_path)
     assert code == 1
     assert (f"cdcviewd: starting the gRPC server: server.tls_client_ca_file {pki.server_key}: "
             "not a PEM certificate (") in log
+
+
+def closed_within(sock, seconds):
+    """True if the server closes `sock` (end of stream or reset) within `seconds`; what it sends
+    before (gRPC's HTTP/2 SETTINGS) is skipped."""
+    deadline = time.monotonic() + seconds
+    try:
+        while True:
+            sock.settimeout(max(deadline - time.monotonic(), 0.001))
+            if not sock.recv(65536):
+                return True
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+
+
+def test_silent_connections_are_closed_on_both_ports(daemon_factory, pki, tmp_path):
+    config = config_for(pki, tmp_path)
+    config["server"]["grpc_max_connection_idle_seconds"] = 1
+    d = start(daemon_factory, config)
+    health_port_number = int(d.health_addr.rsplit(":", 1)[1])
+    # Neither sends a byte: no HTTP/2 preface on the health port, no ClientHello on the TLS port.
+    with socket.create_connection(("127.0.0.1", health_port_number), timeout=5) as health_sock, \
+            socket.create_connection(("127.0.0.1", d.grpc_port), timeout=5) as tls_sock:
+        # The health port has the main port's idle time (1 s here), not gRPC's default of never.
+        assert closed_within(health_sock, 8)
+        # The TLS port: the handshake timeout (10 s), not gRPC's default of 120 s.
+        assert closed_within(tls_sock, 20)
+    with grpc.insecure_channel(d.health_addr) as channel:
+        assert health(channel, "") == 1

@@ -144,6 +144,63 @@ TEST_F(ConnectionRelayTest, TheTargetClosingEndsAnIdleClient) {
   close(client);
 }
 
+TEST_F(ConnectionRelayTest, ATargetClosingWhileTheClientDoesNotReadLeavesTheRelayAsleep) {
+  int client, backend;
+  Connect(&client, &backend);
+  // The target sends until every buffer on the way is full (the client reads nothing), so the
+  // relay holds bytes for the client and has stopped reading the target; then it closes.
+  fcntl(backend, F_SETFL, O_NONBLOCK);
+  std::string sent;
+  const std::string chunk(4096, 'x');
+  for (size_t i = 0;; ++i) {
+    std::string piece = chunk;
+    piece[0] = static_cast<char>('a' + i % 26);
+    const ssize_t n = write(backend, piece.data(), piece.size());
+    if (n > 0) {
+      sent.append(piece, 0, n);
+      continue;
+    }
+    ASSERT_EQ(errno, EAGAIN) << std::strerror(errno);
+    pollfd p{backend, POLLOUT, 0};
+    if (poll(&p, 1, 1000) == 0) break;  // the relay took nothing more for 1 s
+  }
+  ASSERT_GT(sent.size(), ConnectionRelay::kMaxPendingBytes);
+  close(backend);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the hang-up is seen
+  const uint64_t before = relay_->wakeups();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  // Asleep: a relay woken by the hang-up on every wait counts many thousands here.
+  EXPECT_LE(relay_->wakeups() - before, 2u);
+  EXPECT_EQ(closed_.load(), 0u);  // the client has not had everything yet
+  EXPECT_TRUE(ReadAll(client) == sent);  // all of it, then end of stream
+  EXPECT_TRUE(WaitClosed(1));
+  close(client);
+}
+
+// Each client has sent its request before Add, so the relay pumps the pair as soon as it is
+// watched, while Add may still be running on this thread (a race TSan reports if Add touches
+// the pair after it is in the epoll set).
+TEST_F(ConnectionRelayTest, RelaysClientsThatSentBeforeTheyWereAdded) {
+  constexpr int kClients = 50;
+  for (int i = 0; i < kClients; ++i) {
+    int pair[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair), 0);
+    fcntl(pair[1], F_SETFL, O_NONBLOCK);
+    const std::string request = "request " + std::to_string(i);
+    WriteAll(pair[0], request);
+    ASSERT_EQ(relay_->Add(pair[1]), 0);
+    const int backend = target_.Accept();
+    ASSERT_GE(backend, 0);
+    EXPECT_EQ(ReadAll(backend, request.size()), request);
+    WriteAll(backend, "answer " + std::to_string(i));
+    close(backend);
+    EXPECT_EQ(ReadAll(pair[0]), "answer " + std::to_string(i));
+    close(pair[0]);
+  }
+  EXPECT_TRUE(WaitClosed(kClients));
+  EXPECT_EQ(relay_->relayed(), 0u);
+}
+
 TEST_F(ConnectionRelayTest, AClientResetEndsThePair) {
   int client, backend;
   Connect(&client, &backend);
