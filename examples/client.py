@@ -16,7 +16,7 @@ In code, that is grpc.ssl_channel_credentials for TLS, grpc.access_token_call_cr
 the token, joined by grpc.composite_channel_credentials (see channel() below).
 
 Needs grpcio and grpcio-tools: the stubs are generated from proto/ into a temporary directory
-at start. One JSON object per line on stdout; errors on stderr, exit status 1 (2 for flags).
+at start, removed at exit. One JSON object per line on stdout; errors on stderr, exit status 1 (2 for flags).
 """
 
 import argparse
@@ -100,7 +100,7 @@ def channel(args, ca, cert, key, token):
 
 def hint(code, message, args):
     """The flag that likely fixes a failed call (as the cdcview CLI says it), or ""."""
-    text = message.lower()
+    text = (message or "").lower()
     tls = bool(args.tls_ca or args.cert)
     if code == grpc.StatusCode.UNAUTHENTICATED:
         if not args.token_file:
@@ -113,6 +113,12 @@ def hint(code, message, args):
         return ""
     closed = any(s in text for s in ("socket closed", "connection reset", "end of tcp stream",
                                      "endpoint read failed"))
+    if tls and any(s in text for s in ("peer name", "hostname mismatch",
+                                       "hostname verification", "not in peer certificate")):
+        return (" (the server's certificate does not hold the name in --server-name)"
+                if args.server_name else
+                " (the server's certificate does not name the host in --addr: pass "
+                "--server-name with a name it holds)")
     if tls and ("certificate verify failed" in text or "certificate_verify_failed" in text):
         return (" (TLS handshake failed: pass --tls-ca with the CA that signed the server's "
                 "certificate)")
@@ -130,10 +136,10 @@ def hint(code, message, args):
     return f" (is cdcviewd running on {args.addr}?)"
 
 
-def stubs():
-    """The generated cdcview.v1 modules (view_service_pb2, view_service_pb2_grpc)."""
+def stubs(out):
+    """The generated cdcview.v1 modules (view_service_pb2, view_service_pb2_grpc), generated
+    into the directory `out`."""
     from grpc_tools import protoc
-    out = tempfile.mkdtemp(prefix="cdcview-stubs-")
     v1 = os.path.join(PROTO_ROOT, "cdcview", "v1")
     files = sorted(os.path.join("cdcview", "v1", f) for f in os.listdir(v1) if f.endswith(".proto"))
     include = os.path.join(os.path.dirname(protoc.__file__), "_proto")
@@ -165,8 +171,13 @@ def main(argv=None):
     except FlagError as e:
         print(f"{PROG}: {e}", file=sys.stderr)
         return 2
+    with tempfile.TemporaryDirectory(prefix="cdcview-stubs-") as out:
+        return run(args, secrets, *stubs(out))
+
+
+def run(args, secrets, vs, vs_grpc):
+    """The command, with the stubs `vs` and `vs_grpc`; the exit status."""
     from google.protobuf import json_format
-    vs, vs_grpc = stubs()
     with channel(args, *secrets) as ch:
         stub = vs_grpc.ViewServiceStub(ch)
         try:
@@ -179,7 +190,8 @@ def main(argv=None):
                 for entry in page.entries:
                     print(json.dumps(json_format.MessageToDict(entry.item)))
         except grpc.RpcError as e:
-            print(f"{PROG}: {e.code().name}: {e.details()}{hint(e.code(), e.details(), args)}",
+            details = e.details() or ""
+            print(f"{PROG}: {e.code().name}: {details}{hint(e.code(), details, args)}",
                   file=sys.stderr)
             return 1
     return 0

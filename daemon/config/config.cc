@@ -594,7 +594,7 @@ absl::Status Loader::CheckBlock(const Fields& fields, StorageConfig* storage) co
 }
 
 // TLS needs both halves of the server's key pair; a client CA or bearer tokens need TLS under
-// them (a token sent in clear text is a token given to anyone on the path).
+// them (a token sent in clear text is a token given to anyone on the path), /metrics included.
 absl::Status Loader::CheckBlock(const Fields& fields, ServerConfig* server) const {
   if (server->tls_cert_file.empty() != server->tls_key_file.empty()) {
     const bool has_cert = !server->tls_cert_file.empty();
@@ -615,6 +615,11 @@ absl::Status Loader::CheckBlock(const Fields& fields, ServerConfig* server) cons
                        "tokens_file needs TLS, or a bearer token would cross the network in clear "
                        "text: set tls_cert_file and tls_key_file too");
     }
+  } else if (!server->tls_metrics && !server->tokens_file.empty()) {
+    return PairError(fields, "tls_metrics", "tokens_file",
+                     "tls_metrics: false with tokens_file would send the scrape's bearer token in "
+                     "clear text: keep tls_metrics true, or leave tokens_file unset for a "
+                     "plaintext /metrics without tokens");
   }
   return absl::OkStatus();
 }

@@ -6,9 +6,9 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <exception>
@@ -71,9 +71,15 @@ MetricsHttpServer::~MetricsHttpServer() {
   stopping_ = true;
   if (acceptor_.joinable()) acceptor_.join();
   close(listen_fd_);
-  absl::MutexLock lock(&mu_);
-  for (int fd : open_fds_) shutdown(fd, SHUT_RDWR);  // wakes their threads' reads
-  mu_.Await(absl::Condition(+[](std::set<int>* fds) { return fds->empty(); }, &open_fds_));
+  std::vector<std::thread> threads;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, connection] : connections_) {
+      if (connection.fd >= 0) shutdown(connection.fd, SHUT_RDWR);  // wakes its thread's poll
+      threads.push_back(std::move(connection.thread));
+    }
+  }
+  for (std::thread& thread : threads) thread.join();
 }
 
 MetricsHttpServer::Reply MetricsHttpServer::Scrape(const char* authorization) const {
@@ -174,41 +180,99 @@ void MetricsHttpServer::AcceptLoop() {
   sigaddset(&pipe, SIGPIPE);
   pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
   while (!stopping_) {
+    ReapFinished();
     pollfd p{listen_fd_, POLLIN, 0};
     if (poll(&p, 1, 100) <= 0) continue;
-    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    // Non-blocking: every wait of a connection is a poll with a deadline.
+    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) continue;  // EMFILE and friends: the next poll tries again
     absl::MutexLock lock(&mu_);
-    if (static_cast<int>(open_fds_.size()) >= kMaxConnections) {
+    if (open_connections_ >= kMaxConnections) {
       close(fd);
       continue;
     }
-    open_fds_.insert(fd);
-    std::thread([this, fd] { Serve(fd); }).detach();
+    const uint64_t id = next_id_++;
+    ++open_connections_;
+    // Its thread ends by taking mu_, so it finds its entry in place.
+    Connection& connection = connections_[id];
+    connection.fd = fd;
+    connection.thread = std::thread([this, id, fd] { Serve(id, fd); });
   }
 }
 
-void MetricsHttpServer::Serve(int fd) {
-  timeval timeout{static_cast<time_t>(kIdleTimeout.count()), 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
+void MetricsHttpServer::ReapFinished() {
+  std::vector<std::thread> finished;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = connections_.begin(); it != connections_.end();) {
+      if (it->second.fd >= 0) {
+        ++it;
+        continue;
+      }
+      finished.push_back(std::move(it->second.thread));
+      it = connections_.erase(it);
+    }
+  }
+  for (std::thread& thread : finished) thread.join();
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// After an SSL call on a non-blocking socket returned `result`: waits until the socket is ready
+// for what the call wants, or until `deadline`. False when the call failed for good or the
+// deadline passed (the connection is to be closed).
+bool AwaitSocket(SSL* ssl, int fd, int result, Clock::time_point deadline) {
+  short events = 0;
+  switch (SSL_get_error(ssl, result)) {
+    case SSL_ERROR_WANT_READ: events = POLLIN; break;
+    case SSL_ERROR_WANT_WRITE: events = POLLOUT; break;
+    default: return false;
+  }
+  for (;;) {
+    const int64_t left =
+        std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) return false;
+    pollfd p{fd, events, 0};
+    int ready = poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 60'000)));
+    if (ready > 0) return true;  // readable, writable, or hung up: the next call tells
+    if (ready < 0 && errno != EINTR) return false;
+  }
+}
+
+}  // namespace
+
+void MetricsHttpServer::Serve(uint64_t id, int fd) {
   std::shared_ptr<SSL_CTX> ctx = options_.tls->Current();
   SSL* ssl = SSL_new(ctx.get());
-  if (ssl != nullptr && SSL_set_fd(ssl, fd) == 1 && SSL_accept(ssl) == 1) {
+  bool open = ssl != nullptr && SSL_set_fd(ssl, fd) == 1;
+  const Clock::time_point handshake_deadline = Clock::now() + kHandshakeTimeout;
+  for (int result; open && (result = SSL_accept(ssl)) != 1;) {
+    open = AwaitSocket(ssl, fd, result, handshake_deadline);
+  }
+  if (open) {
     std::string buffer;
-    bool open = true;
     while (open) {
-      // One request head (a scrape has no body).
+      // One request head (a scrape has no body): its first byte within kIdleTimeout (bytes
+      // already read count as arrived now), all of it within kRequestHeadTimeout of the first.
+      bool started = !buffer.empty();
+      Clock::time_point deadline = Clock::now() + (started ? kRequestHeadTimeout : kIdleTimeout);
       size_t end;
       while ((end = buffer.find("\r\n\r\n")) == std::string::npos &&
              buffer.size() <= kMaxRequestHeadBytes) {
         char chunk[4096];
         int got = SSL_read(ssl, chunk, sizeof chunk);
-        if (got <= 0) {
+        if (got > 0) {
+          if (!started) {
+            started = true;
+            deadline = Clock::now() + kRequestHeadTimeout;
+          }
+          buffer.append(chunk, static_cast<size_t>(got));
+        } else if (stopping_ || !AwaitSocket(ssl, fd, got, deadline)) {
           open = false;
           break;
         }
-        buffer.append(chunk, static_cast<size_t>(got));
       }
       if (!open) break;
       Reply reply;
@@ -258,24 +322,33 @@ void MetricsHttpServer::Serve(int fd) {
           }
         }
       }
+      // With tokens, only a scrape that passed them keeps the connection.
+      if (options_.tokens != nullptr && reply.status != 200) open = false;
       std::string out = absl::StrCat("HTTP/1.1 ", reply.status, " ", StatusText(reply.status),
                                      "\r\n", reply.headers, "Content-Length: ", reply.body.size(),
                                      "\r\n", open ? "" : "Connection: close\r\n", "\r\n");
       if (!head) out += reply.body;
       // TlsServerContext's contexts allow partial writes: write until all is out.
-      for (size_t sent = 0, written = 0; sent < out.size(); sent += written) {
-        if (SSL_write_ex(ssl, out.data() + sent, out.size() - sent, &written) != 1) {
+      const Clock::time_point write_deadline = Clock::now() + kIdleTimeout;
+      for (size_t sent = 0; sent < out.size();) {
+        size_t written = 0;
+        int result = SSL_write_ex(ssl, out.data() + sent, out.size() - sent, &written);
+        if (result == 1) {
+          sent += written;
+        } else if (!AwaitSocket(ssl, fd, result, write_deadline)) {
           open = false;
           break;
         }
       }
     }
-    SSL_shutdown(ssl);
+    SSL_shutdown(ssl);  // one try at close_notify; the socket is non-blocking
   }
   SSL_free(ssl);
-  close(fd);
   absl::MutexLock lock(&mu_);
-  open_fds_.erase(fd);
+  // Closed under mu_: until the entry is marked, no other connection can get this number.
+  close(fd);
+  connections_.at(id).fd = -1;
+  --open_connections_;
 }
 
 }  // namespace cdcview

@@ -15,6 +15,12 @@
 // sends nothing for kIdleTimeout, and serves at most kMaxConnections at once (more are closed
 // at accept). One thread accepts; each connection has a thread of its own.
 //
+// Deadlines are absolute, so a client that trickles bytes cannot hold one of the
+// kMaxConnections slots: the handshake must finish within kHandshakeTimeout of accept, a
+// request head within kRequestHeadTimeout of its first byte, a reply be written within
+// kIdleTimeout; the connection is closed when one passes. With tokens, any answer but 200
+// closes the connection, so that requests without a token (a 404 needs none) cannot keep it.
+//
 // Tokens: with a TokenStore every request for /metrics must carry "authorization: Bearer
 // <token>" of an entry with metrics: true. No header or an unknown token: 401 with
 // `WWW-Authenticate: Bearer realm="cdcview"` (plus error="invalid_token" for an unknown token,
@@ -28,9 +34,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
-#include <set>
+#include <map>
 #include <string>
 #include <thread>
 
@@ -72,6 +79,8 @@ class MetricsHttpServer {
   static constexpr size_t kMaxRequestHeadBytes = 16 * 1024;
   static constexpr int kMaxConnections = 16;
   static constexpr std::chrono::seconds kIdleTimeout{30};
+  static constexpr std::chrono::seconds kHandshakeTimeout{10};
+  static constexpr std::chrono::seconds kRequestHeadTimeout{10};
 
  private:
   class Handler;
@@ -86,7 +95,10 @@ class MetricsHttpServer {
   Reply Scrape(const char* authorization) const;
   absl::Status ListenTls();
   void AcceptLoop();
-  void Serve(int fd);
+  // Joins the threads of the connections that have ended.
+  void ReapFinished();
+  // Serves connection `id` on `fd`, then closes `fd` and marks the connection ended.
+  void Serve(uint64_t id, int fd);
 
   const Options options_;
   const std::function<std::string()> render_;
@@ -97,8 +109,16 @@ class MetricsHttpServer {
   int listen_fd_ = -1;
   std::atomic<bool> stopping_{false};
   std::thread acceptor_;
+  struct Connection {
+    int fd = -1;  // -1 once the connection's thread has closed it
+    std::thread thread;
+  };
   absl::Mutex mu_;
-  std::set<int> open_fds_ ABSL_GUARDED_BY(mu_);  // one per connection thread (detached)
+  // Every connection whose thread is not yet joined, by an id that is never reused (a
+  // descriptor number is, as soon as it is closed).
+  std::map<uint64_t, Connection> connections_ ABSL_GUARDED_BY(mu_);
+  int open_connections_ ABSL_GUARDED_BY(mu_) = 0;  // those with fd >= 0
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
   int port_ = 0;
 };
 

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/log/log.h"
+#include "daemon/security/tls_context.h"
 
 namespace cdcview::security {
 namespace {
@@ -66,10 +67,10 @@ absl::StatusOr<int64_t> CertificateWatch::LoadPair(const std::string& cert_file,
   std::unique_ptr<FILE, FileCloser> key_in(fopen(key_file.c_str(), "r"));
   if (key_in == nullptr) return fail("server.tls_key_file", key_file, "cannot read it");
   std::unique_ptr<EVP_PKEY, decltype(&EVP_PKEY_free)> key(
-      PEM_read_PrivateKey(key_in.get(), nullptr, nullptr, nullptr), &EVP_PKEY_free);
+      PEM_read_PrivateKey(key_in.get(), nullptr, &RefusePassphrase, nullptr), &EVP_PKEY_free);
   if (key == nullptr) {
     return fail("server.tls_key_file", key_file,
-                absl::StrCat("not a PEM private key (", OpenSslError(), ")"));
+                absl::StrCat("not an unencrypted PEM private key (", OpenSslError(), ")"));
   }
   if (X509_check_private_key(cert.get(), key.get()) != 1) {
     ERR_clear_error();

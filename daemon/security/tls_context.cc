@@ -71,9 +71,6 @@ int SelectAlpn(SSL*, const unsigned char** out, unsigned char* out_length,
   return SSL_TLSEXT_ERR_OK;
 }
 
-// A key file with a passphrase must fail to load, not prompt on the terminal.
-int NoPassphrase(char*, int, int, void*) { return 0; }
-
 std::string SerialHex(X509* cert) {
   BIGNUM* serial = ASN1_INTEGER_to_BN(X509_get0_serialNumber(cert), nullptr);
   if (serial == nullptr) return "?";
@@ -164,7 +161,7 @@ absl::StatusOr<std::shared_ptr<SSL_CTX>> TlsServerContext::Build() const {
   SSL_CTX_set_min_proto_version(raw, TLS1_2_VERSION);
   SSL_CTX_set_options(raw, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION |
                                SSL_OP_CIPHER_SERVER_PREFERENCE);
-  SSL_CTX_set_default_passwd_cb(raw, &NoPassphrase);
+  SSL_CTX_set_default_passwd_cb(raw, &RefusePassphrase);
   SSL_CTX_set_session_id_context(raw, kSessionIdContext, sizeof(kSessionIdContext) - 1);
   if (SSL_CTX_set_cipher_list(raw, kTls12Ciphers) != 1) {
     return absl::InternalError(absl::StrCat("TLS 1.2 cipher list: ", OpenSslErrors()));
@@ -180,7 +177,7 @@ absl::StatusOr<std::shared_ptr<SSL_CTX>> TlsServerContext::Build() const {
   std::unique_ptr<EVP_PKEY, decltype(&EVP_PKEY_free)> key(
       key_bio == nullptr
           ? nullptr
-          : PEM_read_bio_PrivateKey(key_bio.get(), nullptr, &NoPassphrase, nullptr),
+          : PEM_read_bio_PrivateKey(key_bio.get(), nullptr, &RefusePassphrase, nullptr),
       EVP_PKEY_free);
   if (key == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -279,5 +276,7 @@ int TlsServerContext::CertificateCallback(SSL* ssl, void* arg) {
   }
   return 1;
 }
+
+int RefusePassphrase(char*, int, int, void*) { return 0; }
 
 }  // namespace cdcview::security

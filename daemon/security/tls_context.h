@@ -49,6 +49,10 @@ class Gauge;
 
 namespace cdcview::security {
 
+// An OpenSSL pem_password_cb that supplies no passphrase: an encrypted key file fails to load
+// instead of OpenSSL's default callback prompting on the terminal.
+int RefusePassphrase(char* buffer, int size, int rwflag, void* user);
+
 class TlsServerContext {
  public:
   struct Options {

@@ -127,21 +127,21 @@ absl::StatusOr<TokenStore::Table> TokenStore::Load(const std::string& path) {
       const YAML::Node entry = tokens[i];
       std::string where = absl::StrCat("tokens[", i, "]");
       if (!entry.IsMap()) return invalid(absl::StrCat(where, ": expected a map {name, token, views}"));
-      if (entry["name"] && entry["name"].IsScalar()) {
-        absl::StrAppend(&where, " (\"", entry["name"].Scalar(), "\")");
-      }
+      // The entry is named in messages only once its name is valid: a file with name and token
+      // swapped must not log the token.
       const auto bad = [&](std::string_view what) { return invalid(absl::StrCat(where, ": ", Av(what))); };
-      for (const auto& kv : entry) {
-        const std::string key = kv.first.Scalar();
-        if (key != "name" && key != "token" && key != "views" && key != "metrics") {
-          return bad(absl::StrCat("unknown key \"", key, "\" (name, token, views, metrics)"));
-        }
-      }
       Entry out;
       if (!entry["name"] || !entry["name"].IsScalar()) return bad("missing \"name\"");
       out.principal.name = entry["name"].Scalar();
       if (!ValidName(out.principal.name)) {
         return bad("the name must be letters, digits, '_', '.' or '-'");
+      }
+      absl::StrAppend(&where, " (\"", out.principal.name, "\")");
+      for (const auto& kv : entry) {
+        const std::string key = kv.first.Scalar();
+        if (key != "name" && key != "token" && key != "views" && key != "metrics") {
+          return bad(absl::StrCat("unknown key \"", key, "\" (name, token, views, metrics)"));
+        }
       }
       if (!names.insert(out.principal.name).second) return bad("the name appears twice");
       if (!entry["token"] || !entry["token"].IsScalar()) return bad("missing \"token\"");

@@ -2,6 +2,7 @@
 (--tls-ca, --cert/--key, --token-file) and the same errors, against a daemon serving TLS and
 tokens (on its fast read port, ViewService's unary reads)."""
 
+import os
 import subprocess
 import sys
 
@@ -15,9 +16,9 @@ import reference as ref
 EXAMPLE = f"{REPO}/examples/client.py"
 
 
-def client(*args):
+def client(*args, env=None):
     p = subprocess.run([sys.executable, EXAMPLE, *args], capture_output=True, text=True,
-                       timeout=60)
+                       timeout=60, env=env)
     return p.returncode, p.stdout, p.stderr
 
 
@@ -67,3 +68,15 @@ def test_reads_over_tls_with_a_token_and_names_the_missing_flag(daemon_factory, 
     assert code == 1 and err.endswith(
         f"(the server closed the connection: if cdcviewd on {d.fast_addr} uses TLS, pass "
         "--tls-ca with the CA that signed its certificate)\n"), err
+    # A certificate that does not hold the name asked for.
+    code, out, err = client("--addr", d.fast_addr, "--tls-ca", pki.ca_cert, "--server-name",
+                            "other.example", "--token-file", str(token_file), *scan)
+    assert code == 1 and err.endswith(
+        "(the server's certificate does not hold the name in --server-name)\n"), err
+    # The generated stubs' directory is removed at exit.
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    code, out, _ = client(*flags, "--token-file", str(token_file), *scan,
+                          env={**os.environ, "TMPDIR": str(tmp)})
+    assert code == 0 and out.count("\n") == 2
+    assert list(tmp.iterdir()) == []

@@ -5,12 +5,10 @@ call without a token is UNAUTHENTICATED and one for a view its token may not rea
 PERMISSION_DENIED, with the exact messages and counters; a rotated certificate serves new
 connections while open ones keep working.
 
-Everything here talks to the fast read port only (and to /metrics in plaintext,
-tls_metrics: false): the main port's TLS and tokens are tested elsewhere.
+Everything here talks to the fast read port only (and to /metrics: in plaintext, tls_metrics:
+false, without tokens; over TLS with them): the main port's TLS and tokens are tested elsewhere.
 """
 
-import os
-import shutil
 import socket
 import ssl
 import subprocess
@@ -21,6 +19,7 @@ import grpc
 
 from conftest import parse_metrics, wait_for
 from test_consistency import record
+from test_tls import mount_secret
 from tls_certs import SERVER2_SERIAL, SERVER_SERIAL
 
 ORDERS_TOKEN = "orders-api-token-0123456789"
@@ -117,10 +116,15 @@ def refusal(call):
 
 
 def metrics(d, token=None):
-    request = urllib.request.Request(f"http://127.0.0.1:{d.metrics_port}/metrics")
+    """The daemon's metrics: over TLS verified with d.metrics_ca when set (a daemon with tokens),
+    in plaintext otherwise."""
+    ca = getattr(d, "metrics_ca", None)
+    request = urllib.request.Request(f"{'https' if ca else 'http'}://127.0.0.1:{d.metrics_port}"
+                                     "/metrics")
     if token:
         request.add_header("Authorization", f"Bearer {token}")
-    with urllib.request.urlopen(request, timeout=10) as r:
+    context = ssl.create_default_context(cafile=ca) if ca else None
+    with urllib.request.urlopen(request, timeout=10, context=context) as r:
         return parse_metrics(r.read().decode())
 
 
@@ -189,7 +193,10 @@ def start_with_tokens(daemon_factory, pb, pki, tmp_path):
     tokens = tmp_path / "tokens.yaml"
     tokens.write_text(TOKENS_YAML)
     stream = write_stream(tmp_path)
-    d = start(daemon_factory, daemon_config(stream, tls_server(pki, tokens_file=str(tokens))))
+    # With tokens /metrics is TLS too (a token is never sent in clear text).
+    d = start(daemon_factory, daemon_config(stream, tls_server(pki, tokens_file=str(tokens),
+                                                               tls_metrics=True)))
+    d.metrics_ca = pki.ca_cert
     channel = tls_channel(d, pki)
     wait_applied(pb, channel, 3, token=ORDERS_TOKEN)
     return d, channel
@@ -234,12 +241,10 @@ def test_mtls_refuses_a_client_without_the_cas_certificate(daemon_factory, pb, p
 
 
 def test_a_rotated_certificate_serves_new_connections(daemon_factory, pb, pki, tmp_path):
-    # The Secret's files, replaced by renames as a Secret volume's update does.
+    # The Secret's files, swapped at once through ..data as a Secret volume's update does.
     tls_dir = tmp_path / "tls"
-    tls_dir.mkdir()
+    mount_secret(tls_dir, pki.server_cert, pki.server_key)
     cert, key = str(tls_dir / "tls.crt"), str(tls_dir / "tls.key")
-    shutil.copy(pki.server_cert, cert)
-    shutil.copy(pki.server_key, key)
     stream = write_stream(tmp_path)
     d = start(daemon_factory, daemon_config(stream, {
         "tls_cert_file": cert, "tls_key_file": key, "tls_metrics": False}))
@@ -250,19 +255,18 @@ def test_a_rotated_certificate_serves_new_connections(daemon_factory, pb, pki, t
     # A half-written certificate is not taken: new connections keep the old one.
     with open(pki.server2_cert) as f:
         pem = f.read()
-    with open(cert + ".new", "w") as f:
-        f.write(pem[:len(pem) // 2])
-    os.rename(cert + ".new", cert)
-    time.sleep(1.1)  # the files are looked at at most once a second
+    half = tmp_path / "half.crt"
+    half.write_text(pem[:len(pem) // 2])
+    mount_secret(tls_dir, half, pki.server_key)
+    # The files are looked at when a connection comes (at most once a second): connect until
+    # the failed reload is counted.
+    wait_for("the failed reload counted", lambda: peer_serial(d, pki) == SERVER_SERIAL and value(
+        metrics(d), "cdcview_tls_reloads_total", port="fast_reads", result="failed") == 1,
+        interval=0.2)
     assert peer_serial(d, pki) == SERVER_SERIAL
-    wait_for("the failed reload counted", lambda: value(
-        metrics(d), "cdcview_tls_reloads_total", port="fast_reads", result="failed") == 1)
 
     # The whole new pair: new connections get it.
-    shutil.copy(pki.server2_key, key + ".new")
-    os.rename(key + ".new", key)
-    shutil.copy(pki.server2_cert, cert + ".new")
-    os.rename(cert + ".new", cert)
+    mount_secret(tls_dir, pki.server2_cert, pki.server2_key)
     wait_for("the new certificate served", lambda: peer_serial(d, pki) == SERVER2_SERIAL)
     m = metrics(d)
     assert value(m, "cdcview_tls_reloads_total", port="fast_reads", result="ok") == 1

@@ -11,6 +11,8 @@ import os
 import shutil
 import socket
 import ssl
+import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -19,6 +21,7 @@ import yaml
 
 from conftest import SAMPLE, metric, parse_metrics, wait_for
 from test_deploy import Prometheus
+from test_tls import start_failure
 from tls_certs import SERVER2_SERIAL, SERVER_SERIAL, serial_of
 
 import reference as ref
@@ -37,7 +40,7 @@ def write_tokens(path):
 
 def secure_daemon(daemon_factory, pki, tmp_path, **server):
     """A daemon ingesting the sample with TLS (server.crt, copied so that a test can replace it)
-    and the tokens above; started and done with the sample."""
+    and the tokens above (tokens_file=None: none); started and done with the sample."""
     tls = tmp_path / "tls"
     tls.mkdir()
     shutil.copy(pki.server_cert, tls / "tls.crt")
@@ -50,6 +53,7 @@ def secure_daemon(daemon_factory, pki, tmp_path, **server):
                          "tls_cert_file": str(tls / "tls.crt"),
                          "tls_key_file": str(tls / "tls.key"),
                          "tokens_file": str(tokens), **server}}
+    config["server"] = {k: v for k, v in config["server"].items() if v is not None}
     # The main port's health is behind TLS and tokens too: wait on /metrics instead.
     d = daemon_factory(config).start(wait_serving=False)
     d.tls_dir = tls
@@ -221,14 +225,106 @@ def test_with_a_client_ca_a_scraper_needs_a_client_certificate(daemon_factory, p
     assert metrics_of(d, pki, client=True)
 
 
-def test_tls_metrics_false_keeps_metrics_in_plaintext_behind_the_tokens(
+def test_tls_metrics_false_with_tokens_is_refused_at_start(daemon_factory, pki, tmp_path):
+    write_tokens(tmp_path / "tokens.yaml")
+    config = {"sources": [{"name": "sample", "table": "App", "file": {"path": SAMPLE}}],
+              "tables": [ref.EXAMPLE_TABLE],
+              "server": {"grpc": "127.0.0.1:0", "metrics": "127.0.0.1:0",
+                         "tls_cert_file": pki.server_cert, "tls_key_file": pki.server_key,
+                         "tls_metrics": False, "tokens_file": str(tmp_path / "tokens.yaml")}}
+    code, log = start_failure(daemon_factory, config, "plaintext-tokens")
+    assert code != 0
+    assert ("server.tls_metrics: tls_metrics: false with tokens_file would send the scrape's "
+            "bearer token in clear text: keep tls_metrics true, or leave tokens_file unset for a "
+            "plaintext /metrics without tokens") in log, log
+
+
+def test_tls_metrics_false_without_tokens_serves_plaintext_metrics_to_anyone(
         daemon_factory, pki, tmp_path):
-    d = secure_daemon(daemon_factory, pki, tmp_path, tls_metrics=False)
-    url = f"http://127.0.0.1:{d.metrics_port}/metrics"
-    with pytest.raises(urllib.error.HTTPError) as e:
-        urllib.request.urlopen(url, timeout=10)
-    assert (e.value.code, e.value.headers["WWW-Authenticate"]) == (401, 'Bearer realm="cdcview"')
-    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {SCRAPER_TOKEN}"})
-    with urllib.request.urlopen(request, timeout=10) as r:
-        assert metric(parse_metrics(r.read().decode()), "cdcview_auth_refused_total",
-                      port="metrics", reason="no_token") == 1
+    d = secure_daemon(daemon_factory, pki, tmp_path, tls_metrics=False, tokens_file=None)
+    with urllib.request.urlopen(f"http://127.0.0.1:{d.metrics_port}/metrics", timeout=10) as r:
+        assert r.status == 200
+        assert "cdcview_events_total" in r.read().decode()
+
+
+def closed_within(conn, limit, trickle=None):
+    """Seconds until the server closes `conn` (EOF or a reset), reading and dropping what it
+    sends, calling `trickle` every second it stays silent; None when it is still open after
+    `limit` seconds."""
+    start = time.monotonic()
+    conn.settimeout(1)
+    while time.monotonic() - start < limit:
+        try:
+            if not conn.recv(65536):
+                return time.monotonic() - start
+        except (socket.timeout, ssl.SSLWantReadError):
+            try:
+                if trickle is not None:
+                    trickle()
+            except (OSError, ssl.SSLError):
+                return time.monotonic() - start
+        except (OSError, ssl.SSLError):
+            return time.monotonic() - start
+    return None
+
+
+def test_slow_clients_are_cut_at_the_handshake_and_request_head_deadlines(
+        daemon_factory, pki, tmp_path):
+    """Neither a TLS handshake nor a request head can hold a connection slot past its deadline
+    (10 s each) by sending a byte now and then."""
+    d = secure_daemon(daemon_factory, pki, tmp_path)
+    # No ClientHello at all.
+    silent = socket.create_connection(("127.0.0.1", d.metrics_port), timeout=10)
+    # A request head started and then trickled, a byte a second (each read well within 30 s).
+    raw = socket.create_connection(("127.0.0.1", d.metrics_port), timeout=10)
+    trickling = https_context(pki).wrap_socket(raw, server_hostname="localhost")
+    trickling.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+    results = {}
+
+    def watch(name, conn, trickle=None):
+        results[name] = closed_within(conn, 20, trickle)
+
+    threads = [threading.Thread(target=watch, args=("handshake", silent)),
+               threading.Thread(target=watch, args=("head", trickling,
+                                                    lambda: trickling.sendall(b"X")))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    silent.close()
+    trickling.close()
+    assert results["handshake"] is not None and 9 <= results["handshake"] <= 13, results
+    assert results["head"] is not None and 9 <= results["head"] <= 13, results
+    assert metrics_of(d, pki)  # the port still serves
+
+
+def test_with_tokens_any_refusal_closes_the_connection(daemon_factory, pki, tmp_path):
+    """A client cannot keep a connection (one of 16) open with requests that need no token."""
+    d = secure_daemon(daemon_factory, pki, tmp_path)
+    for request in (b"GET /other HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+                    b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"):
+        raw = socket.create_connection(("127.0.0.1", d.metrics_port), timeout=10)
+        with https_context(pki).wrap_socket(raw, server_hostname="localhost") as conn:
+            conn.sendall(request)
+            got = b""
+            while chunk := conn.recv(65536):  # until the server closes
+                got += chunk
+        head = got.split(b"\r\n\r\n")[0].split(b"\r\n")
+        assert head[0] in (b"HTTP/1.1 404 Not Found", b"HTTP/1.1 401 Unauthorized"), got
+        assert b"Connection: close" in head, got
+    # A scrape with the token keeps its connection for the next one.
+    raw = socket.create_connection(("127.0.0.1", d.metrics_port), timeout=10)
+    with https_context(pki).wrap_socket(raw, server_hostname="localhost") as conn:
+        scrape_request = (f"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                          f"Authorization: Bearer {SCRAPER_TOKEN}\r\n\r\n").encode()
+        for _ in range(2):
+            conn.sendall(scrape_request)
+            got = b""
+            while b"\r\n\r\n" not in got:
+                got += conn.recv(65536)
+            head, _, body = got.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200 OK\r\n") and b"Connection: close" not in head
+            length = int(next(line for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length:")).split(b":")[1])
+            while len(body) < length:
+                body += conn.recv(65536)

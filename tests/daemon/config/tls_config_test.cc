@@ -35,7 +35,7 @@ TEST(TlsConfigTest, TheWholeSecureSetReadsBack) {
       "  tls_cert_file: /tls/tls.crt\n"
       "  tls_key_file: /tls/tls.key\n"
       "  tls_client_ca_file: /tls/ca.crt\n"
-      "  tls_metrics: false\n"
+      "  tls_metrics: true\n"
       "  tokens_file: /auth/tokens.yaml\n");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_TRUE(config->server.TlsEnabled());
@@ -43,8 +43,22 @@ TEST(TlsConfigTest, TheWholeSecureSetReadsBack) {
   EXPECT_EQ(config->server.tls_cert_file, "/tls/tls.crt");
   EXPECT_EQ(config->server.tls_key_file, "/tls/tls.key");
   EXPECT_EQ(config->server.tls_client_ca_file, "/tls/ca.crt");
-  EXPECT_FALSE(config->server.tls_metrics);
+  EXPECT_TRUE(config->server.tls_metrics);
   EXPECT_EQ(config->server.tokens_file, "/auth/tokens.yaml");
+}
+
+TEST(TlsConfigTest, PlaintextMetricsAreRefusedWithTokensAndAllowedWithout) {
+  const std::string tls = "server:\n  tls_cert_file: /tls/tls.crt\n  tls_key_file: /tls/tls.key\n";
+  absl::StatusOr<Config> with_tokens =
+      Parse(tls + "  tls_metrics: false\n  tokens_file: /auth/tokens.yaml\n");
+  ASSERT_FALSE(with_tokens.ok());
+  EXPECT_EQ(Text(with_tokens.status()),
+            "t.yaml:4: server.tls_metrics: tls_metrics: false with tokens_file would send the "
+            "scrape's bearer token in clear text: keep tls_metrics true, or leave tokens_file "
+            "unset for a plaintext /metrics without tokens");
+  absl::StatusOr<Config> without_tokens = Parse(tls + "  tls_metrics: false\n");
+  ASSERT_TRUE(without_tokens.ok()) << without_tokens.status();
+  EXPECT_FALSE(without_tokens->server.tls_metrics);
 }
 
 TEST(TlsConfigTest, TheKeyPairIsSetTogether) {

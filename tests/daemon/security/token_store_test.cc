@@ -18,6 +18,8 @@ namespace cdcview::security {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr char kOrders[] = "orders-token-0123456789";
 constexpr char kAdmin[] = "admin-token-abcdefghijk";
@@ -129,14 +131,23 @@ TEST_F(TokenStoreTest, PermissionMessagesNameTheTokenAndTheView) {
   EXPECT_TRUE(TokenStore::PermitMetrics(orders).ok());
 }
 
+TEST_F(TokenStoreTest, AnEntryWithNameAndTokenSwappedIsRefusedWithoutTheTokenInTheMessage) {
+  const std::string file = "server.tokens_file " + path_ + ": ";
+  absl::Status swapped = LoadError(
+      "tokens:\n  - name: \"k9/Qx+Zr2m=Wv7Lp\"\n    token: orders-api\n    views: all\n");
+  EXPECT_EQ(swapped, absl::InvalidArgumentError(file + "tokens[0]: the name must be letters, "
+                                                       "digits, '_', '.' or '-'"));
+  EXPECT_THAT(std::string(swapped.message()), Not(HasSubstr("k9/Qx+Zr2m=Wv7Lp")));
+}
+
 TEST_F(TokenStoreTest, LoadErrorsNameTheFileAndTheEntry) {
   const std::string file = "server.tokens_file " + path_ + ": ";
   EXPECT_EQ(LoadError("tokens:\n  - name: short\n    token: \"fifteen-chars-x\"\n    views: all\n"),
             absl::InvalidArgumentError(file + "tokens[0] (\"short\"): the token has 15 "
                                               "characters; at least 16 are required"));
   EXPECT_EQ(LoadError(std::string(kTwoTokens) + "  - name: \"bad name\"\n    token: x\n"),
-            absl::InvalidArgumentError(file + "tokens[2] (\"bad name\"): the name must be "
-                                              "letters, digits, '_', '.' or '-'"));
+            absl::InvalidArgumentError(file + "tokens[2]: the name must be letters, digits, "
+                                              "'_', '.' or '-'"));
   EXPECT_EQ(LoadError(std::string(kTwoTokens) +
                       "  - name: orders-api\n    token: another-token-0123456\n    views: all\n"),
             absl::InvalidArgumentError(file + "tokens[2] (\"orders-api\"): the name appears twice"));
