@@ -605,5 +605,21 @@ TEST_F(KafkaSourceTest, ASecretFileGoneSinceTheConfigWasLoadedNamesTheProperty) 
   EXPECT_EQ(source.Health().error, std::string(s.message()));
 }
 
+// librdkafka quotes a value it refuses; a secret of the client in it stays out of the
+// error and the source's health.
+TEST_F(KafkaSourceTest, ASecretInARefusedValueStaysOutOfTheErrorAndHealth) {
+  SourceConfig config = Config("t", "g");
+  config.kafka.properties["sasl.password"] = "s3cr3t";
+  config.kafka.properties["security.protocol"] = "sasl_s3cr3t";
+  KafkaSource source(2, config, nullptr);
+  RecordQueue queue(10);
+  absl::Status s = source.Start({}, &queue);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(s.message()),
+            "sources[2].kafka.properties.security.protocol: Invalid value \"sasl_<redacted>\" for "
+            "configuration property \"security.protocol\"");
+  EXPECT_EQ(source.Health().error, std::string(s.message()));
+}
+
 }  // namespace
 }  // namespace cdcview
