@@ -71,9 +71,17 @@ absl::StatusOr<std::string> FromFile(const std::string& path) {
 }  // namespace
 
 bool IsSecretProperty(std::string_view name) {
+  // The properties librdkafka marks sensitive that the words below do not catch.
+  static constexpr std::string_view kSensitive[] = {"ssl.key.pem", "ssl_key", "ssl.ca.pem",
+                                                    "sasl.oauthbearer.config"};
   const std::string lower = absl::AsciiStrToLower(Absl(name));
-  return lower == "ssl.key.pem" || lower == "ssl_key" ||
-         absl::StrContains(lower, "password") || absl::StrContains(lower, "secret");
+  for (std::string_view sensitive : kSensitive) {
+    if (lower == sensitive) return true;
+  }
+  for (std::string_view word : {"password", "secret", "passphrase", "private.key"}) {
+    if (absl::StrContains(lower, Absl(word))) return true;
+  }
+  return false;
 }
 
 bool IsSecretReference(std::string_view value) {

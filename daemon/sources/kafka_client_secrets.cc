@@ -20,7 +20,7 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ResolveProperti
       return absl::InvalidArgumentError(
           absl::StrCat(field, ".properties.", name, ": ", resolved.status().message()));
     }
-    if (IsSecretProperty(name)) secrets->values.push_back(*resolved);
+    if (IsSecretProperty(name) || IsSecretReference(value)) secrets->values.push_back(*resolved);
     out.emplace_back(name, *std::move(resolved));
   }
   return out;

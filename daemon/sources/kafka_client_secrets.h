@@ -30,7 +30,8 @@ struct ClientSecrets {
 
 // `properties` with every ${env:...} / ${file:...} reference resolved (the loader checked
 // them; a file may have gone since: INVALID_ARGUMENT naming `field`.properties.<name>). Adds
-// the secrets among them to `secrets`.
+// the secrets among them to `secrets`: the values of the properties that IsSecretProperty and
+// the resolved value of every reference, whatever its property's name.
 absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ResolveProperties(
     const std::map<std::string, std::string>& properties, const std::string& field,
     ClientSecrets* secrets);

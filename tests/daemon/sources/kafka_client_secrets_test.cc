@@ -48,6 +48,24 @@ TEST(KafkaClientSecretsTest, ARefusedValueIsRedactedInTheError) {
   EXPECT_TRUE(SetConf(conf.get(), "sasl.password", "s3cr3t", "f", secrets).ok());
 }
 
+// The user kept the value out of the file: it is a secret whatever the property's name.
+TEST(KafkaClientSecretsTest, AReferencedValueIsASecretUnderAnyName) {
+  ::setenv("CDCVIEW_TEST_KAFKA_SECRET", "/run/s3cr3t/ca.pem", 1);
+  ClientSecrets secrets;
+  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> resolved = ResolveProperties(
+      {{"ssl.ca.location", "${env:CDCVIEW_TEST_KAFKA_SECRET}"}, {"sasl.username", "cdc"}},
+      "sources[0].kafka", &secrets);
+  ::unsetenv("CDCVIEW_TEST_KAFKA_SECRET");
+  ASSERT_TRUE(resolved.ok()) << resolved.status();
+  EXPECT_EQ(secrets.values, (std::vector<std::string>{"/run/s3cr3t/ca.pem"}));
+  EXPECT_EQ(KafkaLogLine("rdkafka#consumer-1", "SSL",
+                         "error:80000002:system library::No such file or directory: calling "
+                         "fopen(/run/s3cr3t/ca.pem, r)",
+                         secrets),
+            "librdkafka rdkafka#consumer-1 SSL: error:80000002:system library::No such file or "
+            "directory: calling fopen(<redacted>, r)");
+}
+
 TEST(KafkaClientSecretsTest, ALogLineIsRedacted) {
   ClientSecrets secrets{{"/run/s3cr3t/ca.pem", "s3cr3t"}};
   EXPECT_EQ(KafkaLogLine("rdkafka#consumer-1", "SSL",

@@ -7,6 +7,7 @@
 #include <librdkafka/rdkafka_mock.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -617,6 +618,21 @@ TEST_F(KafkaSourceTest, ASecretInARefusedValueStaysOutOfTheErrorAndHealth) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(std::string(s.message()),
             "sources[2].kafka.properties.security.protocol: Invalid value \"sasl_<redacted>\" for "
+            "configuration property \"security.protocol\"");
+  EXPECT_EQ(source.Health().error, std::string(s.message()));
+}
+
+// A referenced value is a secret whatever its property's name.
+TEST_F(KafkaSourceTest, AReferencedValueStaysOutOfTheErrorAndHealth) {
+  SourceConfig config = Config("t", "g");
+  ::setenv("CDCVIEW_TEST_KAFKA_SECRET", "sasl_s3cr3t", 1);
+  config.kafka.properties["security.protocol"] = "${env:CDCVIEW_TEST_KAFKA_SECRET}";
+  KafkaSource source(2, config, nullptr);
+  RecordQueue queue(10);
+  absl::Status s = source.Start({}, &queue);
+  ::unsetenv("CDCVIEW_TEST_KAFKA_SECRET");
+  EXPECT_EQ(std::string(s.message()),
+            "sources[2].kafka.properties.security.protocol: Invalid value \"<redacted>\" for "
             "configuration property \"security.protocol\"");
   EXPECT_EQ(source.Health().error, std::string(s.message()));
 }
