@@ -1,6 +1,7 @@
 // Secret references in Kafka properties: resolution, the loader's errors, and --print-config.
 #include "daemon/config/secret_reference.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -112,6 +113,19 @@ TEST_F(SecretReferenceTest, FileReferenceErrorsSayWhatToDo) {
   std::string big = Write("big", std::string(kMaxSecretFileBytes + 1, 'x'));
   EXPECT_EQ(Text(ResolveSecretReference("${file:" + big + "}").status()),
             "the file " + big + " named by ${file:" + big +
+                "} is larger than 1048576 bytes; give the file that holds only the value");
+}
+
+// /proc/self/pagemap is a regular file that stat says is empty, and holds far more than the
+// cap: the cap holds on what is read, not on what stat says.
+TEST_F(SecretReferenceTest, AFileThatStatSaysIsEmptyIsReadNoFurtherThanTheCap) {
+  const std::string path = "/proc/self/pagemap";
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  ASSERT_TRUE(S_ISREG(st.st_mode));
+  ASSERT_EQ(st.st_size, 0);
+  EXPECT_EQ(Text(ResolveSecretReference("${file:" + path + "}").status()),
+            "the file " + path + " named by ${file:" + path +
                 "} is larger than 1048576 bytes; give the file that holds only the value");
 }
 
