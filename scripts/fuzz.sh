@@ -71,15 +71,21 @@ fuzz_command() {
        "$work/$t/corpus" "$here/tests/fuzz/corpus/$t")
 }
 
-# The crash inputs a failed run wrote, and how to replay them.
+# The crash inputs a failed run wrote, and how to replay them. A run killed from outside (out
+# of memory) or that failed before fuzzing writes none: say so rather than fail here.
 report_crash() {
-  local t="$1" log="$2"
+  local t="$1" log="$2" inputs
   echo "[fuzz] $t FAILED; the end of its log ($log):"
-  tail -n 40 "$log" | sed 's/^/    /'
-  grep -o "Test unit written to .*" "$log" | sed 's/^Test unit written to //' | while read -r f; do
+  tail -n 40 "$log" | sed 's/^/    /' || true
+  inputs="$(grep -o "Test unit written to .*" "$log" | sed 's/^Test unit written to //' || true)"
+  if [ -z "$inputs" ]; then
+    echo "[fuzz] $t: no crash input written; see the log $log"
+    return 0
+  fi
+  while read -r f; do
     echo "[fuzz] $t crash input: $f"
     echo "[fuzz]   reproduce: ${build#$here/}/tests/fuzz/fuzz_$t $f"
-  done
+  done <<<"$inputs"
 }
 
 # The last progress line: executions, coverage (cov: edges) and features (ft:).
@@ -108,11 +114,22 @@ fi
 
 # all: two at a time, each into its own log; a summary line per target as it ends.
 echo "[fuzz] ${#run[@]} targets, ${seconds}s each, 2 at a time (logs in $work/TARGET.log)"
-declare -A pid_of
+declare -A pid_of  # the runs not waited for yet
+# However this script ends (an error of its own, an interrupt), no fuzzer is left running.
+stop_runs() {
+  local p
+  for p in "${pid_of[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pid_of[@]}"; do wait "$p" 2>/dev/null || true; done
+}
+trap stop_runs EXIT
+trap 'exit 130' INT  # an uncaught signal would skip the EXIT trap
+trap 'exit 143' TERM
 failed=()
 finish() {  # waits for target $1's run
-  local t="$1"
-  if wait "${pid_of[$t]}"; then
+  local t="$1" rc=0
+  wait "${pid_of[$t]}" || rc=$?
+  unset "pid_of[$t]"
+  if [ "$rc" -eq 0 ]; then
     summary "$t" "$work/$t.log"
   else
     report_crash "$t" "$work/$t.log"

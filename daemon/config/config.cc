@@ -22,6 +22,7 @@
 #include "daemon/config/config_fields.h"
 #include "daemon/config/secret_reference.h"
 #include "daemon/config/source_kinds.h"
+#include "daemon/log/redact.h"
 #include "yaml-cpp/yaml.h"
 
 namespace cdcview {
@@ -1611,8 +1612,18 @@ absl::StatusOr<ConfigSetting> ParseSetFlag(std::string_view text) {
     return absl::InvalidArgumentError(
         Cat("--set ", Quote(text), ": expected <field path>=<value>, like apply.batch_size=512"));
   }
-  return ConfigSetting{std::string(text.substr(0, eq)), std::string(text.substr(eq + 1)),
-                       Cat("--set ", text)};
+  const std::string_view path = text.substr(0, eq);
+  // Errors name the setting by its origin: a secret's value stays out of them. The property's
+  // name may have dots of its own (sasl.password), so a path into properties is judged by the
+  // whole name after "properties.".
+  constexpr std::string_view kProperties = ".properties.";
+  const size_t properties = path.find(kProperties);
+  const std::string_view name =
+      properties != std::string_view::npos ? path.substr(properties + kProperties.size())
+                                           : path.substr(path.rfind('.') + 1);
+  return ConfigSetting{std::string(path), std::string(text.substr(eq + 1)),
+                       IsSecretProperty(name) ? Cat("--set ", path, "=", kRedacted)
+                                              : Cat("--set ", text)};
 }
 
 absl::StatusOr<Config> LoadConfig(const std::string& path,

@@ -1,12 +1,12 @@
 #include "daemon/config/secret_reference.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -50,17 +50,36 @@ absl::StatusOr<std::string> FromFile(const std::string& path) {
         absl::StrCat(named, " is larger than ", kMaxSecretFileBytes,
                      " bytes; give the file that holds only the value"));
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in.is_open()) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot read ", named, ": ", std::strerror(errno),
                      "; check that cdcviewd's user may read it"));
   }
-  std::string text(std::istreambuf_iterator<char>(in), {});
-  if (in.bad()) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot read ", named, ": read error"));
+  // Stops one chunk past the cap at most: a file in /proc or /sys says it has size 0 whatever
+  // it holds, and a file may have grown since stat. Chunks of 64 KiB, as some of those files
+  // refuse reads of odd sizes (/proc/self/pagemap: multiples of 8).
+  constexpr size_t kChunk = 64 << 10;
+  std::string text;
+  while (text.size() <= kMaxSecretFileBytes) {
+    const size_t had = text.size();
+    text.resize(had + kChunk);
+    const ssize_t n = ::read(fd, text.data() + had, kChunk);
+    if (n < 0 && errno == EINTR) {
+      text.resize(had);
+      continue;
+    }
+    if (n < 0) {
+      const int error = errno;
+      ::close(fd);
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot read ", named, ": ", std::strerror(error)));
+    }
+    text.resize(had + static_cast<size_t>(n));
+    if (n == 0) break;
   }
-  if (text.size() > kMaxSecretFileBytes) {  // grew since stat
+  ::close(fd);
+  if (text.size() > kMaxSecretFileBytes) {
     return absl::InvalidArgumentError(absl::StrCat(named, " is larger than ", kMaxSecretFileBytes,
                                                    " bytes; give the file that holds only the value"));
   }
@@ -71,9 +90,17 @@ absl::StatusOr<std::string> FromFile(const std::string& path) {
 }  // namespace
 
 bool IsSecretProperty(std::string_view name) {
+  // The properties librdkafka marks sensitive that the words below do not catch.
+  static constexpr std::string_view kSensitive[] = {"ssl.key.pem", "ssl_key", "ssl.ca.pem",
+                                                    "sasl.oauthbearer.config"};
   const std::string lower = absl::AsciiStrToLower(Absl(name));
-  return lower == "ssl.key.pem" || lower == "ssl_key" ||
-         absl::StrContains(lower, "password") || absl::StrContains(lower, "secret");
+  for (std::string_view sensitive : kSensitive) {
+    if (lower == sensitive) return true;
+  }
+  for (std::string_view word : {"password", "secret", "passphrase", "private.key"}) {
+    if (absl::StrContains(lower, Absl(word))) return true;
+  }
+  return false;
 }
 
 bool IsSecretReference(std::string_view value) {

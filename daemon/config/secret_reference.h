@@ -19,9 +19,13 @@
 
 namespace cdcview {
 
-// True for the librdkafka properties that hold a secret: sasl.password, ssl.key.password,
-// ssl.keystore.password, ssl.key.pem, sasl.oauthbearer.client.secret, ssl_key (the C API's
-// name), and any property whose name contains "password" or "secret" (any case).
+// True for the librdkafka properties that hold a secret: those librdkafka marks sensitive
+// (sasl.password, ssl.key.password, ssl.keystore.password, ssl.key.pem, ssl_key (the C API's
+// name), ssl.ca.pem, sasl.oauthbearer.config, sasl.oauthbearer.client.secret) and any
+// property whose name contains "password", "secret", "passphrase" or "private.key" (any case),
+// which catches librdkafka's newer ones such as sasl.oauthbearer.assertion.private.key.pem.
+// A property of any name whose value is a reference is treated as a secret too (its resolved
+// value is redacted from librdkafka's text): the user said so by keeping it out of the file.
 bool IsSecretProperty(std::string_view name);
 
 // True when `value` is written "${...}": a reference, valid or not.

@@ -22,7 +22,7 @@
 #include "daemon/decode/dynamodb_json.h"
 #include "daemon/decode/protobuf_event.h"
 #include "daemon/log/log.h"
-#include "daemon/log/redact.h"
+#include "daemon/sources/kafka_client_secrets.h"
 #include "daemon/sources/record_queue.h"
 
 namespace cdcview {
@@ -70,55 +70,11 @@ std::string_view Bytes(const void* data, size_t len) {
   return data == nullptr ? std::string_view() : std::string_view(static_cast<const char*>(data), len);
 }
 
-// The secrets of one librdkafka client (the values of its properties that IsSecretProperty,
-// references resolved), taken out of whatever librdkafka says before it is logged or put in
-// an error: librdkafka redacts them in its own configuration dumps, but its messages quote
-// values it refuses, and a property it does not know as secret may hold one. Immutable once
-// the client exists, so librdkafka's threads may read it.
-struct ClientSecrets {
-  std::vector<std::string> values;
-
-  std::string Redact(std::string_view text) const {
-    return RedactSecrets(text, {values.begin(), values.end()});
-  }
-};
-
-// `properties` with every ${env:...} / ${file:...} reference resolved (the loader checked
-// them; a file may have gone since: INVALID_ARGUMENT naming `field`.properties.<name>). Adds
-// the secrets among them to `secrets`.
-absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ResolveProperties(
-    const std::map<std::string, std::string>& properties, const std::string& field,
-    ClientSecrets* secrets) {
-  std::vector<std::pair<std::string, std::string>> out;
-  for (const auto& [name, value] : properties) {
-    absl::StatusOr<std::string> resolved = ResolveSecretReference(value);
-    if (!resolved.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ".properties.", name, ": ", resolved.status().message()));
-    }
-    if (IsSecretProperty(name)) secrets->values.push_back(*resolved);
-    out.emplace_back(name, *std::move(resolved));
-  }
-  return out;
-}
-
-// Sets `name` on `conf`; INVALID_ARGUMENT naming the config field on refusal.
-absl::Status SetConf(rd_kafka_conf_t* conf, const std::string& name, const std::string& value,
-                     const std::string& field, const ClientSecrets& secrets) {
-  char error[512];
-  if (rd_kafka_conf_set(conf, name.c_str(), value.c_str(), error, sizeof error) !=
-      RD_KAFKA_CONF_OK) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ": ", secrets.Redact(error)));
-  }
-  return absl::OkStatus();
-}
-
 void LogFromKafka(const rd_kafka_t* rk, int level, const char* facility, const char* text,
                   const ClientSecrets& secrets) {
   // Levels are syslog's: 3 error, 4 warning; the rest is librdkafka's chatter.
   if (level > 4) return;
-  std::string line = secrets.Redact(
-      absl::StrCat("librdkafka ", rd_kafka_name(rk), " ", facility, ": ", text));
+  std::string line = KafkaLogLine(rd_kafka_name(rk), facility, text, secrets);
   level <= 3 ? LogError(line) : LogWarning(line);
 }
 

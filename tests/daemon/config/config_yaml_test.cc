@@ -517,6 +517,18 @@ TEST(ConfigSettingsTest, SetFlagAndEnvironment) {
   EXPECT_EQ(set->origin, "--set sources.k.kafka.brokers=a:1=b");
   EXPECT_EQ(Text(ParseSetFlag("apply").status()),
             "--set \"apply\": expected <field path>=<value>, like apply.batch_size=512");
+  // A secret property's value stays out of every error that names the setting.
+  set = ParseSetFlag("sources.ordrs.kafka.properties.sasl.password=hunter2");
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->value, "hunter2");
+  EXPECT_EQ(set->origin, "--set sources.ordrs.kafka.properties.sasl.password=<redacted>");
+  EXPECT_EQ(Text(ParseConfig(kSettingsYaml, "t.yaml", {*set}).status()),
+            "--set sources.ordrs.kafka.properties.sasl.password=<redacted>: no source named "
+            "\"ordrs\" (sources: s, k)");
+  EXPECT_EQ(ParseSetFlag("sources.k.kafka.properties.ssl.key.pem=x")->origin,
+            "--set sources.k.kafka.properties.ssl.key.pem=<redacted>");
+  EXPECT_EQ(ParseSetFlag("sources.k.kafka.properties.sasl.username=cdc")->origin,
+            "--set sources.k.kafka.properties.sasl.username=cdc");
   EXPECT_EQ(EnvironmentName("server.ready_max_lag_seconds"),
             "CDCVIEW_SERVER_READY_MAX_LAG_SECONDS");
   std::map<std::string, std::string> env = {{"CDCVIEW_APPLY_BATCH_SIZE", "9"},

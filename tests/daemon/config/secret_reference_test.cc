@@ -1,6 +1,7 @@
 // Secret references in Kafka properties: resolution, the loader's errors, and --print-config.
 #include "daemon/config/secret_reference.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -58,7 +59,9 @@ class SecretReferenceTest : public ::testing::Test {
 TEST_F(SecretReferenceTest, SecretPropertiesAreKnownByName) {
   for (const char* name : {"sasl.password", "ssl.key.password", "ssl.keystore.password",
                            "ssl.key.pem", "sasl.oauthbearer.client.secret", "ssl_key",
-                           "some.future.Password", "x.SECRET.y"}) {
+                           "some.future.Password", "x.SECRET.y", "sasl.oauthbearer.config",
+                           "ssl.ca.pem", "sasl.oauthbearer.assertion.private.key.passphrase",
+                           "sasl.oauthbearer.assertion.private.key.pem"}) {
     EXPECT_TRUE(IsSecretProperty(name)) << name;
   }
   for (const char* name : {"sasl.username", "ssl.key.location", "ssl.ca.location",
@@ -113,6 +116,19 @@ TEST_F(SecretReferenceTest, FileReferenceErrorsSayWhatToDo) {
                 "} is larger than 1048576 bytes; give the file that holds only the value");
 }
 
+// /proc/self/pagemap is a regular file that stat says is empty, and holds far more than the
+// cap: the cap holds on what is read, not on what stat says.
+TEST_F(SecretReferenceTest, AFileThatStatSaysIsEmptyIsReadNoFurtherThanTheCap) {
+  const std::string path = "/proc/self/pagemap";
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  ASSERT_TRUE(S_ISREG(st.st_mode));
+  ASSERT_EQ(st.st_size, 0);
+  EXPECT_EQ(Text(ResolveSecretReference("${file:" + path + "}").status()),
+            "the file " + path + " named by ${file:" + path +
+                "} is larger than 1048576 bytes; give the file that holds only the value");
+}
+
 TEST_F(SecretReferenceTest, OtherReferencesAreRefusedWithoutEchoingThem) {
   for (const char* value : {"${vault:x}", "${env:}", "${file:}", "${}"}) {
     absl::StatusOr<std::string> resolved = ResolveSecretReference(value);
@@ -149,18 +165,19 @@ TEST_F(SecretReferenceTest, PrintConfigRedactsSecretsWrittenInTheFileAndShowsRef
   absl::StatusOr<Config> config = Parse(
       "{ sasl.password: hunter2-literal, ssl.key.pem: \"-----BEGIN PRIVATE KEY-----\", "
       "sasl.oauthbearer.client.secret: \"${env:CDCVIEW_TEST_SECRET}\", sasl.username: cdc, "
-      "my.custom.secret: 12345 }");
+      "my.custom.secret: 12345, sasl.oauthbearer.config: \"principal=cdc scope=s3cr3t\" }");
   ASSERT_TRUE(config.ok()) << config.status();
   const std::string yaml = ConfigToYaml(*config);
   EXPECT_NE(yaml.find("      properties:\n"
                       "        my.custom.secret: \"<redacted>\"\n"
                       "        sasl.oauthbearer.client.secret: \"${env:CDCVIEW_TEST_SECRET}\"\n"
+                      "        sasl.oauthbearer.config: \"<redacted>\"\n"
                       "        sasl.password: \"<redacted>\"\n"
                       "        sasl.username: \"cdc\"\n"
                       "        ssl.key.pem: \"<redacted>\"\n"),
             std::string::npos)
       << yaml;
-  for (const char* secret : {"hunter2", "BEGIN PRIVATE", "from-env", "12345"}) {
+  for (const char* secret : {"hunter2", "BEGIN PRIVATE", "from-env", "12345", "s3cr3t"}) {
     EXPECT_EQ(yaml.find(secret), std::string::npos) << secret << " in\n" << yaml;
   }
 }

@@ -7,6 +7,7 @@
 #include <librdkafka/rdkafka_mock.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -602,6 +603,37 @@ TEST_F(KafkaSourceTest, ASecretFileGoneSinceTheConfigWasLoadedNamesTheProperty) 
                 " named by ${file:" + missing +
                 "}: No such file or directory; mount the secret there (in Kubernetes, a volume "
                 "from a Secret) or correct the path");
+  EXPECT_EQ(source.Health().error, std::string(s.message()));
+}
+
+// librdkafka quotes a value it refuses; a secret of the client in it stays out of the
+// error and the source's health.
+TEST_F(KafkaSourceTest, ASecretInARefusedValueStaysOutOfTheErrorAndHealth) {
+  SourceConfig config = Config("t", "g");
+  config.kafka.properties["sasl.password"] = "s3cr3t";
+  config.kafka.properties["security.protocol"] = "sasl_s3cr3t";
+  KafkaSource source(2, config, nullptr);
+  RecordQueue queue(10);
+  absl::Status s = source.Start({}, &queue);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(s.message()),
+            "sources[2].kafka.properties.security.protocol: Invalid value \"sasl_<redacted>\" for "
+            "configuration property \"security.protocol\"");
+  EXPECT_EQ(source.Health().error, std::string(s.message()));
+}
+
+// A referenced value is a secret whatever its property's name.
+TEST_F(KafkaSourceTest, AReferencedValueStaysOutOfTheErrorAndHealth) {
+  SourceConfig config = Config("t", "g");
+  ::setenv("CDCVIEW_TEST_KAFKA_SECRET", "sasl_s3cr3t", 1);
+  config.kafka.properties["security.protocol"] = "${env:CDCVIEW_TEST_KAFKA_SECRET}";
+  KafkaSource source(2, config, nullptr);
+  RecordQueue queue(10);
+  absl::Status s = source.Start({}, &queue);
+  ::unsetenv("CDCVIEW_TEST_KAFKA_SECRET");
+  EXPECT_EQ(std::string(s.message()),
+            "sources[2].kafka.properties.security.protocol: Invalid value \"<redacted>\" for "
+            "configuration property \"security.protocol\"");
   EXPECT_EQ(source.Health().error, std::string(s.message()));
 }
 
