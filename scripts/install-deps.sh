@@ -7,7 +7,7 @@ here="$(cd "$(dirname "$0")/.." && pwd)"
 pkgs=(
   build-essential cmake ninja-build ccache pkg-config git curl ca-certificates
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  liblmdb-dev lmdb-utils librdkafka-dev prometheus-cpp-dev libyaml-cpp-dev
+  liblmdb-dev lmdb-utils librdkafka-dev prometheus-cpp-dev libcivetweb-dev libyaml-cpp-dev
   libsimdjson-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
   libcurl4-openssl-dev libssl-dev libgoogle-perftools-dev libnghttp2-dev
   python3 python3-venv python3-pip prometheus
