@@ -251,32 +251,6 @@ std::shared_ptr<SSL_CTX> TlsServerContext::Current() {
   return current_;
 }
 
-void TlsServerContext::InstallOn(SSL_CTX* ctx) {
-  SSL_CTX_set_cert_cb(ctx, &TlsServerContext::CertificateCallback, this);
-}
-
-int TlsServerContext::CertificateCallback(SSL* ssl, void* arg) {
-  auto* self = static_cast<TlsServerContext*>(arg);
-  std::shared_ptr<SSL_CTX> current = self->Current();
-  SSL_CTX* from = current.get();
-  STACK_OF(X509)* chain = nullptr;
-  SSL_CTX_get0_chain_certs(from, &chain);
-  if (SSL_use_certificate(ssl, SSL_CTX_get0_certificate(from)) != 1 ||
-      SSL_use_PrivateKey(ssl, SSL_CTX_get0_privatekey(from)) != 1 ||
-      SSL_set1_chain(ssl, chain) != 1) {
-    return 0;  // fails the handshake
-  }
-  if (!self->client_ca_file_.empty()) {
-    // Runs while OpenSSL processes the ClientHello, before it decides whether to request a
-    // certificate: the verify mode set here is the one the handshake uses.
-    SSL_set_verify(ssl, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
-    if (SSL_set1_verify_cert_store(ssl, SSL_CTX_get_cert_store(from)) != 1) return 0;
-    SSL_set_client_CA_list(ssl, SSL_dup_CA_list(SSL_CTX_get_client_CA_list(from)));
-    SSL_set_session_id_context(ssl, kSessionIdContext, sizeof(kSessionIdContext) - 1);
-  }
-  return 1;
-}
-
 int RefusePassphrase(char*, int, int, void*) { return 0; }
 
 }  // namespace cdcview::security

@@ -1,5 +1,5 @@
 // TlsServerContext: the OpenSSL server context of one of our own TLS listeners (the fast read
-// port, /metrics' civetweb), built from server.tls_cert_file, tls_key_file and, when set,
+// port, HTTPS /metrics), built from server.tls_cert_file, tls_key_file and, when set,
 // tls_client_ca_file, and rebuilt when one of those files changes (Kubernetes swaps a mounted
 // Secret's files; cert-manager renews them).
 //
@@ -21,7 +21,7 @@
 // started with. cdcview_tls_certificate_expiry_timestamp_seconds{port} is the notAfter of the
 // leaf in use.
 //
-// Thread-safe: Current() and the certificate callback InstallOn sets may run on any thread;
+// Thread-safe: Current() may run on any thread;
 // the check and the rebuild take a mutex, the SSL_CTX handed out is shared and immutable.
 // Ownership: Current()'s SSL_CTX lives as long as any holder of its shared_ptr (each
 // connection's SSL holds its own reference besides).
@@ -82,12 +82,6 @@ class TlsServerContext {
   // interval has passed and one of them changed; see the header comment.
   std::shared_ptr<SSL_CTX> Current();
 
-  // For a server that owns its SSL_CTX (civetweb's init_ssl callback): sets a certificate
-  // callback on `ctx` that, on each handshake, puts Current()'s certificate, key and chain on
-  // the connection and, with a client CA, its verify mode, verify store and CA list. This
-  // object must outlive every handshake on `ctx` (hold the shared_ptr as long as the server).
-  void InstallOn(SSL_CTX* ctx);
-
  private:
   // What identifies a version of one file: a replaced file has a new inode, a rewritten one a
   // new size or modification time.
@@ -105,7 +99,6 @@ class TlsServerContext {
   Stamps Stat() const;
   absl::StatusOr<std::shared_ptr<SSL_CTX>> Build() const;
   void Use(std::shared_ptr<SSL_CTX> ctx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  static int CertificateCallback(SSL* ssl, void* self);
 
   const std::string cert_file_;
   const std::string key_file_;

@@ -346,27 +346,5 @@ TEST_F(TlsServerContextTest, ClientCaRequiresAClientCertificateItSigned) {
   EXPECT_TRUE(signed_by_ca.ok) << signed_by_ca.server_error;
 }
 
-// civetweb's own SSL_CTX, with the certificate callback InstallOn sets.
-TEST_F(TlsServerContextTest, InstallOnServesTheCurrentCertificateAndClientCa) {
-  server_.tls_client_ca_file = pki_.ca_file();
-  auto context = Create(/*alpn=*/{});
-  ASSERT_TRUE(context.ok()) << context.status();
-  std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> bare(SSL_CTX_new(TLS_server_method()),
-                                                          SSL_CTX_free);
-  (*context)->InstallOn(bare.get());
-
-  EXPECT_FALSE(Connect(bare.get()).ok);
-  Handshake first = Connect(bare.get(), WithCertificate(pki_.Client("client")));
-  EXPECT_TRUE(first.ok) << first.server_error;
-  EXPECT_EQ(first.peer_serial, 1001);
-
-  Rotate(4004);
-  now_ += absl::Seconds(1);
-  Handshake second = Connect(bare.get(), WithCertificate(pki_.Client("client")));
-  EXPECT_TRUE(second.ok) << second.server_error;
-  EXPECT_EQ(second.peer_serial, 4004);
-  EXPECT_EQ(Reloads("ok"), 1);
-}
-
 }  // namespace
 }  // namespace cdcview::security
