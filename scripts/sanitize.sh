@@ -45,14 +45,14 @@ main() {
 
   # The concurrency tests TSan runs (ctest names are Suite.Test): the applier and its committer
   # thread, the change log's waiters, write-back and the store's growth beside readers, the record
-  # queue, the file source's follow thread, the Kafka source's consumer thread, the AWS HTTP client
+  # queue, the file source's follow thread, the AWS HTTP client
   # against a local server, both servers (gRPC view service, fast read port) with watch and the
   # read-consistency waits, the TLS relay's thread beside the accepting one, hot keys, the
   # published state, and the token store's and TLS context's reloads beside their readers.
   # TSAN_TARGETS are their binaries, the only targets the tsan stage builds.
   TSAN_TARGETS=(apply_test store_test sources_test server_test state_test aws_test security_test)
   suites=(ApplierTest CommitsDirectlyTest TombstoneTest WriterLingerTest ChangeLogTest
-          StoreTest WriteBackTest RecordQueueTest FileSourceTest FollowTest KafkaSourceTest
+          StoreTest WriteBackTest RecordQueueTest FileSourceTest FollowTest
           HttpClientTest AggregateReaderTest GetStatusTest ReadConsistencyTest
           WaitDeadlineTest WatchHubTest WatchPositionTest ReadinessTest HotKeyTrackerTest
           PublishedStateTest SourceStateTest ConnectionRelayTest TokenStoreTest
@@ -117,11 +117,12 @@ main() {
     ctest "${ctest_args[@]}" -j 1 -R '^KafkaSourceTest\.' --repeat until-pass:2
   else
     echo "[sanitize] concurrency tests under TSan (ctest)"
-    ctest "${ctest_args[@]}" -j "$jobs" -R "$TSAN_TESTS" -E '^KafkaSourceTest\.'
+    ctest "${ctest_args[@]}" -j "$jobs" -R "$TSAN_TESTS"
     echo "[sanitize] both servers' tests under TSan, driven by gRPC's client (ctest, up to 3 attempts)"
     ctest "${ctest_args[@]}" -j "$jobs" -R "$TSAN_GRPC_TESTS" --repeat until-pass:3
-    echo "[sanitize] Kafka mock-cluster unit tests under TSan (ctest, serial)"
-    ctest "${ctest_args[@]}" -j 1 -R '^KafkaSourceTest\.' --repeat until-pass:2
+    # Not the Kafka source's tests: Debian's librdkafka starts its threads with C11 thrd_create,
+    # which clang-14's TSan does not intercept, so its runtime crashes (SEGV in the allocator) on
+    # the first allocation of such a thread. The ASan stage runs them.
   fi
   echo "[sanitize] $mode passed"
 }
