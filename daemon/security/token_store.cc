@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <set>
 #include <utility>
 
@@ -100,11 +101,22 @@ absl::StatusOr<TokenStore::FileId> TokenStore::Identify(const std::string& path)
 
 absl::StatusOr<TokenStore::Table> TokenStore::Load(const std::string& path) {
   const std::string file = absl::StrCat("server.tokens_file ", path);
+  // Read whole before parsing, and at most kMaxFileBytes of it: the path is a mounted Secret's,
+  // but a wrong one (a device, a log) must not be read without end.
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat(file, ": cannot read it: ", std::strerror(errno)));
+  }
+  std::string text(kMaxFileBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (text.size() > kMaxFileBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        file, ": larger than ", kMaxFileBytes, " bytes; a tokens file holds a few entries"));
+  }
   YAML::Node root;
   try {
-    root = YAML::LoadFile(path);
-  } catch (const YAML::BadFile&) {
-    return absl::NotFoundError(absl::StrCat(file, ": cannot read it: ", std::strerror(errno)));
+    root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(file, ": not YAML: ", e.what()));
   }

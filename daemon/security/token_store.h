@@ -63,6 +63,9 @@ struct Principal {
 
 class TokenStore {
  public:
+  // The most a tokens file may hold (larger: INVALID_ARGUMENT, nothing read past it).
+  static constexpr size_t kMaxFileBytes = 1 << 20;
+
   // Loads `path`. INVALID_ARGUMENT naming the file and the entry when it does not parse, an
   // entry lacks a field, a name is not [A-Za-z0-9_.-]+ or repeats, a token is shorter than
   // kMinTokenLength or repeats; NOT_FOUND when it cannot be read. `registry` (may be null)

@@ -168,6 +168,9 @@ TEST_F(TokenStoreTest, LoadErrorsNameTheFileAndTheEntry) {
             absl::InvalidArgumentError(file + "expected a map with a \"tokens\" list (tokens: "
                                               "[{name, token, views}])"));
   EXPECT_EQ(LoadError("tokens: [\n").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(LoadError("tokens: []\n" + std::string(TokenStore::kMaxFileBytes, '#')),
+            absl::InvalidArgumentError(file + "larger than 1048576 bytes; a tokens file holds a "
+                                              "few entries"));
   std::remove(path_.c_str());
   EXPECT_EQ(TokenStore::Open(path_).status(),
             absl::NotFoundError(file + "cannot read it: No such file or directory"));
