@@ -119,7 +119,11 @@ main() {
     echo "[sanitize] concurrency tests under TSan (ctest)"
     ctest "${ctest_args[@]}" -j "$jobs" -R "$TSAN_TESTS"
     echo "[sanitize] both servers' tests under TSan, driven by gRPC's client (ctest, up to 3 attempts)"
-    ctest "${ctest_args[@]}" -j "$jobs" -R "$TSAN_GRPC_TESTS" --repeat until-pass:3
+    # Not ManyHandshakesAtOnceAllComplete: its 32 threads of gRPC's client race inside libgpr's
+    # own (uninstrumented) allocations on most runs, three attempts or not; the handshakes it
+    # runs at once are the server's offload path, which the other TLS tests take one at a time.
+    ctest "${ctest_args[@]}" -j "$jobs" -R "$TSAN_GRPC_TESTS" --repeat until-pass:3 \
+      -E '^H2ReadServerSecurityTest\.ManyHandshakesAtOnceAllComplete$'
     # Not the Kafka source's tests: Debian's librdkafka starts its threads with C11 thrd_create,
     # which clang-14's TSan does not intercept, so its runtime crashes (SEGV in the allocator) on
     # the first allocation of such a thread. The ASan stage runs them.
