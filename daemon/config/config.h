@@ -276,12 +276,32 @@ std::string& DeadLetterPath(SourceConfig& source);
 // The tombstone_horizon_seconds of the block `source`'s kind uses.
 uint32_t TombstoneHorizonSeconds(const SourceConfig& source);
 
+// A partitioned cluster (`cluster:`): `members` daemons share one config, each consuming the
+// Kafka partitions OwnsPartition gives it and answering reads for all of them by asking every
+// member. members 0 (no `cluster:` block): a standalone daemon that owns every partition.
+struct ClusterConfig {
+  uint32_t members = 0;
+  uint32_t ordinal = 0;              // this member, 0..members-1
+  std::vector<std::string> peers;    // every member's gRPC address, by ordinal (members entries)
+  static constexpr uint32_t kMaxMembers = 1024;
+
+  bool Enabled() const { return members > 0; }
+  bool operator==(const ClusterConfig&) const = default;
+};
+
+// The fixed assignment: partition p of every Kafka topic belongs to member p % members. A
+// standalone daemon (members 0 or 1) owns them all.
+inline bool OwnsPartition(int32_t partition, uint32_t members, uint32_t ordinal) {
+  return members <= 1 || static_cast<uint32_t>(partition) % members == ordinal;
+}
+
 struct Config {
   std::string file;  // where it was loaded from, for messages
   StorageConfig storage;
   ServerConfig server;
   ApplyConfig apply;
   WatchConfig watch;
+  ClusterConfig cluster;
   std::vector<SourceConfig> sources;
   std::vector<TableSpec> tables;
 
