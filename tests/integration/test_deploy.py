@@ -49,7 +49,7 @@ ALERTS_TEST = os.path.join(DASHBOARDS, "alerts_test.yaml")
 RUNBOOK = os.path.join(DASHBOARDS, "README.md")
 DEPLOY = os.path.join(REPO, "deploy")
 DOCKERFILE = os.path.join(DEPLOY, "Dockerfile")
-OVERLAYS = ["statefulset", "sidecar"]
+OVERLAYS = ["statefulset", "sidecar", "partitioned"]
 IMAGE = "ghcr.io/example/cdcview"
 
 # Metrics a panel or rule may name although the sample run (one file source) does not export
@@ -663,8 +663,38 @@ def file_source(spec, container, path):
     pytest.fail(f"{path}: no source of volume {mount['name']} provides it")
 
 
-def effective_config(docs, spec, container, tmp_path):
-    """What cdcviewd makes of the container: its ConfigMap file, args and environment."""
+def pod_of(workload, ordinal=0):
+    """The metadata the downward API gives the workload's pod: a StatefulSet's pod number
+    `ordinal` (name cdcview-N, the pod-index label), or a Deployment's pod (a made-up name)."""
+    name = workload["metadata"]["name"]
+    labels = dict(workload["spec"]["template"]["metadata"].get("labels", {}))
+    if workload["kind"] == "StatefulSet":
+        name = f"{name}-{ordinal}"
+        labels["apps.kubernetes.io/pod-index"] = str(ordinal)
+    else:
+        name = f"{name}-5d8c7b9f4-x2x7q"
+    return {"name": name, "namespace": workload["metadata"].get("namespace", "default"),
+            "labels": labels}
+
+
+def container_env(container, pod):
+    """The container's environment as the kubelet sets it in `pod` (pod_of): values, and the
+    downward API's metadata fields. Any other valueFrom fails: nothing else is used."""
+    fields = {"metadata.name": pod["name"], "metadata.namespace": pod["namespace"]}
+    fields.update({f"metadata.labels['{k}']": v for k, v in pod["labels"].items()})
+    env = {}
+    for e in container.get("env", []):
+        if "value" in e:
+            env[e["name"]] = e["value"]
+        else:
+            assert list(e["valueFrom"]) == ["fieldRef"], e
+            env[e["name"]] = fields[e["valueFrom"]["fieldRef"]["fieldPath"]]
+    return env
+
+
+def effective_config(docs, spec, container, tmp_path, pod):
+    """What cdcviewd makes of the container in `pod` (pod_of): its ConfigMap file, args and
+    environment."""
     args = list(container["args"])
     config_path = args[args.index("--config") + 1]
     _, kind, name, key = file_source(spec, container, config_path)
@@ -673,7 +703,7 @@ def effective_config(docs, spec, container, tmp_path):
     local = tmp_path / os.path.basename(config_path)
     local.write_text(configmap["data"][key])
     args[args.index("--config") + 1] = str(local)
-    env = {e["name"]: e["value"] for e in container.get("env", [])}
+    env = container_env(container, pod)
     p = run([DAEMON_BIN] + args + ["--print-config"], env={**env, "PATH": os.environ["PATH"]})
     assert p.returncode == 0, f"cdcviewd rejects the ConfigMap with the container's settings:\n{p.stderr}"
     return yaml.safe_load(p.stdout), env
@@ -699,6 +729,12 @@ def config_bytes(text):
     return int(text)
 
 
+# The readiness probe's health service: queries are served (a replica of everything serves
+# while catching up), or, for a cluster member, its own partitions are caught up.
+READINESS = {"statefulset": "cdcview.v1.ViewService", "sidecar": "cdcview.v1.ViewService",
+             "partitioned": "cdcview.views"}
+
+
 def test_every_overlay_is_tested():
     assert sorted(OVERLAYS) == sorted(os.listdir(os.path.join(DEPLOY, "k8s", "overlays")))
 
@@ -718,7 +754,7 @@ def test_kustomize_renders_the_overlay(overlay):
     docs = render(overlay)
     kinds = sorted({d["kind"] for d in docs})
     assert {"ConfigMap", "ServiceMonitor"} <= set(kinds)
-    if overlay == "statefulset":
+    if overlay in ("statefulset", "partitioned"):
         assert {"StatefulSet", "Service", "PodDisruptionBudget", "Namespace"} <= set(kinds)
         sts = find(docs, "StatefulSet", "cdcview")
         assert sts["spec"]["serviceName"] == "cdcview-headless"
@@ -738,7 +774,7 @@ def test_manifests_agree_with_the_binary(overlay, tmp_path, daemon_factory):
     docs = render(overlay)
     flags_help = help_text()
     [(workload, spec, c)] = cdcview_containers(docs)
-    config, env = effective_config(docs, spec, c, tmp_path)
+    config, env = effective_config(docs, spec, c, tmp_path, pod_of(workload))
 
     # Flags and environment variables the container uses are the binary's.
     for flag in (a for a in c["args"] if a.startswith("--")):
@@ -778,7 +814,7 @@ def test_manifests_agree_with_the_binary(overlay, tmp_path, daemon_factory):
         assert probe["grpc"]["port"] == health_port, kind
     assert probes["startupProbe"]["grpc"]["service"] == "cdcview.views"
     assert probes["livenessProbe"]["grpc"]["service"] == ""
-    assert probes["readinessProbe"]["grpc"]["service"] == "cdcview.v1.ViewService"
+    assert probes["readinessProbe"]["grpc"]["service"] == READINESS[overlay]
     startup = probes["startupProbe"]
     # Start-up (verifying the store after an unclean shutdown) may take long; the startup
     # probe allows half an hour before a restart.
@@ -837,17 +873,107 @@ def test_manifests_agree_with_the_binary(overlay, tmp_path, daemon_factory):
     assert grace > measured_drain_seconds(daemon_factory)
 
 
+# ---------------------------------------------------------------- the partitioned cluster
+
+PARTITIONED = "partitioned"
+
+
+def test_the_partitioned_overlay_is_a_cluster_of_three_members():
+    docs = render(PARTITIONED)
+    [(sts, spec, c)] = cdcview_containers(docs)
+    namespace, name = sts["metadata"]["namespace"], sts["metadata"]["name"]
+    assert (sts["kind"], namespace, name) == ("StatefulSet", "cdcview", "cdcview")
+    assert sts["spec"]["replicas"] == 3
+    # Members start in any order (each waits for its peers, answering its own health).
+    assert sts["spec"]["podManagementPolicy"] == "Parallel"
+    # A volume per member: its own store of its own partitions.
+    [claim] = sts["spec"]["volumeClaimTemplates"]
+    assert claim["metadata"]["name"] == "data"
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert {"name": "data", "mountPath": "/var/lib/cdcview"} in c["volumeMounts"]
+    assert "data" not in [v["name"] for v in spec["volumes"]]
+
+    pod_labels = sts["spec"]["template"]["metadata"]["labels"]
+    grpc_port = {p["name"]: p["containerPort"] for p in c["ports"]}["grpc"]
+    # The members' Service: headless, and publishing members that are not ready yet, so
+    # members that start together or catch up find each other.
+    headless = find(docs, "Service", sts["spec"]["serviceName"])
+    assert headless["metadata"]["name"] == "cdcview-headless"
+    assert headless["spec"]["clusterIP"] == "None"
+    assert headless["spec"]["publishNotReadyAddresses"] is True
+    assert selects({"matchLabels": headless["spec"]["selector"]}, pod_labels)
+    assert {"name": "grpc", "port": grpc_port, "targetPort": "grpc"} in headless["spec"]["ports"]
+    # Clients: one Service over every (ready) member; any member answers for the cluster.
+    client = find(docs, "Service", "cdcview")
+    assert "clusterIP" not in client["spec"] and not client["spec"].get(
+        "publishNotReadyAddresses")
+    assert client["spec"]["selector"] == {"app.kubernetes.io/name": "cdcview"}
+    assert selects({"matchLabels": client["spec"]["selector"]}, pod_labels)
+    assert client["spec"]["ports"] == [{"name": "grpc", "port": 50051, "targetPort": "grpc"}]
+    # One member at a time may be evicted.
+    [pdb] = [d for d in docs if d["kind"] == "PodDisruptionBudget"]
+    assert pdb["spec"] == {"maxUnavailable": 1, "selector": {
+        "matchLabels": {"app.kubernetes.io/name": "cdcview"}}}
+    assert selects(pdb["spec"]["selector"], pod_labels)
+
+    # The cluster's variables: members = replicas, the ordinal from the pod's name, the peers
+    # a template over the headless Service's per-pod names.
+    cluster_env = [e for e in c["env"] if e["name"].startswith("CDCVIEW_CLUSTER_")]
+    assert cluster_env == [
+        {"name": "CDCVIEW_CLUSTER_MEMBERS", "value": "3"},
+        {"name": "CDCVIEW_CLUSTER_ORDINAL",
+         "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "CDCVIEW_CLUSTER_PEERS",
+         "value": "cdcview-{i}.cdcview-headless.cdcview.svc:50051"},
+    ]
+    # Probes: alive once the store is open; started and ready once this member's partitions
+    # are caught up (every view within server.ready_max_lag_seconds of its sources).
+    assert c["livenessProbe"]["grpc"]["service"] == ""
+    assert c["startupProbe"]["grpc"]["service"] == "cdcview.views"
+    assert c["readinessProbe"]["grpc"]["service"] == "cdcview.views"
+
+
+def test_each_partitioned_member_gets_its_ordinal_and_every_peer(tmp_path):
+    """cdcviewd, given pod N's environment, is member N of 3 and names every member's gRPC
+    address as the headless Service's DNS name of that pod."""
+    docs = render(PARTITIONED)
+    [(sts, spec, c)] = cdcview_containers(docs)
+    namespace, service = sts["metadata"]["namespace"], sts["spec"]["serviceName"]
+    grpc_port = {p["name"]: p["containerPort"] for p in c["ports"]}["grpc"]
+    members = sts["spec"]["replicas"]
+    peers = [f"{pod_of(sts, i)['name']}.{service}.{namespace}.svc:{grpc_port}"
+             for i in range(members)]
+    assert peers == [f"cdcview-{i}.cdcview-headless.cdcview.svc:50051" for i in range(3)]
+    for ordinal in range(members):
+        config, _ = effective_config(docs, spec, c, tmp_path, pod_of(sts, ordinal))
+        assert config["cluster"] == {"members": 3, "ordinal": ordinal, "peers": peers}
+        # Kafka sources only, read from the start: a member that gains partitions after a
+        # resize reads their whole history.
+        assert [(s["name"], sorted(s)) for s in config["sources"]] == [
+            ("app", ["kafka", "name", "table"])]
+        assert config["sources"][0]["kafka"]["start"] == "earliest"
+        assert config["server"]["grpc"] == f"0.0.0.0:{grpc_port}"
+    # The certificate the members verify each other with names every peer.
+    names = tls_doc_objects("Certificate")[CERTIFICATES[PARTITIONED]]["spec"]["dnsNames"]
+    for peer in peers:
+        host = peer.rsplit(":", 1)[0]
+        assert f"*.{host.split('.', 1)[1]}" in names, host
+
+
 # ---------------------------------------------------------------- hardening, TLS and access
 
 TLS_DOC = os.path.join(REPO, "docs", "TLS.md")
 # The daemon's own certificate in each overlay: a cert-manager Certificate in docs/TLS.md.
-CERTIFICATES = {"statefulset": "cdcview", "sidecar": "orders-app-cdcview"}
+CERTIFICATES = {"statefulset": "cdcview", "sidecar": "orders-app-cdcview",
+                "partitioned": "cdcview"}
 # Overlays whose clients (and Prometheus) present a client certificate.
-MTLS = {"statefulset": True, "sidecar": False}
+MTLS = {"statefulset": True, "sidecar": False, "partitioned": True}
 CLIENT_PEERS = [{"namespaceSelector": {},
                  "podSelector": {"matchLabels": {"cdcview.io/client": "true"}}}]
 MONITORING_PEERS = [{"namespaceSelector": {
     "matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+# The partitioned cluster's members, which call each other (same namespace).
+MEMBER_PEERS = [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "cdcview"}}}]
 
 
 def tls_doc():
@@ -868,7 +994,7 @@ def tls_doc_objects(kind):
 def cdcview_workload(overlay, tmp_path):
     docs = render(overlay)
     [(workload, spec, c)] = cdcview_containers(docs)
-    config, _ = effective_config(docs, spec, c, tmp_path)
+    config, _ = effective_config(docs, spec, c, tmp_path, pod_of(workload))
     return docs, workload, spec, c, config
 
 
@@ -982,8 +1108,10 @@ def test_network_policy_admits_the_apps_and_monitoring_only(overlay, tmp_path):
     assert admitted.pop(metrics_port) == [MONITORING_PEERS]
     assert port_of(server["health"]) not in admitted
     if workload["kind"] == "StatefulSet":
-        # gRPC: pods that carry the client label, from any namespace (docs/TLS.md).
-        assert admitted.pop(grpc_port) == [CLIENT_PEERS]
+        # gRPC: pods that carry the client label, from any namespace (docs/TLS.md); in the
+        # partitioned cluster also the other members.
+        want = [CLIENT_PEERS, MEMBER_PEERS] if overlay == PARTITIONED else [CLIENT_PEERS]
+        assert admitted.pop(grpc_port) == want
         assert admitted == {}
     else:
         # gRPC and fast reads are on loopback; only the app's own port is left open.
@@ -1078,9 +1206,13 @@ def test_the_pod_runs_as_its_service_account_without_an_api_token(overlay):
     account = find(docs, "ServiceAccount", spec["serviceAccountName"])
     assert account["automountServiceAccountToken"] is False
     assert spec["automountServiceAccountToken"] is False
-    # IAM roles for service accounts: the overlay fills the base's empty slot with a role.
+    # IAM roles for service accounts: the overlay fills the base's empty slot with a role
+    # for its DynamoDB source. The partitioned cluster reads Kafka only: no role.
     role = account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"]
-    assert re.fullmatch(r"arn:aws:iam::\d{12}:role/[\w+=,.@-]+", role), role
+    if overlay == PARTITIONED:
+        assert role == ""
+    else:
+        assert re.fullmatch(r"arn:aws:iam::\d{12}:role/[\w+=,.@-]+", role), role
     if workload["kind"] == "Deployment":
         # Only the cdcview container gets the role's credentials.
         others = [x["name"] for x in spec["containers"] if x is not c]
