@@ -65,7 +65,15 @@ SOURCE_SPECIFIC_METRICS = {
     "cdcview_dynamodb_trimmed_data_total",
 }
 PLANNED_METRICS = set()
-SKIPPED_METRICS = SOURCE_SPECIFIC_METRICS | PLANNED_METRICS
+# Only a member of a partitioned cluster (`cluster:`) exports these; the names are the ones its
+# code registers (test_cluster_metrics_are_registered_by_the_cluster_code).
+CLUSTER_METRICS = {
+    "cdcview_cluster_members",
+    "cdcview_cluster_partitions_owned",
+    "cdcview_cluster_fanout_seconds_bucket",
+    "cdcview_cluster_fanout_errors_total",
+}
+SKIPPED_METRICS = SOURCE_SPECIFIC_METRICS | PLANNED_METRICS | CLUSTER_METRICS
 
 # Prometheus adds these to every scraped series; they are not in /metrics.
 TARGET_LABELS = {"instance", "job"}
@@ -212,7 +220,9 @@ def test_the_required_alerts_exist_each_with_a_runbook_section():
     names = alert_names()
     assert names == ["CdcviewReplicationLagHigh", "CdcviewIngestionStalled",
                      "CdcviewDeadLettersIncreasing", "CdcviewLmdbMapNearCeiling",
-                     "CdcviewDynamoDbTrimmedData", "CdcviewQueryErrorRatioHigh"]
+                     "CdcviewDynamoDbTrimmedData", "CdcviewQueryErrorRatioHigh",
+                     "CdcviewClusterMemberDown", "CdcviewClusterPeerUnreachable",
+                     "CdcviewClusterPartitionsUnowned", "CdcviewClusterMemberLagging"]
     with open(RUNBOOK, encoding="utf-8") as f:
         headings = re.findall(r"^## (\S+)$", f.read(), re.M)
     assert sorted(headings) == sorted(names)
@@ -260,6 +270,23 @@ def test_source_specific_metrics_are_registered_by_their_probes():
     assert sorted(SOURCE_SPECIFIC_METRICS - set(registered)) == []
     used = {n for _, expr in all_exprs() for n in METRIC_NAME.findall(expr)}
     assert SOURCE_SPECIFIC_METRICS <= used
+
+
+def test_cluster_metrics_are_registered_by_the_cluster_code():
+    """The cluster metrics the dashboard and the alerts use are the ones daemon/ registers (a
+    histogram's series are its name plus _bucket)."""
+    registered = set()
+    for root, _, files in os.walk(os.path.join(REPO, "daemon")):
+        for name in files:
+            if name.endswith(".cc"):
+                with open(os.path.join(root, name), encoding="utf-8") as f:
+                    registered.update(re.findall(r'\.Name\("(cdcview_cluster_[a-z_]+)"\)',
+                                                 f.read()))
+    used = {n for _, expr in all_exprs() for n in METRIC_NAME.findall(expr)
+            if n.startswith("cdcview_cluster_")}
+    assert used == CLUSTER_METRICS
+    assert sorted(n for n in CLUSTER_METRICS
+                  if n not in registered and n.removesuffix("_bucket") not in registered) == []
 
 
 def test_write_amplification_divides_by_the_views_own_table(tmp_path):
@@ -339,7 +366,9 @@ def test_dashboard_has_the_variables_and_panels(sampled):
                      "Index writes per event (write amplification)", "View entries",
                      "View bytes", "LMDB map use", "Query rate per method",
                      "Query errors per method", "Query p99 per method", "Batch sizes",
-                     "Hot key share", "Items left out of views by reason"):
+                     "Hot key share", "Items left out of views by reason",
+                     "Partitions owned per member", "Consumer lag per member",
+                     "Fan-out latency p50 / p99 per peer", "Fan-out errors per peer"):
         assert required in titles
     for p in panels(dash):
         assert p["datasource"]["uid"] == "${datasource}", p["title"]
