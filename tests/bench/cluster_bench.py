@@ -251,8 +251,9 @@ def daemon_config(home, source, grpc_port=0):
             "server": {"grpc": f"127.0.0.1:{grpc_port}", "metrics": "127.0.0.1:0"}}
 
 
-def start_cluster(kafka, topic, members, work, stubs, watermarks):
-    """`members` daemons with `cluster:`, each caught up with the partitions it owns."""
+def start_cluster(kafka, topic, members, work, stubs, watermarks, timeout):
+    """`members` daemons with `cluster:`, each caught up with the partitions it owns within
+    `timeout` seconds."""
     ports = [free_port() for _ in range(members)]
     peers = [f"127.0.0.1:{p}" for p in ports]
     daemons = []
@@ -268,7 +269,7 @@ def start_cluster(kafka, topic, members, work, stubs, watermarks):
         for ordinal, d in enumerate(daemons):
             owned = {p: str(hw) for p, hw in watermarks.items()
                      if hw > 0 and int(p.rsplit("/", 1)[1]) % members == ordinal}
-            wait_local_positions(d, owned)
+            wait_local_positions(d, owned, timeout)
     except BaseException:
         for d in daemons:
             d.ensure_dead()
@@ -284,12 +285,14 @@ def local_positions(d):
     return {p.partition: p.position for p in source.positions}
 
 
-def wait_local_positions(d, owned, timeout=3600):
+def wait_local_positions(d, owned, timeout):
     """Until member `d` stored `owned` (its own partitions' high watermarks)."""
     deadline = time.monotonic() + timeout
     while (got := local_positions(d)) != owned:
         if time.monotonic() > deadline:
-            raise SystemExit(f"member {d.addr} did not catch up: {got} vs {owned}")
+            raise SystemExit(f"member {d.addr} did not catch up within {timeout:.0f} s: it has "
+                             f"{got}, its partitions are {owned} (a member reads the partitions "
+                             "p with p % members == ordinal, and no other)")
         time.sleep(0.05)
 
 
@@ -327,7 +330,8 @@ def run(kafka, work, args):
             t = time.monotonic()
             wait_positions(standalone, "app", {p: str(hw) for p, hw in watermarks.items()
                                                 if hw > 0})
-            log(f"standalone caught up in {time.monotonic() - t:.1f}s")
+            caught_up = time.monotonic() - t
+            log(f"standalone caught up in {caught_up:.1f}s")
             checked = points[:CHECKED_QUERIES // 2] + ranges[:CHECKED_QUERIES // 2]
             want = [answer(standalone.stub, stubs, q) for q in checked]
             sizes = sorted({len(w) for w in want[:len(checked) // 2]}) + sorted(
@@ -338,7 +342,9 @@ def run(kafka, work, args):
             rows.append(("standalone", standalone.addr, 0))
             rows[-1] += measure_both(pool, standalone.addr, stubs_dir, points, ranges, args)
             for members in args.members:
-                daemons = start_cluster(kafka, topic, members, work, stubs, watermarks)
+                # A member reads a share of what the standalone daemon read, beside the others.
+                daemons = start_cluster(kafka, topic, members, work, stubs, watermarks,
+                                        timeout=max(120.0, 20 * caught_up))
                 try:
                     coordinator = daemons[0]
                     got = [answer(coordinator.stub, stubs, q) for q in checked]
