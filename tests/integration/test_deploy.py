@@ -707,18 +707,38 @@ def pod_of(workload, ordinal=0):
 
 
 def container_env(container, pod):
-    """The container's environment as the kubelet sets it in `pod` (pod_of): values, and the
-    downward API's metadata fields. Any other valueFrom fails: nothing else is used."""
+    """The container's environment as the kubelet sets it in `pod` (pod_of): values, the
+    downward API's metadata fields, and a Secret's key (a stand-in value). Any other valueFrom
+    fails: nothing else is used."""
     fields = {"metadata.name": pod["name"], "metadata.namespace": pod["namespace"]}
     fields.update({f"metadata.labels['{k}']": v for k, v in pod["labels"].items()})
     env = {}
     for e in container.get("env", []):
         if "value" in e:
             env[e["name"]] = e["value"]
+        elif "secretKeyRef" in e["valueFrom"]:
+            ref = e["valueFrom"]["secretKeyRef"]
+            env[e["name"]] = f"secret-{ref['name']}-{ref['key']}"
         else:
             assert list(e["valueFrom"]) == ["fieldRef"], e
             env[e["name"]] = fields[e["valueFrom"]["fieldRef"]["fieldPath"]]
     return env
+
+
+# Variables the daemon reads that are no config field (so --help does not list them): the
+# header and constant that name each.
+DAEMON_VARIABLES = {"CDCVIEW_CLUSTER_TOKEN": ("daemon/server/cluster_peers.h", "kClusterTokenEnv")}
+
+
+def daemon_reads_variable(name):
+    if name not in DAEMON_VARIABLES:
+        return False
+    header, constant = DAEMON_VARIABLES[name]
+    path = os.path.join(REPO, header)
+    if not os.path.exists(path):
+        return False
+    with open(path, encoding="utf-8") as f:
+        return f'{constant}[] = "{name}";' in f.read()
 
 
 def effective_config(docs, spec, container, tmp_path, pod):
@@ -811,7 +831,8 @@ def test_manifests_agree_with_the_binary(overlay, tmp_path, daemon_factory):
     for name in env:
         # A flag's variable, or one of the config fields' variables --help lists.
         assert (f"Env:{name}" in flags_help or
-                re.search(rf"^\s+{name}\s+\(", flags_help, re.M)), f"{name} not in --help"
+                re.search(rf"^\s+{name}\s+\(", flags_help, re.M) or
+                daemon_reads_variable(name)), f"{name}: not in --help, not read by the daemon"
 
     # Ports: probes and the ports the container declares are the ones cdcviewd listens on.
     # The kubelet's gRPC probes connect to the pod IP, without TLS or a token: they go to
@@ -954,6 +975,8 @@ def test_the_partitioned_overlay_is_a_cluster_of_three_members():
          "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "CDCVIEW_CLUSTER_PEERS",
          "value": "cdcview-{i}.cdcview-headless.cdcview.svc:50051"},
+        {"name": "CDCVIEW_CLUSTER_TOKEN",
+         "valueFrom": {"secretKeyRef": {"name": "cdcview-cluster-token", "key": "token"}}},
     ]
     # Probes: alive once the store is open; started and ready once this member's partitions
     # are caught up (every view within server.ready_max_lag_seconds of its sources).
@@ -982,11 +1005,17 @@ def test_each_partitioned_member_gets_its_ordinal_and_every_peer(tmp_path):
             ("app", ["kafka", "name", "table"])]
         assert config["sources"][0]["kafka"]["start"] == "earliest"
         assert config["server"]["grpc"] == f"0.0.0.0:{grpc_port}"
-    # The certificate the members verify each other with names every peer.
-    names = tls_doc_objects("Certificate")[CERTIFICATES[PARTITIONED]]["spec"]["dnsNames"]
+    # The certificate the members verify each other with names every peer, and they present
+    # it to each other as their client certificate.
+    certificate = tls_doc_objects("Certificate")[CERTIFICATES[PARTITIONED]]["spec"]
     for peer in peers:
         host = peer.rsplit(":", 1)[0]
-        assert f"*.{host.split('.', 1)[1]}" in names, host
+        assert f"*.{host.split('.', 1)[1]}" in certificate["dnsNames"], host
+    assert "client auth" in certificate["usages"]
+    # Their token (CDCVIEW_CLUSTER_TOKEN) is an entry of the tokens file that reads everything.
+    [tokens] = [d for d in tls_doc_yaml() if "tokens" in d]
+    assert {"name": "cdcview-cluster", "token": "<the members' token>",
+            "views": "all"} in tokens["tokens"]
 
 
 # ---------------------------------------------------------------- hardening, TLS and access
@@ -1182,7 +1211,10 @@ def test_the_documented_certificate_names_what_clients_connect_to(overlay):
     docs = render(overlay)
     certificate = tls_doc_objects("Certificate")[CERTIFICATES[overlay]]
     names = certificate["spec"]["dnsNames"]
-    assert certificate["spec"]["usages"] == ["server auth"]
+    # The partitioned overlay's members present the daemon's certificate to each other.
+    assert certificate["spec"]["usages"] == (
+        ["server auth", "client auth"] if CERTIFICATES[overlay] == CERTIFICATES[PARTITIONED]
+        else ["server auth"])
     [(workload, spec, c)] = cdcview_containers(docs)
     namespace = workload["metadata"].get("namespace")
     assert certificate["metadata"].get("namespace") == namespace
@@ -1214,10 +1246,12 @@ def test_every_secret_the_manifests_use_is_documented():
         for workload in (d for d in docs if d["kind"] in ("StatefulSet", "Deployment")):
             for volume in workload["spec"]["template"]["spec"]["volumes"]:
                 used |= {name for name, _ in secret_keys(volume)}
+            used |= {ref["name"] for ref in leaves(workload["spec"]["template"], "secretKeyRef")}
         monitor = find(docs, "ServiceMonitor", "cdcview")
         used |= set(leaves(monitor["spec"]["endpoints"], "name")) - {None}
     assert sorted(used) == sorted({"cdcview-tls", "cdcview-tokens", "cdcview-metrics-token",
-                                   "cdcview-prometheus-tls", "orders-app-cdcview-token"})
+                                   "cdcview-prometheus-tls", "orders-app-cdcview-token",
+                                   "cdcview-cluster-token"})
     table = set(re.findall(r"^\| `([a-z0-9-]+)` \|", doc, re.M))
     assert sorted(used - table) == [] and sorted(used - made) == []
     # The token file example is a valid token file: Prometheus's entry may scrape /metrics.
