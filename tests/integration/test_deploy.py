@@ -65,8 +65,9 @@ SOURCE_SPECIFIC_METRICS = {
     "cdcview_dynamodb_trimmed_data_total",
 }
 PLANNED_METRICS = set()
-# Only a member of a partitioned cluster (`cluster:`) exports these; the names are the ones its
-# code registers (test_cluster_metrics_are_registered_by_the_cluster_code).
+# Only a member of a partitioned cluster (`cluster:`) exports these (partitions owned: any
+# daemon with a Kafka source); the names are the ones the daemon's code registers
+# (test_cluster_metrics_are_registered_by_the_cluster_code).
 CLUSTER_METRICS = {
     "cdcview_cluster_members",
     "cdcview_cluster_partitions_owned",
