@@ -17,6 +17,10 @@ nothing (except that the cluster answers what the standalone daemon answers).
        range  Query on a GSI1 partition with at least 100 entries, limit 100
      Latency p50 / p99 and QPS (all clients together). Every cluster first answers a sample
      of the queries and must give the standalone daemon's entries (the run stops otherwise).
+  5. Per daemon (the standalone one, every member): the events it applied, the seconds from
+     its start until it had stored its partitions' high watermarks, events/s over them, and
+     its store's size (cdcview_lmdb_map_used_bytes): ingest and storage per member. The
+     seconds include the daemon's start-up; kafka_bench.py measures the ingest rate itself.
 
 Every process shares the machine's cores (the broker, M members, the clients): the ratio to
 the standalone daemon in the same run is the figure to compare, not the rates (see
@@ -51,7 +55,7 @@ sys.path.insert(0, HERE)
 import reference as ref  # noqa: E402
 import streams  # noqa: E402
 from conftest import DAEMON_BIN, Daemon, Stubs  # noqa: E402
-from kafka_bench import ddb_messages, make_stubs, start_broker, wait_positions  # noqa: E402
+from kafka_bench import ddb_messages, make_stubs, start_broker  # noqa: E402
 from kafka_fixture import PARTITIONS, SCRIPT, Kafka  # noqa: E402
 
 RANGE_ROWS = 100
@@ -253,10 +257,10 @@ def daemon_config(home, source, grpc_port=0):
 
 def start_cluster(kafka, topic, members, work, stubs, watermarks, timeout):
     """`members` daemons with `cluster:`, each caught up with the partitions it owns within
-    `timeout` seconds."""
+    `timeout` seconds: (the daemons, an ingest row of each, see caught_up)."""
     ports = [free_port() for _ in range(members)]
     peers = [f"127.0.0.1:{p}" for p in ports]
-    daemons = []
+    daemons, started = [], []
     try:
         for ordinal in range(members):
             home = os.path.join(work, f"cluster-{members}-member-{ordinal}")
@@ -265,35 +269,62 @@ def start_cluster(kafka, topic, members, work, stubs, watermarks, timeout):
                                                        f"bench-{topic}-{members}"),
                                    ports[ordinal])
             config["cluster"] = {"members": members, "ordinal": ordinal, "peers": peers}
+            started.append(time.monotonic())
             daemons.append(start_member(Daemon(home, config=config, stubs=stubs)))
-        for ordinal, d in enumerate(daemons):
-            owned = {p: str(hw) for p, hw in watermarks.items()
-                     if hw > 0 and int(p.rsplit("/", 1)[1]) % members == ordinal}
-            wait_local_positions(d, owned, timeout)
+        owned = [{p: str(hw) for p, hw in watermarks.items()
+                  if hw > 0 and int(p.rsplit("/", 1)[1]) % members == ordinal}
+                 for ordinal in range(members)]
+        rows = caught_up([(f"cluster of {members}, member {i}", d, owned[i], started[i])
+                          for i, d in enumerate(daemons)], timeout)
     except BaseException:
         for d in daemons:
             d.ensure_dead()
         raise
-    return daemons
+    return daemons, rows
 
 
-def local_positions(d):
-    """Member `d`'s own positions of source app: its GetStatus, answered locally only."""
+def local_source(d):
+    """Daemon `d`'s own status of source app: GetStatus, answered locally only."""
     status = d.stub.GetStatus(d.stubs.vs.GetStatusRequest(), timeout=CALL_TIMEOUT_S,
                               metadata=[LOCAL_ONLY])
     [source] = [s for s in status.sources if s.name == "app"]
-    return {p.partition: p.position for p in source.positions}
+    return source
 
 
-def wait_local_positions(d, owned, timeout):
-    """Until member `d` stored `owned` (its own partitions' high watermarks)."""
+def caught_up(waits, timeout):
+    """Polls every (name, daemon, positions it must store, when it was started) until each
+    daemon stored its positions (its partitions' high watermarks), within `timeout` seconds.
+    Returns an ingest row per daemon: (name, events applied, seconds from its start to caught
+    up, LMDB bytes in use)."""
     deadline = time.monotonic() + timeout
-    while (got := local_positions(d)) != owned:
-        if time.monotonic() > deadline:
-            raise SystemExit(f"member {d.addr} did not catch up within {timeout:.0f} s: it has "
-                             f"{got}, its partitions are {owned} (a member reads the partitions "
-                             "p with p % members == ordinal, and no other)")
+    done = {}
+    while len(done) < len(waits):
+        for name, d, owned, started in waits:
+            if name in done:
+                continue
+            source = local_source(d)
+            got = {p.partition: p.position for p in source.positions}
+            if got == owned:
+                done[name] = (name, source.events_applied, time.monotonic() - started, d)
+            elif time.monotonic() > deadline:
+                raise SystemExit(
+                    f"{name} ({d.addr}) did not catch up within {timeout:.0f} s: it has {got}, "
+                    f"its partitions are {owned} (a member reads the partitions p with "
+                    "p % members == ordinal, and no other)")
         time.sleep(0.05)
+    rows = []
+    for name, _, _, _ in waits:
+        name, events, seconds, d = done[name]
+        time.sleep(1.1)  # the map's use is sampled once a second
+        rows.append((name, events, seconds, used_bytes(d)))
+    return rows
+
+
+def used_bytes(d):
+    for (name, _), value in d.metrics().items():
+        if name == "cdcview_lmdb_map_used_bytes":
+            return value
+    raise SystemExit(f"{d.addr}: no cdcview_lmdb_map_used_bytes in /metrics")
 
 
 def stop_all(daemons):
@@ -326,12 +357,12 @@ def run(kafka, work, args):
     ctx = multiprocessing.get_context("spawn")  # no gRPC state crosses a fork
     with ctx.Pool(args.clients) as pool:
         try:
-            standalone.start()
             t = time.monotonic()
-            wait_positions(standalone, "app", {p: str(hw) for p, hw in watermarks.items()
-                                                if hw > 0})
-            caught_up = time.monotonic() - t
-            log(f"standalone caught up in {caught_up:.1f}s")
+            standalone.start()
+            ingest = caught_up([("standalone", standalone,
+                                 {p: str(hw) for p, hw in watermarks.items() if hw > 0}, t)],
+                               timeout=3600)
+            log(f"standalone caught up in {ingest[0][2]:.1f}s")
             checked = points[:CHECKED_QUERIES // 2] + ranges[:CHECKED_QUERIES // 2]
             want = [answer(standalone.stub, stubs, q) for q in checked]
             sizes = sorted({len(w) for w in want[:len(checked) // 2]}) + sorted(
@@ -343,8 +374,9 @@ def run(kafka, work, args):
             rows[-1] += measure_both(pool, standalone.addr, stubs_dir, points, ranges, args)
             for members in args.members:
                 # A member reads a share of what the standalone daemon read, beside the others.
-                daemons = start_cluster(kafka, topic, members, work, stubs, watermarks,
-                                        timeout=max(120.0, 20 * caught_up))
+                daemons, member_rows = start_cluster(kafka, topic, members, work, stubs,
+                                                     watermarks, max(120.0, 20 * ingest[0][2]))
+                ingest += member_rows
                 try:
                     coordinator = daemons[0]
                     got = [answer(coordinator.stub, stubs, q) for q in checked]
@@ -364,6 +396,7 @@ def run(kafka, work, args):
         finally:
             standalone.ensure_dead()
     print_rows(rows, args)
+    print_ingest(ingest)
 
 
 def measure_both(pool, addr, stubs_dir, points, ranges, args):
@@ -387,6 +420,15 @@ def print_rows(rows, args):
         print(f"{name:<20} {point[0] * 1e6:>7.0f} µs {point[1] * 1e6:>5.0f} µs {point[2]:>7.0f} "
               f"{point[2] / base_point:>5.2f}   {rng[0] * 1e6:>7.0f} µs {rng[1] * 1e6:>5.0f} µs "
               f"{rng[2]:>7.0f} {rng[2] / base_range:>5.2f}   {point[3] + rng[3]}")
+
+
+def print_ingest(rows):
+    """Per daemon: what it applied, how long from its start until caught up, its store."""
+    print(f"{'ingest (from start)':<28} {'events':>8} {'seconds':>8} {'events/s':>9} "
+          f"{'store MiB':>10}")
+    for name, events, seconds, used in rows:
+        print(f"{name:<28} {events:>8} {seconds:>8.1f} {events / seconds:>9.0f} "
+              f"{used / (1 << 20):>10.1f}")
 
 
 def main(argv=None):
