@@ -251,7 +251,9 @@ def source_config(brokers, topic, group):
 
 def daemon_config(home, source, grpc_port=0):
     return {"sources": [source], "tables": [ref.EXAMPLE_TABLE],
-            "storage": {"path": os.path.join(home, "store"), "map_size": "2GiB"},
+            # The map is reserved on disk, which on tmpfs is memory, for up to four daemons at a
+            # time: a small start (it grows as needed).
+            "storage": {"path": os.path.join(home, "store"), "map_size": "256MiB"},
             "server": {"grpc": f"127.0.0.1:{grpc_port}", "metrics": "127.0.0.1:0"}}
 
 
@@ -328,11 +330,13 @@ def used_bytes(d):
 
 
 def stop_all(daemons):
+    """Stops the daemons and removes their stores (on tmpfs they hold memory)."""
     for d in daemons:
         try:
             d.stop()
         finally:
             d.ensure_dead()
+            shutil.rmtree(d.store, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- the run
