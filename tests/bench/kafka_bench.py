@@ -454,6 +454,18 @@ def broker_pid(run_dir):
         return int(pid) if pid else None
 
 
+def start_broker(run_dir):
+    """The broker's address: KAFKA_BOOTSTRAP's, or that of one scripts/kafka.sh starts in
+    `run_dir` (`scripts/kafka.sh stop <run_dir>` stops it)."""
+    bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
+    if bootstrap:
+        return bootstrap
+    started = subprocess.run([SCRIPT, "start", run_dir], capture_output=True, text=True)
+    if started.returncode != 0:
+        raise SystemExit(f"scripts/kafka.sh start failed:\n{started.stderr}")
+    return started.stdout.strip().splitlines()[-1]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=1_000_000)
@@ -493,13 +505,9 @@ def main():
             f"producer and this script on {args.other_cpus} (--cpus shared: all on all)")
     work = tempfile.mkdtemp(prefix="cdcview-kafka-bench.", dir=args.tmp)
     run_dir = os.path.join(work, "kafka")
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
-    if not bootstrap:
-        started = subprocess.run([SCRIPT, "start", run_dir], capture_output=True, text=True)
-        if started.returncode != 0:
-            raise SystemExit(f"scripts/kafka.sh start failed:\n{started.stderr}")
-        bootstrap = started.stdout.strip().splitlines()[-1]
-    elif args.other_cpus and broker_pid(run_dir):  # a broker of one's own: all its threads
+    bootstrap = start_broker(run_dir)
+    if os.environ.get("KAFKA_BOOTSTRAP") and args.other_cpus and broker_pid(run_dir):
+        # a broker of one's own: all its threads
         subprocess.run(["taskset", "-a", "-p", "-c", args.other_cpus, str(broker_pid(run_dir))],
                        stdout=subprocess.DEVNULL, check=True)
     try:

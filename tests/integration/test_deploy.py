@@ -49,7 +49,7 @@ ALERTS_TEST = os.path.join(DASHBOARDS, "alerts_test.yaml")
 RUNBOOK = os.path.join(DASHBOARDS, "README.md")
 DEPLOY = os.path.join(REPO, "deploy")
 DOCKERFILE = os.path.join(DEPLOY, "Dockerfile")
-OVERLAYS = ["statefulset", "sidecar"]
+OVERLAYS = ["statefulset", "sidecar", "partitioned"]
 IMAGE = "ghcr.io/example/cdcview"
 
 # Metrics a panel or rule may name although the sample run (one file source) does not export
@@ -65,7 +65,16 @@ SOURCE_SPECIFIC_METRICS = {
     "cdcview_dynamodb_trimmed_data_total",
 }
 PLANNED_METRICS = set()
-SKIPPED_METRICS = SOURCE_SPECIFIC_METRICS | PLANNED_METRICS
+# Only a member of a partitioned cluster (`cluster:`) exports these (partitions owned: any
+# daemon with a Kafka source); the names are the ones the daemon's code registers
+# (test_cluster_metrics_are_registered_by_the_cluster_code).
+CLUSTER_METRICS = {
+    "cdcview_cluster_members",
+    "cdcview_cluster_partitions_owned",
+    "cdcview_cluster_fanout_seconds_bucket",
+    "cdcview_cluster_fanout_errors_total",
+}
+SKIPPED_METRICS = SOURCE_SPECIFIC_METRICS | PLANNED_METRICS | CLUSTER_METRICS
 
 # Prometheus adds these to every scraped series; they are not in /metrics.
 TARGET_LABELS = {"instance", "job"}
@@ -212,7 +221,9 @@ def test_the_required_alerts_exist_each_with_a_runbook_section():
     names = alert_names()
     assert names == ["CdcviewReplicationLagHigh", "CdcviewIngestionStalled",
                      "CdcviewDeadLettersIncreasing", "CdcviewLmdbMapNearCeiling",
-                     "CdcviewDynamoDbTrimmedData", "CdcviewQueryErrorRatioHigh"]
+                     "CdcviewDynamoDbTrimmedData", "CdcviewQueryErrorRatioHigh",
+                     "CdcviewClusterMemberDown", "CdcviewClusterPeerUnreachable",
+                     "CdcviewClusterPartitionsUnowned", "CdcviewClusterMemberLagging"]
     with open(RUNBOOK, encoding="utf-8") as f:
         headings = re.findall(r"^## (\S+)$", f.read(), re.M)
     assert sorted(headings) == sorted(names)
@@ -260,6 +271,23 @@ def test_source_specific_metrics_are_registered_by_their_probes():
     assert sorted(SOURCE_SPECIFIC_METRICS - set(registered)) == []
     used = {n for _, expr in all_exprs() for n in METRIC_NAME.findall(expr)}
     assert SOURCE_SPECIFIC_METRICS <= used
+
+
+def test_cluster_metrics_are_registered_by_the_cluster_code():
+    """The cluster metrics the dashboard and the alerts use are the ones daemon/ registers (a
+    histogram's series are its name plus _bucket)."""
+    registered = set()
+    for root, _, files in os.walk(os.path.join(REPO, "daemon")):
+        for name in files:
+            if name.endswith(".cc"):
+                with open(os.path.join(root, name), encoding="utf-8") as f:
+                    registered.update(re.findall(r'\.Name\("(cdcview_cluster_[a-z_]+)"\)',
+                                                 f.read()))
+    used = {n for _, expr in all_exprs() for n in METRIC_NAME.findall(expr)
+            if n.startswith("cdcview_cluster_")}
+    assert used == CLUSTER_METRICS
+    assert sorted(n for n in CLUSTER_METRICS
+                  if n not in registered and n.removesuffix("_bucket") not in registered) == []
 
 
 def test_write_amplification_divides_by_the_views_own_table(tmp_path):
@@ -339,7 +367,9 @@ def test_dashboard_has_the_variables_and_panels(sampled):
                      "Index writes per event (write amplification)", "View entries",
                      "View bytes", "LMDB map use", "Query rate per method",
                      "Query errors per method", "Query p99 per method", "Batch sizes",
-                     "Hot key share", "Items left out of views by reason"):
+                     "Hot key share", "Items left out of views by reason",
+                     "Partitions owned per member", "Consumer lag per member",
+                     "Fan-out latency p50 / p99 per peer", "Fan-out errors per peer"):
         assert required in titles
     for p in panels(dash):
         assert p["datasource"]["uid"] == "${datasource}", p["title"]
@@ -663,8 +693,58 @@ def file_source(spec, container, path):
     pytest.fail(f"{path}: no source of volume {mount['name']} provides it")
 
 
-def effective_config(docs, spec, container, tmp_path):
-    """What cdcviewd makes of the container: its ConfigMap file, args and environment."""
+def pod_of(workload, ordinal=0):
+    """The metadata the downward API gives the workload's pod: a StatefulSet's pod number
+    `ordinal` (name cdcview-N, the pod-index label), or a Deployment's pod (a made-up name)."""
+    name = workload["metadata"]["name"]
+    labels = dict(workload["spec"]["template"]["metadata"].get("labels", {}))
+    if workload["kind"] == "StatefulSet":
+        name = f"{name}-{ordinal}"
+        labels["apps.kubernetes.io/pod-index"] = str(ordinal)
+    else:
+        name = f"{name}-5d8c7b9f4-x2x7q"
+    return {"name": name, "namespace": workload["metadata"].get("namespace", "default"),
+            "labels": labels}
+
+
+def container_env(container, pod):
+    """The container's environment as the kubelet sets it in `pod` (pod_of): values, the
+    downward API's metadata fields, and a Secret's key (a stand-in value). Any other valueFrom
+    fails: nothing else is used."""
+    fields = {"metadata.name": pod["name"], "metadata.namespace": pod["namespace"]}
+    fields.update({f"metadata.labels['{k}']": v for k, v in pod["labels"].items()})
+    env = {}
+    for e in container.get("env", []):
+        if "value" in e:
+            env[e["name"]] = e["value"]
+        elif "secretKeyRef" in e["valueFrom"]:
+            ref = e["valueFrom"]["secretKeyRef"]
+            env[e["name"]] = f"secret-{ref['name']}-{ref['key']}"
+        else:
+            assert list(e["valueFrom"]) == ["fieldRef"], e
+            env[e["name"]] = fields[e["valueFrom"]["fieldRef"]["fieldPath"]]
+    return env
+
+
+# Variables the daemon reads that are no config field (so --help does not list them): the
+# header and constant that name each.
+DAEMON_VARIABLES = {"CDCVIEW_CLUSTER_TOKEN": ("daemon/server/cluster_peers.h", "kClusterTokenEnv")}
+
+
+def daemon_reads_variable(name):
+    if name not in DAEMON_VARIABLES:
+        return False
+    header, constant = DAEMON_VARIABLES[name]
+    path = os.path.join(REPO, header)
+    if not os.path.exists(path):
+        return False
+    with open(path, encoding="utf-8") as f:
+        return f'{constant}[] = "{name}";' in f.read()
+
+
+def effective_config(docs, spec, container, tmp_path, pod):
+    """What cdcviewd makes of the container in `pod` (pod_of): its ConfigMap file, args and
+    environment."""
     args = list(container["args"])
     config_path = args[args.index("--config") + 1]
     _, kind, name, key = file_source(spec, container, config_path)
@@ -673,7 +753,7 @@ def effective_config(docs, spec, container, tmp_path):
     local = tmp_path / os.path.basename(config_path)
     local.write_text(configmap["data"][key])
     args[args.index("--config") + 1] = str(local)
-    env = {e["name"]: e["value"] for e in container.get("env", [])}
+    env = container_env(container, pod)
     p = run([DAEMON_BIN] + args + ["--print-config"], env={**env, "PATH": os.environ["PATH"]})
     assert p.returncode == 0, f"cdcviewd rejects the ConfigMap with the container's settings:\n{p.stderr}"
     return yaml.safe_load(p.stdout), env
@@ -699,6 +779,16 @@ def config_bytes(text):
     return int(text)
 
 
+# The readiness probe's health service: queries are served (a replica of everything serves
+# while catching up), or, for a cluster member, its own partitions are caught up.
+READINESS = {"statefulset": "cdcview.v1.ViewService", "sidecar": "cdcview.v1.ViewService",
+             "partitioned": "cdcview.views"}
+# The startup probe's: every view caught up (a replica of everything takes traffic fresh), or,
+# for a cluster member, whose readiness says that, the store open: a member that gains
+# partitions reads their whole history, longer than a startup budget may allow.
+STARTUP = {"statefulset": "cdcview.views", "sidecar": "cdcview.views", "partitioned": ""}
+
+
 def test_every_overlay_is_tested():
     assert sorted(OVERLAYS) == sorted(os.listdir(os.path.join(DEPLOY, "k8s", "overlays")))
 
@@ -718,7 +808,7 @@ def test_kustomize_renders_the_overlay(overlay):
     docs = render(overlay)
     kinds = sorted({d["kind"] for d in docs})
     assert {"ConfigMap", "ServiceMonitor"} <= set(kinds)
-    if overlay == "statefulset":
+    if overlay in ("statefulset", "partitioned"):
         assert {"StatefulSet", "Service", "PodDisruptionBudget", "Namespace"} <= set(kinds)
         sts = find(docs, "StatefulSet", "cdcview")
         assert sts["spec"]["serviceName"] == "cdcview-headless"
@@ -738,7 +828,7 @@ def test_manifests_agree_with_the_binary(overlay, tmp_path, daemon_factory):
     docs = render(overlay)
     flags_help = help_text()
     [(workload, spec, c)] = cdcview_containers(docs)
-    config, env = effective_config(docs, spec, c, tmp_path)
+    config, env = effective_config(docs, spec, c, tmp_path, pod_of(workload))
 
     # Flags and environment variables the container uses are the binary's.
     for flag in (a for a in c["args"] if a.startswith("--")):
@@ -746,7 +836,8 @@ def test_manifests_agree_with_the_binary(overlay, tmp_path, daemon_factory):
     for name in env:
         # A flag's variable, or one of the config fields' variables --help lists.
         assert (f"Env:{name}" in flags_help or
-                re.search(rf"^\s+{name}\s+\(", flags_help, re.M)), f"{name} not in --help"
+                re.search(rf"^\s+{name}\s+\(", flags_help, re.M) or
+                daemon_reads_variable(name)), f"{name}: not in --help, not read by the daemon"
 
     # Ports: probes and the ports the container declares are the ones cdcviewd listens on.
     # The kubelet's gRPC probes connect to the pod IP, without TLS or a token: they go to
@@ -776,9 +867,9 @@ def test_manifests_agree_with_the_binary(overlay, tmp_path, daemon_factory):
     probes = {k: c[k] for k in ("startupProbe", "livenessProbe", "readinessProbe")}
     for kind, probe in probes.items():
         assert probe["grpc"]["port"] == health_port, kind
-    assert probes["startupProbe"]["grpc"]["service"] == "cdcview.views"
+    assert probes["startupProbe"]["grpc"]["service"] == STARTUP[overlay]
     assert probes["livenessProbe"]["grpc"]["service"] == ""
-    assert probes["readinessProbe"]["grpc"]["service"] == "cdcview.v1.ViewService"
+    assert probes["readinessProbe"]["grpc"]["service"] == READINESS[overlay]
     startup = probes["startupProbe"]
     # Start-up (verifying the store after an unclean shutdown) may take long; the startup
     # probe allows half an hour before a restart.
@@ -837,17 +928,115 @@ def test_manifests_agree_with_the_binary(overlay, tmp_path, daemon_factory):
     assert grace > measured_drain_seconds(daemon_factory)
 
 
+# ---------------------------------------------------------------- the partitioned cluster
+
+PARTITIONED = "partitioned"
+
+
+def test_the_partitioned_overlay_is_a_cluster_of_three_members():
+    docs = render(PARTITIONED)
+    [(sts, spec, c)] = cdcview_containers(docs)
+    namespace, name = sts["metadata"]["namespace"], sts["metadata"]["name"]
+    assert (sts["kind"], namespace, name) == ("StatefulSet", "cdcview", "cdcview")
+    assert sts["spec"]["replicas"] == 3
+    # Members start in any order (each waits for its peers, answering its own health).
+    assert sts["spec"]["podManagementPolicy"] == "Parallel"
+    # A volume per member: its own store of its own partitions.
+    [claim] = sts["spec"]["volumeClaimTemplates"]
+    assert claim["metadata"]["name"] == "data"
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert {"name": "data", "mountPath": "/var/lib/cdcview"} in c["volumeMounts"]
+    assert "data" not in [v["name"] for v in spec["volumes"]]
+
+    pod_labels = sts["spec"]["template"]["metadata"]["labels"]
+    grpc_port = {p["name"]: p["containerPort"] for p in c["ports"]}["grpc"]
+    # The members' Service: headless, and publishing members that are not ready yet, so
+    # members that start together or catch up find each other.
+    headless = find(docs, "Service", sts["spec"]["serviceName"])
+    assert headless["metadata"]["name"] == "cdcview-headless"
+    assert headless["spec"]["clusterIP"] == "None"
+    assert headless["spec"]["publishNotReadyAddresses"] is True
+    assert selects({"matchLabels": headless["spec"]["selector"]}, pod_labels)
+    assert {"name": "grpc", "port": grpc_port, "targetPort": "grpc"} in headless["spec"]["ports"]
+    # Clients: one Service over every (ready) member; any member answers for the cluster.
+    client = find(docs, "Service", "cdcview")
+    assert "clusterIP" not in client["spec"] and not client["spec"].get(
+        "publishNotReadyAddresses")
+    assert client["spec"]["selector"] == {"app.kubernetes.io/name": "cdcview"}
+    assert selects({"matchLabels": client["spec"]["selector"]}, pod_labels)
+    assert client["spec"]["ports"] == [{"name": "grpc", "port": 50051, "targetPort": "grpc"}]
+    # One member at a time may be evicted.
+    [pdb] = [d for d in docs if d["kind"] == "PodDisruptionBudget"]
+    assert pdb["spec"] == {"maxUnavailable": 1, "selector": {
+        "matchLabels": {"app.kubernetes.io/name": "cdcview"}}}
+    assert selects(pdb["spec"]["selector"], pod_labels)
+
+    # The cluster's variables: members = replicas, the ordinal from the pod's name, the peers
+    # a template over the headless Service's per-pod names.
+    cluster_env = [e for e in c["env"] if e["name"].startswith("CDCVIEW_CLUSTER_")]
+    assert cluster_env == [
+        {"name": "CDCVIEW_CLUSTER_MEMBERS", "value": "3"},
+        {"name": "CDCVIEW_CLUSTER_ORDINAL",
+         "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "CDCVIEW_CLUSTER_PEERS",
+         "value": "cdcview-{i}.cdcview-headless.cdcview.svc:50051"},
+        {"name": "CDCVIEW_CLUSTER_TOKEN",
+         "valueFrom": {"secretKeyRef": {"name": "cdcview-cluster-token", "key": "token"}}},
+    ]
+    # Probes: started and alive once the store is open; ready once this member's partitions
+    # are caught up (every view within server.ready_max_lag_seconds of its sources).
+    assert c["livenessProbe"]["grpc"]["service"] == ""
+    assert c["startupProbe"]["grpc"]["service"] == ""
+    assert c["readinessProbe"]["grpc"]["service"] == "cdcview.views"
+
+
+def test_each_partitioned_member_gets_its_ordinal_and_every_peer(tmp_path):
+    """cdcviewd, given pod N's environment, is member N of 3 and names every member's gRPC
+    address as the headless Service's DNS name of that pod."""
+    docs = render(PARTITIONED)
+    [(sts, spec, c)] = cdcview_containers(docs)
+    namespace, service = sts["metadata"]["namespace"], sts["spec"]["serviceName"]
+    grpc_port = {p["name"]: p["containerPort"] for p in c["ports"]}["grpc"]
+    members = sts["spec"]["replicas"]
+    peers = [f"{pod_of(sts, i)['name']}.{service}.{namespace}.svc:{grpc_port}"
+             for i in range(members)]
+    assert peers == [f"cdcview-{i}.cdcview-headless.cdcview.svc:50051" for i in range(3)]
+    for ordinal in range(members):
+        config, _ = effective_config(docs, spec, c, tmp_path, pod_of(sts, ordinal))
+        assert config["cluster"] == {"members": 3, "ordinal": ordinal, "peers": peers}
+        # Kafka sources only, read from the start: a member that gains partitions after a
+        # resize reads their whole history.
+        assert [(s["name"], sorted(s)) for s in config["sources"]] == [
+            ("app", ["kafka", "name", "table"])]
+        assert config["sources"][0]["kafka"]["start"] == "earliest"
+        assert config["server"]["grpc"] == f"0.0.0.0:{grpc_port}"
+    # The certificate the members verify each other with names every peer, and they present
+    # it to each other as their client certificate.
+    certificate = tls_doc_objects("Certificate")[CERTIFICATES[PARTITIONED]]["spec"]
+    for peer in peers:
+        host = peer.rsplit(":", 1)[0]
+        assert f"*.{host.split('.', 1)[1]}" in certificate["dnsNames"], host
+    assert "client auth" in certificate["usages"]
+    # Their token (CDCVIEW_CLUSTER_TOKEN) is an entry of the tokens file that reads everything.
+    [tokens] = [d for d in tls_doc_yaml() if "tokens" in d]
+    assert {"name": "cdcview-cluster", "token": "<the members' token>",
+            "views": "all"} in tokens["tokens"]
+
+
 # ---------------------------------------------------------------- hardening, TLS and access
 
 TLS_DOC = os.path.join(REPO, "docs", "TLS.md")
 # The daemon's own certificate in each overlay: a cert-manager Certificate in docs/TLS.md.
-CERTIFICATES = {"statefulset": "cdcview", "sidecar": "orders-app-cdcview"}
+CERTIFICATES = {"statefulset": "cdcview", "sidecar": "orders-app-cdcview",
+                "partitioned": "cdcview"}
 # Overlays whose clients (and Prometheus) present a client certificate.
-MTLS = {"statefulset": True, "sidecar": False}
+MTLS = {"statefulset": True, "sidecar": False, "partitioned": True}
 CLIENT_PEERS = [{"namespaceSelector": {},
                  "podSelector": {"matchLabels": {"cdcview.io/client": "true"}}}]
 MONITORING_PEERS = [{"namespaceSelector": {
     "matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+# The partitioned cluster's members, which call each other (same namespace).
+MEMBER_PEERS = [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "cdcview"}}}]
 
 
 def tls_doc():
@@ -868,7 +1057,7 @@ def tls_doc_objects(kind):
 def cdcview_workload(overlay, tmp_path):
     docs = render(overlay)
     [(workload, spec, c)] = cdcview_containers(docs)
-    config, _ = effective_config(docs, spec, c, tmp_path)
+    config, _ = effective_config(docs, spec, c, tmp_path, pod_of(workload))
     return docs, workload, spec, c, config
 
 
@@ -982,8 +1171,10 @@ def test_network_policy_admits_the_apps_and_monitoring_only(overlay, tmp_path):
     assert admitted.pop(metrics_port) == [MONITORING_PEERS]
     assert port_of(server["health"]) not in admitted
     if workload["kind"] == "StatefulSet":
-        # gRPC: pods that carry the client label, from any namespace (docs/TLS.md).
-        assert admitted.pop(grpc_port) == [CLIENT_PEERS]
+        # gRPC: pods that carry the client label, from any namespace (docs/TLS.md); in the
+        # partitioned cluster also the other members.
+        want = [CLIENT_PEERS, MEMBER_PEERS] if overlay == PARTITIONED else [CLIENT_PEERS]
+        assert admitted.pop(grpc_port) == want
         assert admitted == {}
     else:
         # gRPC and fast reads are on loopback; only the app's own port is left open.
@@ -1025,7 +1216,10 @@ def test_the_documented_certificate_names_what_clients_connect_to(overlay):
     docs = render(overlay)
     certificate = tls_doc_objects("Certificate")[CERTIFICATES[overlay]]
     names = certificate["spec"]["dnsNames"]
-    assert certificate["spec"]["usages"] == ["server auth"]
+    # The partitioned overlay's members present the daemon's certificate to each other.
+    assert certificate["spec"]["usages"] == (
+        ["server auth", "client auth"] if CERTIFICATES[overlay] == CERTIFICATES[PARTITIONED]
+        else ["server auth"])
     [(workload, spec, c)] = cdcview_containers(docs)
     namespace = workload["metadata"].get("namespace")
     assert certificate["metadata"].get("namespace") == namespace
@@ -1057,10 +1251,12 @@ def test_every_secret_the_manifests_use_is_documented():
         for workload in (d for d in docs if d["kind"] in ("StatefulSet", "Deployment")):
             for volume in workload["spec"]["template"]["spec"]["volumes"]:
                 used |= {name for name, _ in secret_keys(volume)}
+            used |= {ref["name"] for ref in leaves(workload["spec"]["template"], "secretKeyRef")}
         monitor = find(docs, "ServiceMonitor", "cdcview")
         used |= set(leaves(monitor["spec"]["endpoints"], "name")) - {None}
     assert sorted(used) == sorted({"cdcview-tls", "cdcview-tokens", "cdcview-metrics-token",
-                                   "cdcview-prometheus-tls", "orders-app-cdcview-token"})
+                                   "cdcview-prometheus-tls", "orders-app-cdcview-token",
+                                   "cdcview-cluster-token"})
     table = set(re.findall(r"^\| `([a-z0-9-]+)` \|", doc, re.M))
     assert sorted(used - table) == [] and sorted(used - made) == []
     # The token file example is a valid token file: Prometheus's entry may scrape /metrics.
@@ -1078,9 +1274,13 @@ def test_the_pod_runs_as_its_service_account_without_an_api_token(overlay):
     account = find(docs, "ServiceAccount", spec["serviceAccountName"])
     assert account["automountServiceAccountToken"] is False
     assert spec["automountServiceAccountToken"] is False
-    # IAM roles for service accounts: the overlay fills the base's empty slot with a role.
+    # IAM roles for service accounts: the overlay fills the base's empty slot with a role
+    # for its DynamoDB source. The partitioned cluster reads Kafka only: no role.
     role = account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"]
-    assert re.fullmatch(r"arn:aws:iam::\d{12}:role/[\w+=,.@-]+", role), role
+    if overlay == PARTITIONED:
+        assert role == ""
+    else:
+        assert re.fullmatch(r"arn:aws:iam::\d{12}:role/[\w+=,.@-]+", role), role
     if workload["kind"] == "Deployment":
         # Only the cdcview container gets the role's credentials.
         others = [x["name"] for x in spec["containers"] if x is not c]
