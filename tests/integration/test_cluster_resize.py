@@ -12,6 +12,7 @@ Needs the `cluster:` config block: skipped, saying so, by a cdcviewd that does n
 """
 
 import decimal
+import json
 import os
 import socket
 import subprocess
@@ -207,10 +208,16 @@ class Cluster:
                                                                     f"want {sorted(mine.items())}")
 
 
+def canonical(entry):
+    """An entry as text that does not depend on the order its attributes came in."""
+    return json.dumps(entry, sort_keys=True)
+
+
 def assert_union_equals(members, standalone):
     for view in VIEWS:
-        union = sorted(e for d in members for e in local_scan(d, view))
-        assert union == sorted(local_scan(standalone, view)), f"view {view}: the members' union differs"
+        union = sorted(canonical(e) for d in members for e in local_scan(d, view))
+        assert union == sorted(canonical(e) for e in local_scan(standalone, view)), \
+            f"view {view}: the members' union differs"
     for name in AGGREGATES:
         assert merged_groups(members, name) == standalone_groups(standalone, name), \
             f"aggregate {name}: the members' merged groups differ"
