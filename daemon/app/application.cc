@@ -108,6 +108,12 @@ absl::Status Application::Init() {
   applier_ = std::make_unique<Applier>(*catalog_, store_.get(), apply_probe_.get(), dead_letters,
                                        published_.get());
   if (absl::Status s = applier_->Recover(); !s.ok()) return InPhase("loading view states", s);
+  assignment_probe_ = std::make_unique<AssignmentProbe>(*metrics_);
+  Applier::AssignmentOptions assignment;
+  assignment.probe = assignment_probe_.get();
+  if (auto changed = applier_->ApplyAssignment(config_.cluster, assignment); !changed.ok()) {
+    return InPhase("changing the cluster assignment", changed.status());
+  }
 
   reader_ = std::make_unique<ViewReader>(*catalog_, *store_, *published_);
   std::vector<std::string> view_names;

@@ -2,7 +2,8 @@
 //
 //   Start:    raise the soft open-files limit -> open the store -> metrics -> catalog,
 //             published state (sources register their health) -> applier.Recover (positions,
-//             view states)
+//             view states) -> applier.ApplyAssignment (a cluster member drops the partitions
+//             it no longer owns, before anything serves or reads)
 //             -> gRPC server (health SERVING once the view states are loaded), and the fast
 //             read port if server.fast_reads is set
 //             -> sources start at the stored positions -> the connection caps are clamped to
@@ -91,6 +92,7 @@ class Application {
   std::unique_ptr<Store> store_;
   std::unique_ptr<MetricsRegistry> metrics_;
   std::unique_ptr<ApplyProbe> apply_probe_;
+  std::unique_ptr<AssignmentProbe> assignment_probe_;
   std::unique_ptr<QueryProbe> query_probe_;
   std::unique_ptr<Catalog> catalog_;
   std::unique_ptr<PublishedState> published_;  // outlives the writer and the readers

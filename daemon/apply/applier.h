@@ -12,14 +12,16 @@
 // readers observe: view and aggregate states, one snapshot of counters and positions per
 // commit, the commit notification, its errors, the hot keys. Readers never see the Applier.
 //
-// Threading: ApplyBatch, ApplyBatches, Run, Recover and RebuildViews are called from one
+// Threading: ApplyBatch, ApplyBatches, Run, Recover, ApplyAssignment and RebuildViews are called from one
 // thread (the writer), one at a time; Run and ApplyBatches start a second thread for their
 // first stage and join it before they return. The Publish* and Log* methods may be called
 // from any thread.
 //
 // The class's files: applier.cc (construction, Run, ApplyBatches and the slot hand-off between
 // the stages, retries), preparer.cc (the first stage), committer.cc (the second stage),
-// rebuild.cc (Recover and the rebuilds); prepared_batch.h is the batch between the stages.
+// rebuild.cc (Recover and the rebuilds), assignment_change.cc (ApplyAssignment: dropping the
+// partitions a cluster member no longer owns); prepared_batch.h is the batch between the
+// stages.
 #pragma once
 
 #include <atomic>
@@ -40,11 +42,13 @@
 #include "daemon/apply/aggregate_writer.h"
 #include "daemon/apply/tombstone_compactor.h"
 #include "daemon/log/log_throttle.h"
+#include "daemon/metrics/assignment_probe.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/sources/change_source.h"
 #include "daemon/state/catalog.h"
 #include "daemon/state/published_state.h"
 #include "daemon/store/change_log.h"
+#include "daemon/store/partition_ids.h"
 #include "daemon/store/store.h"
 
 namespace cdcview {
@@ -102,6 +106,40 @@ class Applier {
   // (each chunk one transaction, resumable after a crash), logging progress. Returns when all
   // are READY.
   absl::Status RebuildViews(const std::atomic<bool>* stop = nullptr);
+
+  // What ApplyAssignment did.
+  struct AssignmentChange {
+    bool changed = false;  // the store held another assignment than the configured one
+    std::string from, to;  // "standalone", "member 0 of 3"
+    uint64_t items_dropped = 0;  // live items and tombstones
+    std::vector<std::string> positions_dropped;  // "<source>/<partition>", in key order
+  };
+  struct AssignmentOptions {
+    size_t batch_items = 10000;  // items dropped per write transaction
+    AssignmentProbe* probe = nullptr;  // counts the change and the items dropped
+    // Called after each committed batch of drops; false stops there with CANCELLED, as a kill
+    // would (tests).
+    std::function<bool()> after_batch;
+  };
+  // After Recover, before anything is applied: compares the partitions the store holds (meta
+  // cluster/assignment; a store without one holds a standalone's) with those `cluster` gives
+  // this member (OwnsPartition; members 0 or 1: every one). When they differ, it drops every
+  // stored item whose last event came from a Kafka partition this member no longer owns, as a
+  // REMOVE of it would (view entries, aggregate contributions, a delete in the change log
+  // whose cause is the partition with an empty position) but leaving no tombstone (should the
+  // partition come back, its history is read again from the beginning), in batches of
+  // options.batch_items per write transaction, logging progress; then removes those
+  // partitions' stored positions and stores the new assignment, in one transaction. An item
+  // without a partition id (written before the store recorded them) goes too, and with it
+  // the positions of every partition of its table's sources, which are then read again from
+  // the beginning.
+  //
+  // Crash-safe: the assignment is stored last, and dropping is idempotent, so a start after a
+  // crash (or a CANCELLED) walks again and finishes. A new assignment that owns every
+  // partition (standalone) drops nothing: partitions never consumed have no position and are
+  // read from the beginning. A new store (no positions) stores the assignment as no change.
+  absl::StatusOr<AssignmentChange> ApplyAssignment(const ClusterConfig& cluster,
+                                                   const AssignmentOptions& options);
 
   // Applies one batch in one write transaction (growing the map and retrying on
   // MDB_MAP_FULL): both of Run's stages in turn, on the calling thread. An error means nothing
@@ -185,6 +223,18 @@ class Applier {
   bool Attempt(Stage stage, const std::function<absl::Status()>& attempt, const std::string& what,
                OnFailure on_failure, const std::atomic<bool>* stop, const int* error_source,
                absl::Status* error);
+  // The partition id of `record`'s partition, noting in `batch` an id it must save.
+  uint32_t PartitionIdOf(const SourceRecord& record, Prepared* batch);
+  // ApplyAssignment's walk of table `table`: drops the items of partitions `owned` rejects.
+  // *unknown_partition is set when one had no partition id.
+  using OwnedFn = std::function<bool(std::string_view source, std::string_view partition)>;
+  absl::Status DropUnowned(size_t table, const OwnedFn& owned, const AssignmentOptions& options,
+                           AssignmentChange* change, bool* unknown_partition);
+  // One dropped item: its view entries, aggregate contributions and tombstone index entry.
+  absl::Status DropItem(WriteTxn* txn, size_t table, std::string_view pk, std::string_view value,
+                        std::string_view source, std::string_view partition);
+  // Publishes the positions stored in `txn` (PublishedState::ReplacePositions).
+  absl::Status PublishStoredPositions(const Txn& txn);
   // A record with a Kafka offset below its partition's next offset (this batch's positions,
   // then `previous`'s, then the committed ones): it was applied already and is skipped.
   bool IsStale(const SourceRecord& record, const Prepared& batch, const Prepared* previous) const;
@@ -246,6 +296,8 @@ class Applier {
   std::vector<MDB_dbi> view_dbis_;  // by global view index
   std::vector<AggregateDbs> aggregate_dbs_;  // by global aggregate index
 
+  // The ids items record their partition by: looked up by the preparer, saved by the committer.
+  PartitionIds partition_ids_;
   std::vector<MDB_dbi> item_dbis_;  // by table index
   std::vector<MDB_dbi> tombstone_dbis_;  // by table index: tombstones/<table>
   // Run between batches on the writer thread (ApplyBatches); Recover times old tombstones.

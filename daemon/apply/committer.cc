@@ -111,6 +111,9 @@ absl::Status Applier::WriteBatch(const Prepared& batch, WriteTxn* txn) {
       }
     }
   }
+  for (uint32_t id : batch.new_partition_ids) {
+    if (absl::Status s = partition_ids_.Save(txn, store_->meta(), id); !s.ok()) return s;
+  }
   // Aggregates in event order: an item's retraction follows the addition it takes back.
   const std::span<const AggregateDelta> deltas(batch.aggregate_deltas);
   for (size_t i = 0; i < batch.write_count; ++i) {
@@ -205,6 +208,7 @@ absl::Status Applier::Commit(Prepared* batch) {
     break;
   }
   change_log_.Committed();
+  for (uint32_t id : batch->new_partition_ids) partition_ids_.MarkSaved(id);
   batch->dead_lettered.clear();
   for (size_t global : inconsistent_) {
     aggregate_build_cursors_[global].clear();

@@ -75,6 +75,16 @@ struct Applier::Prepared {
   // Records dead-lettered already: a batch retried after a failure (map growth, a dead letter
   // that could not be written) does not write them again. Cleared once the batch commits.
   std::vector<bool> dead_lettered;
+  // Partition ids (PartitionIds) the batch's item writes use that were not saved when it was
+  // prepared: the batch writes their meta keys. And the last record's partition and its id,
+  // which the next record of the same partition reuses without a lookup.
+  std::vector<uint32_t> new_partition_ids;
+  struct LastPartition {
+    bool valid = false;
+    uint32_t source = 0;
+    std::string partition;
+    uint32_t id = 0;
+  } last_partition;
   // (source index, partition) -> the next position after this batch.
   std::map<std::pair<uint32_t, std::string>, std::string, apply_internal::SourcePartitionIndexLess>
       positions;

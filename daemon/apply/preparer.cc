@@ -169,13 +169,30 @@ absl::StatusOr<Applier::Outcome> Applier::PrepareEvent(const ReadTxn& snapshot, 
     write.pk = std::move(pk);
     write.removed_ms = new_item ? StoredItem::kNoTime : TombstoneTime(event, published_->NowMs());
     write.replaced_removed_ms = replaced_removed_ms.value_or(StoredItem::kNoTime);
-    write.stored = new_item ? EncodeStoredItem(false, event.sequence_number, EncodeItem(*new_item))
-                            : EncodeTombstone(event.sequence_number, write.removed_ms);
+    const uint32_t partition = PartitionIdOf(record, batch);
+    write.stored = new_item ? EncodeStoredItem(false, event.sequence_number, EncodeItem(*new_item), partition)
+                            : EncodeTombstone(event.sequence_number, write.removed_ms, partition);
     write.deltas_begin = static_cast<uint32_t>(deltas_begin);
     write.deltas_end = static_cast<uint32_t>(batch->aggregate_deltas.size());
     batch->latest.insert_or_assign(std::pair<uint32_t, std::string_view>(write.table, write.pk), w);
   }
   return Outcome::kApplied;
+}
+
+uint32_t Applier::PartitionIdOf(const SourceRecord& record, Prepared* batch) {
+  Prepared::LastPartition& last = batch->last_partition;
+  if (last.valid && last.source == record.source && last.partition == record.partition) return last.id;
+  const PartitionIds::Id id =
+      partition_ids_.Lookup(catalog_.config().sources[record.source].name, record.partition);
+  if (!id.saved && std::find(batch->new_partition_ids.begin(), batch->new_partition_ids.end(), id.id) ==
+                       batch->new_partition_ids.end()) {
+    batch->new_partition_ids.push_back(id.id);
+  }
+  last.valid = true;
+  last.source = record.source;
+  last.partition.assign(record.partition);
+  last.id = id.id;
+  return id.id;
 }
 
 bool Applier::IsStale(const SourceRecord& record, const Prepared& batch,
@@ -216,6 +233,8 @@ absl::Status Applier::Prepare(Prepared* batch, const Prepared* previous) {
   if (batch->dead_lettered.size() != n) batch->dead_lettered.assign(n, false);
   batch->positions.clear();
   batch->hot_table_key_count = 0;
+  batch->new_partition_ids.clear();
+  batch->last_partition.valid = false;  // its id may have been unsaved for an earlier batch
 
   auto snapshot = store_->BeginRead();
   if (!snapshot.ok()) return snapshot.status();

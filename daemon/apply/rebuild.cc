@@ -80,6 +80,15 @@ absl::Status Applier::Recover() {
   }
 
   if (absl::Status s = change_log_.Load(txn); !s.ok()) return s;
+  if (absl::Status s = partition_ids_.Load(txn, store_->meta()); !s.ok()) return s;
+  if (absl::Status s = PublishStoredPositions(txn); !s.ok()) return s;
+  if (absl::Status s = txn.Commit(); !s.ok()) return s;
+  if (absl::Status s = compactor_.TimeUntimed(); !s.ok()) return s;
+  PublishSizes();
+  return absl::OkStatus();
+}
+
+absl::Status Applier::PublishStoredPositions(const Txn& txn) {
   PositionMap positions;
   if (absl::Status s = ForEachPosition(
           txn, store_->meta(),
@@ -89,10 +98,7 @@ absl::Status Applier::Recover() {
       !s.ok()) {
     return s;
   }
-  if (absl::Status s = txn.Commit(); !s.ok()) return s;
-  if (absl::Status s = compactor_.TimeUntimed(); !s.ok()) return s;
   published_->ReplacePositions(std::move(positions));
-  PublishSizes();
   return absl::OkStatus();
 }
 

@@ -94,7 +94,7 @@ absl::Status TombstoneCompactor::TimeChunk(const Table& table, int64_t now, std:
                                                 stored.status().message(), ")"));
       }
       if (stored->tombstone && stored->removed_ms == StoredItem::kNoTime) {
-        rewrites.emplace_back(last, EncodeTombstone(stored->sequence_number, now));
+        rewrites.emplace_back(last, EncodeTombstone(stored->sequence_number, now, stored->partition));
       }
     }
   }

@@ -10,6 +10,12 @@ std::string PositionKey(std::string_view source, std::string_view partition) {
   return key;
 }
 
+std::string PartitionIdKey(std::string_view source, std::string_view partition) {
+  std::string key(kPartitionIdPrefix);
+  key.append(source).append("/").append(partition);
+  return key;
+}
+
 std::string ViewMetaKey(std::string_view view, std::string_view field) {
   std::string key("view/");
   key.append(view).append("/").append(field);

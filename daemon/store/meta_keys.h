@@ -5,6 +5,11 @@
 //   view/<view>/<field>        fingerprint, state, build_cursor
 //   agg/<aggregate>/<field>    the same for an aggregate
 //   tombstones/<table>/timed   set once every tombstone of the table has a time and is indexed
+//   partition/<source>/<partition>  the id stored items name that partition by, in decimal
+//                              (partition_ids.h)
+//   cluster/assignment         the partitions the store holds: "<members>/<ordinal>" (a
+//                              standalone store "1/0"; absent: written before clusters, a
+//                              standalone's) (Applier::ApplyAssignment)
 //
 // Thread-safety: pure functions, and ForEachPosition reads through the caller's transaction.
 // Ownership: the string_views ForEachPosition passes point into LMDB's map.
@@ -27,6 +32,10 @@ std::string ViewMetaKey(std::string_view view, std::string_view field);
 std::string AggregateMetaKey(std::string_view aggregate, std::string_view field);
 // tombstones/<table>/<field>: the state of a table's tombstone index (TombstoneCompactor).
 std::string TombstonesMetaKey(std::string_view table, std::string_view field);
+// partition/<source>/<partition>: a partition's id (PartitionIds).
+std::string PartitionIdKey(std::string_view source, std::string_view partition);
+inline constexpr std::string_view kPartitionIdPrefix = "partition/";
+inline constexpr std::string_view kAssignmentKey = "cluster/assignment";
 // The values of a view's or aggregate's state.
 inline constexpr std::string_view kStateReady = "READY";
 inline constexpr std::string_view kStateBuilding = "BUILDING";

@@ -27,7 +27,10 @@ namespace cdcview {
 namespace {
 
 constexpr char kSchemaKey[] = "schema";
-constexpr char kSchemaVersion[] = "1";
+// 2: stored items may carry a partition id (stored_item.h). A version 1 store is upgraded in
+// place: its items read as having none (StoredItem::kNoPartition).
+constexpr char kSchemaVersion[] = "2";
+constexpr char kSchemaVersionWithoutPartitions[] = "1";
 constexpr char kViewDbPrefix[] = "view/";
 constexpr size_t kViewDbPrefixLen = sizeof(kViewDbPrefix) - 1;
 constexpr char kItemsDbPrefix[] = "items/";
@@ -254,12 +257,19 @@ absl::Status Store::OpenDatabases(const std::vector<TableSpec>& tables) {
 
   auto schema = txn.Get(meta_, kSchemaKey);
   if (!schema.ok()) return schema.status();
-  if (!*schema) {
-    if (absl::Status s = txn.Put(meta_, kSchemaKey, kSchemaVersion); !s.ok()) return s;
-  } else if (**schema != kSchemaVersion) {
+  if (*schema && **schema == kSchemaVersionWithoutPartitions) {
+    LogInfo(absl::StrCat("store \"", config_.path, "\": schema version ",
+                         kSchemaVersionWithoutPartitions, " upgraded to ", kSchemaVersion,
+                         ": items record the source partition that wrote them from now on (a "
+                         "cdcviewd older than this one no longer opens the store)"));
+  } else if (*schema && **schema != kSchemaVersion) {
     return absl::FailedPreconditionError(absl::StrCat(
         "store \"", config_.path, "\" has schema version ", std::string(**schema), ", this cdcviewd reads ",
-        kSchemaVersion, "; use a matching cdcviewd or start from an empty storage.path"));
+        kSchemaVersionWithoutPartitions, " and ", kSchemaVersion,
+        "; use a matching cdcviewd or start from an empty storage.path"));
+  }
+  if (!*schema || **schema != kSchemaVersion) {
+    if (absl::Status s = txn.Put(meta_, kSchemaKey, kSchemaVersion); !s.ok()) return s;
   }
 
   // A database of logical keys and its long-key sibling (long_key.h).

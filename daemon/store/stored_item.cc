@@ -8,32 +8,46 @@ namespace cdcview {
 namespace {
 
 constexpr size_t kTimeBytes = 8;
+constexpr unsigned char kTombstoneFlag = 1;
+constexpr unsigned char kPartitionFlag = 2;
 
 }  // namespace
 
 std::string EncodeStoredItem(bool tombstone, std::string_view sequence_number,
-                             std::string_view image) {
+                             std::string_view image, uint32_t partition) {
   std::string out;
-  out.reserve(2 + sequence_number.size() + image.size());
-  out.push_back(tombstone ? 1 : 0);
+  out.reserve(7 + sequence_number.size() + image.size());
+  const bool has_partition = partition != StoredItem::kNoPartition;
+  out.push_back(static_cast<char>((tombstone ? kTombstoneFlag : 0) | (has_partition ? kPartitionFlag : 0)));
+  if (has_partition) PutVarint(partition, &out);
   PutLengthPrefixed(sequence_number, &out);
   out.append(image);
   return out;
 }
 
-std::string EncodeTombstone(std::string_view sequence_number, int64_t removed_ms) {
-  std::string out = EncodeStoredItem(true, sequence_number, {});
+std::string EncodeTombstone(std::string_view sequence_number, int64_t removed_ms,
+                            uint32_t partition) {
+  std::string out = EncodeStoredItem(true, sequence_number, {}, partition);
   PutBigEndian64(static_cast<uint64_t>(removed_ms), &out);
   return out;
 }
 
 absl::StatusOr<StoredItem> DecodeStoredItem(std::string_view value) {
-  if (value.empty() || static_cast<unsigned char>(value[0]) > 1) {
+  const unsigned char flags = value.empty() ? 0xFF : static_cast<unsigned char>(value[0]);
+  if ((flags & ~(kTombstoneFlag | kPartitionFlag)) != 0) {
     return absl::DataLossError("stored item has a bad flag byte");
   }
   StoredItem item;
-  item.tombstone = value[0] == 1;
+  item.tombstone = (flags & kTombstoneFlag) != 0;
   value.remove_prefix(1);
+  if ((flags & kPartitionFlag) != 0) {
+    uint64_t partition = 0;
+    if (!GetVarint(&value, &partition) || partition == StoredItem::kNoPartition ||
+        partition > UINT32_MAX) {
+      return absl::DataLossError("stored item has a bad partition id");
+    }
+    item.partition = static_cast<uint32_t>(partition);
+  }
   std::string_view sequence_number;
   if (!GetLengthPrefixed(&value, &sequence_number)) {
     return absl::DataLossError("stored item has a truncated sequence number");

@@ -125,7 +125,7 @@ TEST(StoreTest, OpenCreatesTheDirectoryAndDataSurvivesAReopen) {
   ASSERT_NE(store, nullptr);
   EXPECT_EQ(ReadValue(*store, store->items("App"), "k1"), "v1");
   EXPECT_EQ(ReadValue(*store, store->view("GSI1"), "e1"), "x");
-  EXPECT_EQ(ReadValue(*store, store->meta(), "schema"), "1");
+  EXPECT_EQ(ReadValue(*store, store->meta(), "schema"), "2");
   EXPECT_TRUE(store->dropped_views().empty());
 }
 
@@ -443,7 +443,7 @@ TEST(StoreTest, PositionsPersistUnderTheirKeys) {
   auto txn = store->BeginRead();
   ASSERT_TRUE(txn.ok());
   EXPECT_EQ(ForwardFrom(**txn, store->meta(), kPositionPrefix),
-            (std::vector<std::string>{"pos/s1/=line 4", "pos/s2/p/1=7", "schema=1"}));
+            (std::vector<std::string>{"pos/s1/=line 4", "pos/s2/p/1=7", "schema=2"}));
 }
 
 // ---- Views leaving the config, schema versions
@@ -473,7 +473,7 @@ TEST(StoreTest, ViewsNoLongerConfiguredAreDroppedWithTheirMeta) {
     auto txn = store->BeginRead();
     ASSERT_TRUE(txn.ok());
     EXPECT_EQ(ForwardFrom(**txn, store->meta(), ""),
-              (std::vector<std::string>{"schema=1", "view/Keep/fingerprint=fk",
+              (std::vector<std::string>{"schema=2", "view/Keep/fingerprint=fk",
                                         "view/Keep/state=READY"}));
   }
   // Configured again later: it comes back empty (the applier rebuilds it).
@@ -492,15 +492,32 @@ TEST(StoreTest, SchemaVersionMismatchIsRefusedWithAnExplanation) {
   {
     std::unique_ptr<Store> store = OpenOrDie(config, Tables({}));
     ASSERT_NE(store, nullptr);
-    ASSERT_TRUE(PutAndCommit(*store, store->meta(), {{"schema", "2"}}).ok());
+    ASSERT_TRUE(PutAndCommit(*store, store->meta(), {{"schema", "3"}}).ok());
   }
   absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(config, Tables({}));
   ASSERT_FALSE(store.ok());
   EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(Text(store.status()),
             "store \"" + dir.path() +
-                "\" has schema version 2, this cdcviewd reads 1; use a matching cdcviewd or "
+                "\" has schema version 3, this cdcviewd reads 1 and 2; use a matching cdcviewd or "
                 "start from an empty storage.path");
+}
+
+// Version 1 predates the items' partition ids (stored_item.h): such a store opens, keeps what
+// it holds, and is version 2 from then on.
+TEST(StoreTest, SchemaVersionOneIsUpgradedInPlace) {
+  TempDir dir;
+  const StorageConfig config = Storage(dir.path());
+  {
+    std::unique_ptr<Store> store = OpenOrDie(config, Tables({}));
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(PutAndCommit(*store, store->meta(), {{"schema", "1"}}).ok());
+    ASSERT_TRUE(PutAndCommit(*store, store->items("App"), {{"k1", "v1"}}).ok());
+  }
+  std::unique_ptr<Store> store = OpenOrDie(config, Tables({}));
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(ReadValue(*store, store->meta(), "schema"), "2");
+  EXPECT_EQ(ReadValue(*store, store->items("App"), "k1"), "v1");
 }
 
 // With the write map, LMDB sets the file's length to map_size at open: a map_size beyond the

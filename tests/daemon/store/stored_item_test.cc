@@ -1,5 +1,6 @@
 #include "daemon/store/stored_item.h"
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -90,6 +91,33 @@ TEST(StoredItemTest, TheTombstoneIndexIsInTimeOrderAndKeepsLongKeysUnique) {
   EXPECT_EQ(TombstoneIndexKey(7, std::string(503, 'y'), 511).substr(8), std::string(503, 'y'));
 }
 
+// A value records the partition whose event wrote it: after the flag byte, which says so, so
+// a value written without one (schema 1) reads as before, with kNoPartition.
+TEST(StoredItemTest, AValueCarriesItsPartitionIdAndOneWithoutReadsAsNone) {
+  const std::string live = EncodeStoredItem(false, "12", "img", 300);
+  EXPECT_EQ(live, std::string("\x02\xac\x02\x02" "12" "img", 9));
+  absl::StatusOr<StoredItem> item = DecodeStoredItem(live);
+  ASSERT_TRUE(item.ok()) << item.status();
+  EXPECT_FALSE(item->tombstone);
+  EXPECT_EQ(item->partition, 300u);
+  EXPECT_EQ(item->sequence_number, "12");
+  EXPECT_EQ(item->image, "img");
+
+  item = DecodeStoredItem(EncodeTombstone("9", 5, UINT32_MAX));
+  ASSERT_TRUE(item.ok()) << item.status();
+  EXPECT_TRUE(item->tombstone);
+  EXPECT_EQ(item->partition, UINT32_MAX);
+  EXPECT_EQ(item->sequence_number, "9");
+  EXPECT_EQ(item->removed_ms, 5);
+
+  const std::string before = EncodeStoredItem(false, "12", "img");
+  EXPECT_EQ(before, std::string("\x00\x02" "12" "img", 7));
+  item = DecodeStoredItem(before);
+  ASSERT_TRUE(item.ok()) << item.status();
+  EXPECT_EQ(item->partition, StoredItem::kNoPartition);
+  EXPECT_EQ(item->image, "img");
+}
+
 TEST(StoredItemTest, GarbageIsDataLoss) {
   struct Case {
     std::string value;
@@ -97,7 +125,12 @@ TEST(StoredItemTest, GarbageIsDataLoss) {
   };
   const std::vector<Case> cases = {
       {"", "stored item has a bad flag byte"},
-      {std::string("\x02\x00", 2), "stored item has a bad flag byte"},
+      {std::string("\x04\x00", 2), "stored item has a bad flag byte"},
+      {std::string("\x02\x00\x00", 3), "stored item has a bad partition id"},
+      {"\x02", "stored item has a bad partition id"},
+      {std::string("\x03\x80", 2), "stored item has a bad partition id"},
+      {std::string("\x02\x80\x80\x80\x80\x10\x00", 7), "stored item has a bad partition id"},
+      {std::string("\x02\x07", 2), "stored item has a truncated sequence number"},
       {"\xff", "stored item has a bad flag byte"},
       {std::string("\x00", 1), "stored item has a truncated sequence number"},
       {std::string("\x00\x05" "abc", 5), "stored item has a truncated sequence number"},
