@@ -13,13 +13,17 @@ T First(const std::vector<T>& by_member) {
 v1::StatusResponse MergeStatus(const std::vector<v1::StatusResponse>& by_member) {
   return First(by_member);
 }
-v1::ListViewsResponse MergeListViews(const std::vector<v1::ListViewsResponse>& by_member) {
+void MarkMemberUnreachable(uint32_t, const std::string&, v1::StatusResponse*) {}
+absl::StatusOr<v1::ViewDescription> MergeViewDescription(
+    const std::vector<v1::ViewDescription>& by_member) {
   return First(by_member);
 }
-v1::ViewDescription MergeViewDescription(const std::vector<v1::ViewDescription>& by_member) {
+absl::StatusOr<v1::ListViewsResponse> MergeListViews(
+    const std::vector<v1::ListViewsResponse>& by_member) {
   return First(by_member);
 }
-v1::HotKeysResponse MergeHotKeys(const std::vector<v1::HotKeysResponse>& by_member, uint32_t) {
+absl::StatusOr<v1::HotKeysResponse> MergeHotKeys(
+    const std::vector<v1::HotKeysResponse>& by_member, uint32_t) {
   return First(by_member);
 }
 

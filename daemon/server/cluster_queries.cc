@@ -434,15 +434,26 @@ v1::StatusResponse ClusterQueries::GetStatus() const {
   for (auto& answer : answers) {
     by_member.push_back(answer.ok() ? *std::move(answer) : v1::StatusResponse());
   }
-  return MergeStatus(by_member);
+  v1::StatusResponse merged = MergeStatus(by_member);
+  for (uint32_t i = 0; i < answers.size(); ++i) {
+    if (!answers[i].ok()) {
+      MarkMemberUnreachable(i, std::string(answers[i].status().message()), &merged);
+    }
+  }
+  return merged;
 }
 
 absl::StatusOr<v1::HotKeysResponse> ClusterQueries::GetHotKeys(
     const v1::GetHotKeysRequest& request) const {
-  auto answers = Answers(peers_, &v1::ViewService::Stub::PrepareAsyncGetHotKeys, request,
-                         Bound(Deadline::max()), [&] { return local_.GetHotKeys(request); });
+  // Each member lists only its own hottest keys; twice as many leaves a margin for a key that
+  // is hot across members but below `limit` on some (MergeHotKeys).
+  const uint32_t limit = request.limit() == 0 ? 10 : request.limit();
+  v1::GetHotKeysRequest wider = request;
+  wider.set_limit(limit * 2);
+  auto answers = Answers(peers_, &v1::ViewService::Stub::PrepareAsyncGetHotKeys, wider,
+                         Bound(Deadline::max()), [&] { return local_.GetHotKeys(wider); });
   if (!answers.ok()) return answers.status();
-  return MergeHotKeys(*answers, request.limit() == 0 ? 10 : request.limit());
+  return MergeHotKeys(*answers, limit);
 }
 
 }  // namespace cdcview

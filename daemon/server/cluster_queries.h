@@ -48,8 +48,8 @@ class ClusterQueries : public ViewQueries {
       Deadline deadline = Deadline::max()) const override;
   absl::StatusOr<v1::ListViewsResponse> ListViews() const override;
   absl::StatusOr<v1::ViewDescription> DescribeView(const std::string& name) const override;
-  // A member that does not answer is left out of the merge (its part is an empty
-  // StatusResponse): status must answer while members are down.
+  // Status must answer while members are down: a member that does not answer is merged as
+  // an empty StatusResponse and then marked unreachable (MarkMemberUnreachable).
   v1::StatusResponse GetStatus() const override;
   absl::StatusOr<v1::HotKeysResponse> GetHotKeys(
       const v1::GetHotKeysRequest& request) const override;
