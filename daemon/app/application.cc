@@ -3,8 +3,10 @@
 #include <pthread.h>
 
 #include <chrono>
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/server/grpc_listener.h"
 #include "daemon/server/readiness.h"
@@ -116,6 +118,13 @@ absl::Status Application::Init() {
   }
 
   reader_ = std::make_unique<ViewReader>(*catalog_, *store_, *published_);
+  if (config_.cluster.Enabled()) {
+    if (absl::Status s = StartCluster(); !s.ok()) return InPhase("starting the cluster", s);
+  }
+  // With `cluster:`, both ports answer for the whole cluster, and a call with the local-only
+  // marker (another member merging) from this member's store.
+  const ViewQueries& queries =
+      cluster_queries_ != nullptr ? static_cast<const ViewQueries&>(*cluster_queries_) : *reader_;
   std::vector<std::string> view_names;
   for (const ViewRef& view : catalog_->views()) view_names.push_back(view.spec->name);
   watch_probe_ = std::make_unique<WatchProbe>(*metrics_, view_names);
@@ -127,10 +136,11 @@ absl::Status Application::Init() {
   fd_probe_->SetLimit(fd_limit_.soft);
   grpc_connections_ = std::make_unique<ConnectionProbe>(
       *metrics_, "grpc", std::vector<std::string>{GrpcListener::kClosedReason});
-  auto server = ViewServer::Start(config_.server.grpc, *reader_, query_probe_.get(),
+  auto server = ViewServer::Start(config_.server.grpc, queries, query_probe_.get(),
                                   watch_hub_.get(), config_.server, grpc_connections_.get(),
                                   admin_.get(),
-                                  MainPortSecurity{config_.storage.path, tokens_, metrics_.get()});
+                                  MainPortSecurity{config_.storage.path, tokens_, metrics_.get()},
+                                  member_reader_.get());
   if (!server.ok()) return InPhase("starting the gRPC server", server.status());
   server_ = std::move(*server);
   // Views start NOT_SERVING (not unknown) so a probe on a view name waits instead of failing.
@@ -160,9 +170,9 @@ absl::Status Application::Init() {
       security.tokens = tokens_;
       security.auth_probe = fast_reads_auth_.get();
     }
-    auto fast = H2ReadServer::Start(config_.server.fast_reads, *reader_, query_probe_.get(),
+    auto fast = H2ReadServer::Start(config_.server.fast_reads, queries, query_probe_.get(),
                                     "server.grpc", config_.server, fast_reads_connections_.get(),
-                                    std::move(security));
+                                    std::move(security), member_reader_.get());
     if (!fast.ok()) {
       return InPhase("starting the fast read port",
                      absl::Status(fast.status().code(),
@@ -189,6 +199,27 @@ absl::Status Application::Init() {
   LogInfo(absl::StrCat("cdcviewd serving gRPC on port ", server_->port(), ", metrics on port ",
                        metrics_->port(), ", store in ", config_.storage.path));
   started_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status Application::StartCluster() {
+  const ClusterConfig& cluster = config_.cluster;
+  if (!config_.server.tokens_file.empty()) {
+    const char* token = std::getenv(kClusterTokenEnv);
+    if (token == nullptr || *token == '\0') {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "with server.tokens_file, cluster members call each other with the token in ",
+          kClusterTokenEnv, ": set it to a token of the tokens file that may read every view "
+          "(views: all), the same on every member"));
+    }
+  }
+  member_reader_ = std::make_unique<ViewReader>(*catalog_, *store_, *published_,
+                                                reader_->max_page_size(), /*member_parts=*/true);
+  peers_ = std::make_unique<ClusterPeers>(cluster, config_.server, &metrics_->registry());
+  if (!peers_->credentials_status().ok()) return peers_->credentials_status();
+  cluster_queries_ = std::make_unique<ClusterQueries>(*member_reader_, *peers_, config_);
+  LogInfo(absl::StrCat("cluster member ", cluster.ordinal, " of ", cluster.members,
+                       ": reads ask every member (", absl::StrJoin(cluster.peers, ", "), ")"));
   return absl::OkStatus();
 }
 

@@ -36,6 +36,8 @@
 #include "daemon/metrics/watch_probe.h"
 #include "daemon/security/token_store.h"
 #include "daemon/server/admin_service.h"
+#include "daemon/server/cluster_peers.h"
+#include "daemon/server/cluster_queries.h"
 #include "daemon/server/h2_read_server.h"
 #include "daemon/server/view_reader.h"
 #include "daemon/server/view_service.h"
@@ -84,6 +86,10 @@ class Application {
   void UpdateViewHealth();
   // One info line per source whose counts or state changed since the last (ingestion_log.h).
   void LogEventCounts(double interval_seconds);
+  // The cluster's read path (member_reader_, peers_, cluster_queries_). FAILED_PRECONDITION
+  // when peers cannot be called: server.tokens_file without CDCVIEW_CLUSTER_TOKEN, or TLS
+  // files that do not read.
+  absl::Status StartCluster();
   // Once the sources hold their descriptors: what connections may use, and the caps within it.
   absl::Status ClampConnectionCaps();
 
@@ -100,6 +106,11 @@ class Application {
   std::unique_ptr<RecordQueue> queue_;
   std::unique_ptr<Applier> applier_;
   std::unique_ptr<ViewReader> reader_;
+  // With `cluster:` (StartCluster): this member's own reads (with what the merge needs), the
+  // channels to the other members and the reads that ask them all. They outlive the ports.
+  std::unique_ptr<ViewReader> member_reader_;
+  std::unique_ptr<ClusterPeers> peers_;
+  std::unique_ptr<ClusterQueries> cluster_queries_;
   std::unique_ptr<WatchProbe> watch_probe_;
   std::unique_ptr<WatchHub> watch_hub_;  // outlives server_, whose Watch handlers use it
   std::unique_ptr<AdminService> admin_;   // outlives server_, which serves it

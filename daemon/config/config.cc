@@ -18,6 +18,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "daemon/config/config_fields.h"
 #include "daemon/config/secret_reference.h"
@@ -272,6 +273,15 @@ class Loader {
                                            const std::string& path) const;
   absl::StatusOr<Projection> ParseProjection(const Fields::Entry& entry,
                                              const std::string& path) const;
+  absl::Status ParseCluster(const Fields::Entry& entry, ClusterConfig* cluster) const;
+  absl::StatusOr<uint32_t> ReadOrdinal(const Fields::Entry& entry, std::string_view path,
+                                       uint32_t members) const;
+  absl::StatusOr<std::vector<std::string>> ReadPeers(const Fields::Entry& entry,
+                                                     std::string_view path,
+                                                     uint32_t members) const;
+  // What a cluster allows of `source` (only Kafka, from its earliest offsets), at its block.
+  absl::Status CheckClusterSource(const Fields::Entry& block, std::string_view path,
+                                  const SourceConfig& source) const;
   absl::Status ParseSources(const Fields::Entry& entry, Config* config);
   absl::StatusOr<SourceConfig> ParseSource(const YAML::Node& node, const std::string& path,
                                            const Config& config);
@@ -1301,7 +1311,147 @@ absl::StatusOr<SourceConfig> Loader::ParseSource(const YAML::Node& node, const s
         return ParseBlock(*type, fields->PathOf(type->key), table, &block);
       });
   if (!parsed.ok()) return parsed;
+  if (config.cluster.Enabled()) {
+    if (absl::Status s = CheckClusterSource(*type, fields->PathOf(type->key), source); !s.ok()) {
+      return s;
+    }
+  }
   return source;
+}
+
+// ---- cluster ----
+
+absl::Status Loader::ParseCluster(const Fields::Entry& entry, ClusterConfig* cluster) const {
+  absl::StatusOr<Fields> fields = ReadFields(entry, "cluster", {"members", "ordinal", "peers"});
+  if (!fields.ok()) return fields.status();
+  absl::StatusOr<const Fields::Entry*> members = Require(*fields, "members");
+  if (!members.ok()) return members.status();
+  absl::StatusOr<uint32_t> count =
+      ReadUint32(**members, fields->PathOf("members"), 1, ClusterConfig::kMaxMembers,
+                 "every member keeps a channel to every other and asks each of them on every read");
+  if (!count.ok()) return count.status();
+  cluster->members = *count;
+  absl::StatusOr<const Fields::Entry*> ordinal = Require(*fields, "ordinal");
+  if (!ordinal.ok()) return ordinal.status();
+  absl::StatusOr<uint32_t> me = ReadOrdinal(**ordinal, fields->PathOf("ordinal"), *count);
+  if (!me.ok()) return me.status();
+  cluster->ordinal = *me;
+  absl::StatusOr<const Fields::Entry*> peers = Require(*fields, "peers");
+  if (!peers.ok()) return peers.status();
+  absl::StatusOr<std::vector<std::string>> addresses =
+      ReadPeers(**peers, fields->PathOf("peers"), *count);
+  if (!addresses.ok()) return addresses.status();
+  cluster->peers = *std::move(addresses);
+  return absl::OkStatus();
+}
+
+// A number, or a StatefulSet pod's name ("cdcview-2"): Kubernetes gives a pod its ordinal only
+// as the end of its name (or the pod-index label), and either can be passed in unchanged.
+absl::StatusOr<uint32_t> Loader::ReadOrdinal(const Fields::Entry& entry, std::string_view path,
+                                             uint32_t members) const {
+  const std::string_view text =
+      entry.value.IsScalar() ? std::string_view(entry.value.Scalar()) : std::string_view();
+  const size_t dash = text.rfind('-');
+  const std::string_view digits =
+      dash == std::string_view::npos ? text : text.substr(dash + 1);
+  uint32_t number = 0;
+  const bool ok = !digits.empty() && dash != 0 &&
+                  std::all_of(digits.begin(), digits.end(),
+                              [](char c) { return absl::ascii_isdigit(c); }) &&
+                  absl::SimpleAtoi(Absl(digits), &number);
+  if (!ok) {
+    return Error(ValueNode(entry), path,
+                 Cat("expected this member's number, 0 to ", members - 1,
+                     ", or a StatefulSet pod name ending in it like cdcview-", members - 1,
+                     ", got ", Describe(entry.value)));
+  }
+  if (number >= members) {
+    return Error(entry.value, path,
+                 Cat("ordinal ", number,
+                     digits.size() == text.size() ? std::string()
+                                                  : Cat(" (from ", Quote(text), ")"),
+                     " is not below members (", members, "): members are numbered 0 to ",
+                     members - 1, "; set cluster.members to the StatefulSet's replicas"));
+  }
+  return number;
+}
+
+// A list of `members` addresses, or one string with "{i}" that stands for each ordinal
+// ("cdcview-{i}.cdcview-members:50051", the StatefulSet's pods behind its headless Service).
+absl::StatusOr<std::vector<std::string>> Loader::ReadPeers(const Fields::Entry& entry,
+                                                           std::string_view path,
+                                                           uint32_t members) const {
+  const std::string expected =
+      Cat("expected a list of ", members, " host:port addresses (every member's gRPC address, by "
+          "ordinal), or one string with {i} for the ordinal like "
+          "\"cdcview-{i}.cdcview-members:50051\"");
+  std::vector<std::string> peers;
+  if (entry.value.IsScalar()) {
+    const std::string& text = entry.value.Scalar();
+    if (text.find("{i}") == std::string::npos) {
+      return Error(entry.value, path, Cat(expected, ", got ", Describe(entry.value)));
+    }
+    for (uint32_t i = 0; i < members; ++i) {
+      peers.push_back(Std(absl::StrReplaceAll(text, {{"{i}", std::to_string(i)}})));
+      if (!IsHostPort(peers.back())) {
+        return Error(entry.value, path,
+                     Cat("member ", i, "'s address ", Quote(peers.back()),
+                         " is not host:port like cdcview-", i, ".cdcview-members:50051"));
+      }
+    }
+    return peers;
+  }
+  if (!entry.value.IsSequence()) {
+    return Error(ValueNode(entry), path, Cat(expected, ", got ", Describe(entry.value)));
+  }
+  if (entry.value.size() != members) {
+    return Error(entry.value, path,
+                 Cat("expected ", members, " addresses, one per member (members: ", members,
+                     "), got ", entry.value.size(), "; list every member's gRPC address by "
+                     "ordinal, or give one string with {i} for the ordinal"));
+  }
+  for (size_t i = 0; i < entry.value.size(); ++i) {
+    const YAML::Node& item = entry.value[i];
+    if (!item.IsScalar() || !IsHostPort(item.Scalar())) {
+      return Error(item.IsNull() ? entry.value : item, Index(path, i),
+                   Cat("expected host:port like 10.0.0.", i + 1, ":50051, got ", Describe(item)));
+    }
+    peers.push_back(item.Scalar());
+  }
+  return peers;
+}
+
+absl::Status Loader::CheckClusterSource(const Fields::Entry& block, std::string_view path,
+                                        const SourceConfig& source) const {
+  switch (source.kind) {
+    case SourceConfig::Kind::kFile:
+      return Error(block.key_node, path,
+                   "a file source cannot be split between the members of a cluster: a file has "
+                   "one reader, which would hold every item; run standalone replicas instead "
+                   "(leave out cluster:, each daemon reads the whole file), or produce the "
+                   "changes to a Kafka topic and read that with a kafka source");
+    case SourceConfig::Kind::kDynamoDb:
+      return Error(block.key_node, path,
+                   "a DynamoDB source cannot be split between the members of a cluster: a "
+                   "DynamoDB Streams shard allows only two readers at once, and shards split "
+                   "and close as the table changes, so no fixed rule can give each member its "
+                   "share; run standalone replicas instead (leave out cluster:, at most two per "
+                   "stream), or bridge the stream to a Kafka topic and read that with a kafka "
+                   "source");
+    case SourceConfig::Kind::kKafka:
+      if (source.kafka.start == KafkaSourceConfig::Start::kLatest) {
+        // The block was read already, so it is a mapping with "start" given once.
+        YAML::Node start_node = block.key_node;
+        for (auto it = block.value.begin(); it != block.value.end(); ++it) {
+          if (it->first.Scalar() == "start") start_node = it->second;
+        }
+        return Error(start_node, Child(path, "start"),
+                     "latest cannot be used in a cluster: a member that gains partitions when the "
+                     "cluster is resized must read their whole history; use start: earliest");
+      }
+      return absl::OkStatus();
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Config> Loader::Load(const YAML::Node& root) {
@@ -1312,7 +1462,7 @@ absl::StatusOr<Config> Loader::Load(const YAML::Node& root) {
                      root.IsNull() ? "an empty document" : Describe(root)));
   }
   absl::StatusOr<Fields> fields =
-      ReadFields(root, "", {"storage", "server", "apply", "watch", "sources", "tables"});
+      ReadFields(root, "", {"storage", "server", "apply", "watch", "cluster", "sources", "tables"});
   if (!fields.ok()) return fields.status();
   Config config;
   config.file = file_;
@@ -1326,6 +1476,10 @@ absl::StatusOr<Config> Loader::Load(const YAML::Node& root) {
     }
   });
   if (!sections.ok()) return sections;
+  // Before sources: a cluster allows only some of them.
+  if (const Fields::Entry* cluster = fields->Find("cluster")) {
+    if (absl::Status s = ParseCluster(*cluster, &config.cluster); !s.ok()) return s;
+  }
   absl::StatusOr<const Fields::Entry*> tables = Require(*fields, "tables");
   if (!tables.ok()) return tables.status();
   if (absl::Status s = ParseTables(**tables, &config.tables); !s.ok()) return s;
@@ -1568,7 +1722,8 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml, const std::string& f
 
 const std::vector<std::string>& EnvironmentSettablePaths() {
   // Every field of the sections except those with their own flag and variable
-  // (--storage-path, --grpc, --metrics: ConfigOverrides).
+  // (--storage-path, --grpc, --metrics: ConfigOverrides), then the cluster's: a StatefulSet
+  // gives each pod its ordinal through the environment (its name, by the downward API).
   static const std::vector<std::string> paths = [] {
     constexpr std::string_view kOwnFlag[] = {"storage.path", "server.grpc", "server.metrics"};
     std::vector<std::string> out;
@@ -1582,6 +1737,9 @@ const std::vector<std::string>& EnvironmentSettablePaths() {
         }
       }
     });
+    for (std::string_view field : {"members", "ordinal", "peers"}) {
+      out.push_back(Cat("cluster.", field));
+    }
     return out;
   }();
   return paths;

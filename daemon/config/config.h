@@ -332,7 +332,8 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml, const std::string& f
 // `--set <path>=<value>` -> a setting. INVALID_ARGUMENT without a '='.
 absl::StatusOr<ConfigSetting> ParseSetFlag(std::string_view text);
 // The fields an environment variable can set: every field of storage, server, apply and watch
-// but the three with their own flag (storage.path, server.grpc, server.metrics).
+// but the three with their own flag (storage.path, server.grpc, server.metrics), then
+// cluster.members, cluster.ordinal and cluster.peers.
 const std::vector<std::string>& EnvironmentSettablePaths();
 // "apply.batch_size" -> "CDCVIEW_APPLY_BATCH_SIZE".
 std::string EnvironmentName(std::string_view path);

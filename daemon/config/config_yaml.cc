@@ -76,6 +76,17 @@ void EmitSections(YAML::Emitter& out, const Config& c) {
   });
 }
 
+// Only a cluster's: a standalone daemon has no `cluster:` block (members 0 is not a value the
+// block takes). The peers are printed expanded, one per member.
+void EmitCluster(YAML::Emitter& out, const ClusterConfig& c) {
+  if (!c.Enabled()) return;
+  out << YAML::Key << "cluster" << YAML::Value << YAML::BeginMap;
+  Field(out, "members", c.members);
+  Field(out, "ordinal", c.ordinal);
+  StringList(out, "peers", c.peers);
+  out << YAML::EndMap;
+}
+
 void EmitSource(YAML::Emitter& out, const SourceConfig& s) {
   out << YAML::BeginMap;
   Field(out, "name", s.name);
@@ -220,6 +231,7 @@ std::string ConfigToYaml(const Config& config) {
   YAML::Emitter out;
   out << YAML::BeginMap;
   EmitSections(out, config);
+  EmitCluster(out, config.cluster);
   if (!config.sources.empty()) {
     out << YAML::Key << "sources" << YAML::Value << YAML::BeginSeq;
     for (const SourceConfig& s : config.sources) EmitSource(out, s);

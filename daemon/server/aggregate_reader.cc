@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/decode/attribute_value_proto.h"
+#include "daemon/server/aggregate_totals.h"
 #include "daemon/server/proto_convert.h"
 #include "daemon/server/store_damage.h"
 #include "daemon/server/view_reader.h"
@@ -21,29 +22,6 @@ namespace {
 
 // At most this many physical groups are listed per logical group (AggregateGroup.shards).
 constexpr int kMaxShardsListed = 1000;
-
-// One logical group being assembled from its physical groups.
-struct GroupTotals {
-  uint64_t members = 0;
-  std::vector<AggregateState::Measure> measures;
-  std::vector<std::optional<Decimal>> lowest, highest;  // per min/max measure
-
-  explicit GroupTotals(size_t n) : measures(n), lowest(n), highest(n) {}
-
-  void Add(const GroupTotals& shard) {
-    members += shard.members;
-    for (size_t m = 0; m < measures.size(); ++m) {
-      measures[m].count += shard.measures[m].count;
-      measures[m].sum = AddDecimal(measures[m].sum, shard.measures[m].sum);
-      if (shard.lowest[m] && (!lowest[m] || CompareDecimal(*shard.lowest[m], *lowest[m]) < 0)) {
-        lowest[m] = shard.lowest[m];
-      }
-      if (shard.highest[m] && (!highest[m] || CompareDecimal(*shard.highest[m], *highest[m]) > 0)) {
-        highest[m] = shard.highest[m];
-      }
-    }
-  }
-};
 
 absl::StatusOr<Decimal> ParseKeyNumber(std::string_view encoded) {
   absl::StatusOr<AttributeValue> n = DecodeKeyComponent(&encoded);
@@ -73,36 +51,6 @@ absl::Status Extremes(const Txn& txn, MDB_dbi extremes, std::string_view physica
   *lowest = *std::move(first);
   *highest = *std::move(last);
   return absl::OkStatus();
-}
-
-void SetNumber(const Decimal& d, v1::AttributeValue* out) { out->set_n(CanonicalText(d)); }
-
-// Measures as configured: count is the member count; the others are unset without values.
-template <typename Out>
-void EmitMeasures(const AggregateSpec& spec, const GroupTotals& totals, Out* out) {
-  for (size_t m = 0; m < spec.measures.size(); ++m) {
-    const MeasureSpec& measure = spec.measures[m];
-    v1::MeasureValue* value = out->add_measures();
-    value->set_name(measure.Name());
-    const AggregateState::Measure& state = totals.measures[m];
-    switch (measure.kind) {
-      case MeasureSpec::Kind::kCount:
-        value->mutable_value()->set_n(absl::StrCat(totals.members));
-        break;
-      case MeasureSpec::Kind::kSum:
-        if (state.count > 0) SetNumber(state.sum, value->mutable_value());
-        break;
-      case MeasureSpec::Kind::kAvg:
-        if (state.count > 0) SetNumber(DivideDecimal(state.sum, state.count), value->mutable_value());
-        break;
-      case MeasureSpec::Kind::kMin:
-        if (totals.lowest[m]) SetNumber(*totals.lowest[m], value->mutable_value());
-        break;
-      case MeasureSpec::Kind::kMax:
-        if (totals.highest[m]) SetNumber(*totals.highest[m], value->mutable_value());
-        break;
-    }
-  }
 }
 
 absl::StatusOr<GroupTotals> ReadPhysicalUnchecked(const Txn& txn, MDB_dbi extremes,
@@ -157,7 +105,8 @@ std::string PhysicalGroup(const AggregateSpec& spec, const std::string& logical,
 // leaving the cursor on the first key of the next group (or invalid). `logical` is the
 // group's encoding.
 absl::Status ReadGroup(const Txn& txn, MDB_dbi extremes, const AggregateSpec& spec,
-                       Cursor* cursor, std::string_view logical, v1::AggregateGroup* out) {
+                       Cursor* cursor, std::string_view logical, bool partial,
+                       v1::AggregateGroup* out) {
   const bool sharded = !spec.strip_shard_suffix.empty();
   std::string_view encoded = logical;
   auto group = DecodeKeyComponent(&encoded);
@@ -181,10 +130,10 @@ absl::Status ReadGroup(const Txn& txn, MDB_dbi extremes, const AggregateSpec& sp
     v1::AggregateGroup::Shard* shard = out->add_shards();
     shard->mutable_group()->set_s(PhysicalGroup(spec, group->scalar(), parts->shard));
     shard->set_members(physical->members);
-    EmitMeasures(spec, *physical, shard);
+    EmitMeasures(spec, *physical, partial, shard->mutable_measures());
   }
   out->set_members(totals.members);
-  EmitMeasures(spec, totals, out);
+  EmitMeasures(spec, totals, partial, out->mutable_measures());
   return absl::OkStatus();
 }
 
@@ -258,11 +207,11 @@ absl::StatusOr<v1::AggregateGroup> ViewReader::GetAggregate(const v1::GetAggrega
       totals = *std::move(shard);
     }
     response.set_members(totals.members);
-    EmitMeasures(spec, totals, &response);
+    EmitMeasures(spec, totals, member_parts_, response.mutable_measures());
   } else {
     cursor->Seek(logical);
     if (absl::Status s = ReadGroup(**txn, store_.aggregate_extremes(spec.name), spec, cursor.get(),
-                                   logical, &response);
+                                   logical, member_parts_, &response);
         !s.ok()) {
       return StoreDamageError(s, absl::StrCat("aggregate ", spec.name), logical,
                               AfterGroup(logical));
@@ -338,7 +287,8 @@ absl::StatusOr<v1::ListAggregatesResponse> ViewReader::ListAggregates(
       response.set_next_page_token(EncodePageToken(aggregate.fingerprint, false, last));
       break;
     }
-    if (absl::Status s = ReadGroup(**txn, extremes, spec, cursor.get(), logical, response.add_groups());
+    if (absl::Status s = ReadGroup(**txn, extremes, spec, cursor.get(), logical, member_parts_,
+                                   response.add_groups());
         !s.ok()) {
       return StoreDamageError(s, absl::StrCat("aggregate ", spec.name), logical,
                               AfterGroup(logical));

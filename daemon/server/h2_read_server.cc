@@ -37,6 +37,7 @@
 #include "daemon/log/log_throttle.h"
 #include "daemon/server/error_text.h"
 #include "daemon/server/listen_address.h"
+#include "daemon/server/cluster_peers.h"
 #include "daemon/server/read_consistency.h"
 #include "daemon/server/read_permission.h"
 #include "index_builders/coding.h"
@@ -52,6 +53,9 @@ using Clock = std::chrono::steady_clock;
 // up a page.
 constexpr int kWaitThreads = 8;
 constexpr int kHeavyThreads = 2;
+// A cluster member's port: every read but the local-only ones asks the other members and
+// waits for their answers (network time, little CPU), off the loop.
+constexpr int kFanOutThreads = 16;
 // A waiting read asks the reader again every slice, so a reset, a client gone or a shutdown
 // ends it within one slice instead of at its deadline.
 constexpr auto kWaitSlice = std::chrono::milliseconds(200);
@@ -227,8 +231,9 @@ using MethodTable = std::map<std::string, Method, std::less<>>;
 
 // "/cdcview.v1.ViewService/<Method>" -> how to serve it, for every unary method that has a
 // handler. A handler whose method is gone from the proto, or whose types are not the method's,
-// is a programming error caught at start.
-MethodTable Methods(const ViewQueries& r) {
+// is a programming error caught at start. `fans_out`: `r` asks other cluster members, so no
+// call runs on the loop, and a wait for a position is the fan-out's own (one call, not slices).
+MethodTable Methods(const ViewQueries& r, bool fans_out) {
   auto handlers = Handlers(r);
   const google::protobuf::ServiceDescriptor& service = ViewServiceDescriptor();
   MethodTable table;
@@ -244,8 +249,17 @@ MethodTable Methods(const ViewQueries& r) {
                             m.output_type()->full_name()));
       abort();
     }
+    Prepare prepare = std::move(h->second.prepare);
+    if (fans_out) {
+      prepare = [inner = std::move(prepare)](std::string_view message,
+                                             const security::Principal* who) {
+        absl::StatusOr<Prepared> p = inner(message, who);
+        if (p.ok()) p->cheap = p->runs_inline = p->waits = false;
+        return p;
+      };
+    }
     table.emplace(absl::StrCat("/", service.full_name(), "/", m.name()),
-                  Method{m.name(), std::move(h->second.prepare)});
+                  Method{m.name(), std::move(prepare)});
     handlers.erase(h);
   }
   for (const auto& [name, handler] : handlers) {
@@ -352,9 +366,12 @@ absl::StatusOr<int> Listen(const std::string& address) {
 // the finished list and `stopping_` belongs to the loop thread.
 class H2ReadServer::Loop {
  public:
-  Loop(const ViewQueries& reader, QueryProbe* probe, std::string grpc_setting,
-       const ServerConfig& limits, ConnectionProbe* connections, H2ReadSecurity security)
-      : methods_(Methods(reader)),
+  Loop(const ViewQueries& reader, const ViewQueries* local_only, QueryProbe* probe,
+       std::string grpc_setting, const ServerConfig& limits, ConnectionProbe* connections,
+       H2ReadSecurity security)
+      : methods_(Methods(reader, local_only != nullptr)),
+        local_methods_(local_only != nullptr ? Methods(*local_only, false) : MethodTable()),
+        heavy_threads_(local_only != nullptr ? kFanOutThreads : kHeavyThreads),
         probe_(probe),
         grpc_setting_(std::move(grpc_setting)),
         limits_(limits),
@@ -393,7 +410,7 @@ class H2ReadServer::Loop {
     Watch(wake_fd_, EPOLLIN, kWakeTag);
     thread_ = std::thread([this] { Run(); });
     for (int i = 0; i < kWaitThreads; ++i) workers_.emplace_back([this] { Work(kWaits); });
-    for (int i = 0; i < kHeavyThreads; ++i) workers_.emplace_back([this] { Work(kHeavy); });
+    for (int i = 0; i < heavy_threads_; ++i) workers_.emplace_back([this] { Work(kHeavy); });
     return absl::OkStatus();
   }
 
@@ -426,6 +443,7 @@ class H2ReadServer::Loop {
     int32_t id = 0;
     std::string path, content_type, encoding;
     std::string authorization;  // the header's value, when tokens are on
+    bool local_only = false;    // the cluster's local-only marker (local_methods_ answer)
     // Who the token is, once its HEADERS were checked (tokens on).
     std::optional<security::Principal> who;
     std::optional<Clock::duration> timeout;
@@ -1012,6 +1030,8 @@ class H2ReadServer::Loop {
       s->bad_timeout = !s->timeout.has_value();
     } else if (n == "authorization" && s->conn->loop->security_.tokens != nullptr) {
       s->authorization = v;
+    } else if (n == kLocalOnlyMetadata) {
+      s->local_only = v == "1";
     }
     return 0;
   }
@@ -1133,8 +1153,10 @@ class H2ReadServer::Loop {
     // An answer given before the request ended ends the stream on our side; what the client
     // still sends is dropped (OnData), and its gRPC library cancels the rest. A RST_STREAM
     // (NO_ERROR) on top would make gRPC 1.51's client report it instead of the status.
-    auto method = methods_.find(s->path);
-    if (method == methods_.end()) {
+    const MethodTable& methods =
+        s->local_only && !local_methods_.empty() ? local_methods_ : methods_;
+    auto method = methods.find(s->path);
+    if (method == methods.end()) {
       return Answer(s, absl::UnimplementedError(absl::StrCat(
                            "this port serves the unary reads of cdcview.v1.ViewService; ",
                            s->path.empty() ? "no method" : s->path,
@@ -1397,6 +1419,9 @@ class H2ReadServer::Loop {
   }
 
   const MethodTable methods_;
+  // A cluster member's own reads, for calls with the local-only marker; empty standalone.
+  const MethodTable local_methods_;
+  const int heavy_threads_;
   QueryProbe* const probe_;
   const std::string grpc_setting_;
   const ServerConfig limits_;
@@ -1438,9 +1463,9 @@ H2ReadServer::~H2ReadServer() { Shutdown(0); }
 absl::StatusOr<std::unique_ptr<H2ReadServer>> H2ReadServer::Start(
     const std::string& address, const ViewQueries& reader, QueryProbe* probe,
     std::string grpc_setting, const ServerConfig& limits, ConnectionProbe* connections,
-    H2ReadSecurity security) {
-  auto loop = std::make_unique<Loop>(reader, probe, std::move(grpc_setting), limits, connections,
-                                     std::move(security));
+    H2ReadSecurity security, const ViewQueries* local_only) {
+  auto loop = std::make_unique<Loop>(reader, local_only, probe, std::move(grpc_setting), limits,
+                                     connections, std::move(security));
   if (absl::Status s = loop->Open(address); !s.ok()) return s;
   return std::unique_ptr<H2ReadServer>(new H2ReadServer(std::move(loop)));
 }

@@ -102,11 +102,15 @@ class H2ReadServer {
   // address that does not parse, UNAVAILABLE naming the address when it cannot listen.
   // `grpc_setting` names the main gRPC server's setting (e.g. "server.grpc") in the answer to
   // a call this server does not serve. `limits`: its max_wait_ms and fast_reads_* fields are
-  // the port's limits. `probe` and `connections` may be null (no metrics).
+  // the port's limits. `probe` and `connections` may be null (no metrics). `local_only`: a
+  // cluster member's own reader (cluster_peers.h), answering the calls whose HTTP/2 request
+  // carries the header x-cdcview-local-only: 1; `reader` then asks the other members, so its
+  // calls all run off the loop (on kFanOutThreads threads). Null: `reader` answers every call.
   static absl::StatusOr<std::unique_ptr<H2ReadServer>> Start(
       const std::string& address, const ViewQueries& reader, QueryProbe* probe,
       std::string grpc_setting, const ServerConfig& limits = ServerConfig{},
-      ConnectionProbe* connections = nullptr, H2ReadSecurity security = {});
+      ConnectionProbe* connections = nullptr, H2ReadSecurity security = {},
+      const ViewQueries* local_only = nullptr);
   ~H2ReadServer();  // Shutdown(0)
 
   int port() const;

@@ -71,6 +71,19 @@ bool FilePlace(std::string_view p, std::pair<uint64_t, uint64_t>* place) {
   return true;
 }
 
+// In a cluster, whether this member waits for `partition` of source `s`: not for a Kafka
+// partition ("<topic>/<n>") another member owns; that member's own wait covers it.
+bool WaitsHere(const Config& config, const SourceConfig& s, std::string_view partition) {
+  if (!config.cluster.Enabled() || s.kind != SourceConfig::Kind::kKafka) return true;
+  const size_t slash = partition.rfind('/');
+  if (slash == std::string_view::npos) return true;
+  const std::string_view digits = partition.substr(slash + 1);
+  int32_t n = 0;
+  auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+  if (digits.empty() || error != std::errc() || end != digits.data() + digits.size()) return true;
+  return OwnsPartition(n, config.cluster.members, config.cluster.ordinal);
+}
+
 }  // namespace
 
 bool IsScanPartition(SourceConfig::Kind kind, std::string_view partition) {
@@ -221,7 +234,7 @@ absl::StatusOr<std::vector<PositionRequirement>> RequirementsFor(
                                                        it->name, ": ", reached.status().message()));
       }
       if (it->table != table_name || IsScanPartition(it->kind, e.partition()) ||
-          IsMarkerPartition(it->kind, e.partition())) {
+          IsMarkerPartition(it->kind, e.partition()) || !WaitsHere(config, *it, e.partition())) {
         continue;
       }
       out.push_back({static_cast<size_t>(it - config.sources.begin()), e.partition(),
@@ -242,7 +255,10 @@ absl::StatusOr<std::vector<PositionRequirement>> RequirementsFor(
         continue;
       }
       read = true;
-      if (s.table != table_name) continue;
+      if (s.table != table_name || !OwnsPartition(k.partition(), config.cluster.members,
+                                                  config.cluster.ordinal)) {
+        continue;
+      }
       out.push_back({i, absl::StrCat(k.topic(), "/", k.partition()), std::to_string(k.offset() + 1),
                      absl::StrCat("offset ", k.offset())});
     }

@@ -87,7 +87,8 @@ bool IsMarkerPartition(SourceConfig::Kind kind, std::string_view partition);
 // for one would hold every read until the backfill ends; a client's own write arrives through
 // a stream shard, whose position the token also carries), and min_kafka_offsets mapped
 // to the Kafka sources of the table that read the topic (partition "<topic>/<n>", applied
-// once the stored next offset is > offset). INVALID_ARGUMENT: a malformed token, a source
+// once the stored next offset is > offset). In a cluster (config.cluster), a Kafka partition
+// another member owns (OwnsPartition) is left out: its owner waits for it. INVALID_ARGUMENT: a malformed token, a source
 // this server does not have, a position that is not one of its source's kind, a topic no
 // source reads, a negative partition or offset; a min_position longer than
 // `max_token_bytes` (PositionTokenLimit).

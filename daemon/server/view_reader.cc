@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "daemon/decode/attribute_value_proto.h"
 #include "daemon/server/error_text.h"
+#include "daemon/server/ordered_merge.h"
 #include "daemon/server/proto_convert.h"
 #include "daemon/server/read_consistency.h"
 #include "daemon/server/readiness.h"
@@ -77,7 +78,7 @@ absl::StatusOr<AttributeValue> KeyValue(const v1::AttributeValue& proto, AttrTyp
 template <typename Response>
 absl::Status Walk(const Txn& txn, MDB_dbi dbi, const ViewSpec& view, std::string_view fingerprint,
                   std::string lower, std::string upper, bool backward, uint32_t limit,
-                  const std::string& resume_after, Response* out) {
+                  const std::string& resume_after, bool with_keys, Response* out) {
   if (!resume_after.empty()) {
     if (backward) {
       if (upper.empty() || resume_after < upper) upper = resume_after;
@@ -100,9 +101,11 @@ absl::Status Walk(const Txn& txn, MDB_dbi dbi, const ViewSpec& view, std::string
   std::string last;
   uint32_t n = 0;
   while (ok && n < limit) {
-    if (absl::Status s = EntryToProto(view, cursor->key(), cursor->value(), out->add_entries()); !s.ok()) {
+    v1::ViewEntry* entry = out->add_entries();
+    if (absl::Status s = EntryToProto(view, cursor->key(), cursor->value(), entry); !s.ok()) {
       return s;
     }
+    if (with_keys) entry->set_key(std::string(cursor->key()));
     last.assign(cursor->key());
     ++n;
     ok = backward ? cursor->Prev() && cursor->key() >= lower
@@ -180,6 +183,7 @@ struct ShardCursor {
 
   // Valid until the cursor moves (it points into the read transaction's pages).
   std::string_view remainder() const { return cursor->key().substr(prefix_size); }
+  std::string_view order_key() const { return remainder(); }
 };
 
 // Merges the shards of `logical` lazily: each step takes the next remainder over N cursors
@@ -187,7 +191,8 @@ struct ShardCursor {
 // about limit * log N comparisons, whatever the shards hold beyond the page.
 absl::StatusOr<v1::QueryResponse> QueryShards(const Store& store, const ViewRef& view,
                                               const std::string& logical, const SortRange& range,
-                                              const v1::QueryRequest& request, uint32_t limit) {
+                                              const v1::QueryRequest& request, uint32_t limit,
+                                              bool with_keys) {
   const ViewSpec& spec = *view.spec;
   const ShardSpec& shards = spec.shards;
   const bool backward = request.scan_backward();
@@ -238,43 +243,37 @@ absl::StatusOr<v1::QueryResponse> QueryShards(const Store& store, const ViewRef&
     if (ok) open.push_back(std::move(sc));
   }
 
-  // std::*_heap keeps the greatest element on top: forward wants the smallest remainder.
-  std::vector<ShardCursor*> heap;
-  heap.reserve(open.size());
-  for (ShardCursor& sc : open) heap.push_back(&sc);
-  auto after_in_order = [backward](const ShardCursor* a, const ShardCursor* b) {
-    return backward ? a->remainder() < b->remainder() : a->remainder() > b->remainder();
-  };
-  std::make_heap(heap.begin(), heap.end(), after_in_order);
+  std::vector<ShardCursor*> sources;
+  sources.reserve(open.size());
+  for (ShardCursor& sc : open) sources.push_back(&sc);
+  OrderedMerge<ShardCursor> merge(std::move(sources), backward);
 
   v1::QueryResponse response;
   std::string last;
   uint32_t n = 0;
-  while (!heap.empty() && n < limit) {
-    std::pop_heap(heap.begin(), heap.end(), after_in_order);
-    ShardCursor* top = heap.back();
-    if (absl::Status s = EntryToProto(spec, top->cursor->key(), top->cursor->value(),
-                                   response.add_entries());
+  while (!merge.empty() && n < limit) {
+    ShardCursor* top = merge.Take();
+    v1::ViewEntry* entry = response.add_entries();
+    if (absl::Status s = EntryToProto(spec, top->cursor->key(), top->cursor->value(), entry);
         !s.ok()) {
       return s;
     }
+    if (with_keys) entry->set_key(std::string(top->cursor->key()));
     last.assign(top->remainder());
     ++n;
     bool more = backward ? top->cursor->Prev() && top->cursor->key() >= top->bound
                          : top->cursor->Next() && top->cursor->key() < top->bound;
     if (more) {
-      std::push_heap(heap.begin(), heap.end(), after_in_order);
+      merge.Return(top);
     } else if (!top->cursor->status().ok()) {
       // From the entry just read to the shard's bound.
       std::string read(top->bound.substr(0, top->prefix_size));
       read.append(last);
       return StoreDamageError(top->cursor->status(), absl::StrCat("view ", spec.name),
                               backward ? top->bound : read, backward ? read : top->bound);
-    } else {
-      heap.pop_back();
     }
   }
-  if (!heap.empty()) {
+  if (!merge.empty()) {
     response.set_next_page_token(
         EncodeMergedPageToken(view.fingerprint, backward, shards, logical_key, last));
   }
@@ -476,8 +475,12 @@ absl::StatusOr<std::string> DecodeMergedPageToken(std::string_view token,
 }
 
 ViewReader::ViewReader(const Catalog& catalog, const Store& store, const PublishedState& published,
-                       uint32_t max_page_size)
-    : catalog_(catalog), store_(store), published_(published), max_page_size_(max_page_size) {}
+                       uint32_t max_page_size, bool member_parts)
+    : catalog_(catalog),
+      store_(store),
+      published_(published),
+      max_page_size_(max_page_size),
+      member_parts_(member_parts) {}
 
 absl::StatusOr<const ViewRef*> ViewReader::ReadyView(const std::string& name) const {
   const ViewRef* view = catalog_.FindView(name);
@@ -545,7 +548,7 @@ absl::StatusOr<v1::QueryResponse> ViewReader::Query(const v1::QueryRequest& requ
   // A logical key of a sharded view: every shard, merged. A physical key ("DAY#1#3") is one
   // partition like any other.
   if (spec.shards.enabled() && !spec.shards.Split(pk->scalar()).has_value()) {
-    return QueryShards(store_, view, pk->scalar(), *range, request, limit);
+    return QueryShards(store_, view, pk->scalar(), *range, request, limit, member_parts_);
   }
 
   std::string prefix;
@@ -567,7 +570,7 @@ absl::StatusOr<v1::QueryResponse> ViewReader::Query(const v1::QueryRequest& requ
   v1::QueryResponse response;
   if (absl::Status s = Walk(**txn, store_.view(spec.name), spec, fingerprint,
                             prefix + range->lower, prefix + range->upper,
-                            request.scan_backward(), limit, resume, &response);
+                            request.scan_backward(), limit, resume, member_parts_, &response);
       !s.ok()) {
     return s;
   }
@@ -598,7 +601,7 @@ absl::StatusOr<v1::ScanResponse> ViewReader::Scan(const v1::ScanRequest& request
   if (!txn.ok()) return txn.status();
   v1::ScanResponse response;
   if (absl::Status s = Walk(**txn, store_.view(view.spec->name), *view.spec, fingerprint, "", "",
-                            false, limit, resume, &response);
+                            false, limit, resume, member_parts_, &response);
       !s.ok()) {
     return s;
   }
@@ -771,7 +774,10 @@ absl::Status ViewReader::AwaitConsistency(const v1::ReadConsistency& consistency
   // The own token is measured only for a token over the floor: other reads pay nothing.
   size_t max_token_bytes = kPositionTokenFloor;
   if (consistency.min_position().size() > max_token_bytes) {
-    max_token_bytes = PositionTokenLimit(PositionTokenSize(published_.Snapshot()->positions));
+    // A cluster's token carries every member's positions, each member about this many.
+    max_token_bytes =
+        PositionTokenLimit(PositionTokenSize(published_.Snapshot()->positions) *
+                           std::max<uint32_t>(1, catalog_.config().cluster.members));
   }
   auto requirements = RequirementsFor(consistency, catalog_.config(), table, max_token_bytes);
   if (!requirements.ok()) return requirements.status();

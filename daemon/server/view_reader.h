@@ -36,9 +36,18 @@ namespace cdcview {
 class ViewReader : public ViewQueries {
  public:
   // Reads `store`, and what the writer publishes (view states, positions, counters, the
-  // sources' health) from `published`; both must outlive the reader.
+  // sources' health) from `published`; both must outlive the reader. `member_parts`: the
+  // reader of a cluster member answering for itself only (the x-cdcview-local-only calls and
+  // its own part of a merged answer): its answers also carry what the merge needs, each
+  // entry's stored key (ViewEntry.key) and the partial state of sum and avg measures
+  // (MeasureValue.partial_count and partial_sum).
   ViewReader(const Catalog& catalog, const Store& store, const PublishedState& published,
-             uint32_t max_page_size = 1000);
+             uint32_t max_page_size = 1000, bool member_parts = false);
+
+  const Catalog& catalog() const { return catalog_; }
+  uint32_t max_page_size() const { return max_page_size_; }
+  // A request's page size: its limit (0: unset) capped at max_page_size.
+  uint32_t PageLimit(uint32_t requested) const;
 
   absl::StatusOr<v1::QueryResponse> Query(const v1::QueryRequest& request,
                                           Deadline deadline = Deadline::max()) const override;
@@ -108,8 +117,6 @@ class ViewReader : public ViewQueries {
     return AwaitConsistency(request.consistency(), table, std::string(kind) + " " + name,
                             deadline);
   }
-  // A request's page size: its limit (0: unset) capped at max_page_size.
-  uint32_t PageLimit(uint32_t requested) const;
   // The index of table `name` in Config::tables; NOT_FOUND listing the tables.
   absl::StatusOr<size_t> FindTable(const std::string& name) const;
   // Why `name` names no `kind` ("view", "table", "aggregate") of `names`: INVALID_ARGUMENT
@@ -122,6 +129,7 @@ class ViewReader : public ViewQueries {
   const Store& store_;
   const PublishedState& published_;
   uint32_t max_page_size_;
+  bool member_parts_;
 };
 
 // The stored source positions as seen by `txn`, so a response's position matches what it read.

@@ -21,6 +21,7 @@
 #include "daemon/log/log.h"
 #include "daemon/security/certificate_watch.h"
 #include "daemon/server/error_text.h"
+#include "daemon/server/cluster_peers.h"
 #include "daemon/server/grpc_auth.h"
 #include "daemon/server/grpc_listener.h"
 #include "daemon/server/watch.h"
@@ -101,22 +102,26 @@ class WithoutPlugins final : public grpc::ServerBuilderOption {
 // keys only with views: all, as they span every view of the table.
 class ViewServer::Service final : public v1::ViewService::Service {
  public:
-  Service(const ViewQueries& reader, QueryProbe* probe, WatchHub* watch,
-          const CallPermissions& permissions)
-      : reader_(reader), probe_(probe), watch_(watch), permissions_(permissions) {}
+  Service(const ViewQueries& reader, const ViewQueries* local_only, QueryProbe* probe,
+          WatchHub* watch, const CallPermissions& permissions)
+      : reader_(reader),
+        local_only_(local_only),
+        probe_(probe),
+        watch_(watch),
+        permissions_(permissions) {}
 
   grpc::Status Query(grpc::ServerContext* ctx, const v1::QueryRequest* req, v1::QueryResponse* resp) override {
     return Timed("Query", [&] {
       absl::Status refused = permissions_.PermitView(*ctx, req->view());
       if (!refused.ok()) return refused;
-      return Assign(reader_.Query(*req, DeadlineOf(ctx)), resp);
+      return Assign(For(*ctx).Query(*req, DeadlineOf(ctx)), resp);
     });
   }
   grpc::Status Scan(grpc::ServerContext* ctx, const v1::ScanRequest* req, v1::ScanResponse* resp) override {
     return Timed("Scan", [&] {
       absl::Status refused = permissions_.PermitView(*ctx, req->view());
       if (!refused.ok()) return refused;
-      return Assign(reader_.Scan(*req, DeadlineOf(ctx)), resp);
+      return Assign(For(*ctx).Scan(*req, DeadlineOf(ctx)), resp);
     });
   }
   grpc::Status GetItem(grpc::ServerContext* ctx, const v1::GetItemRequest* req, v1::GetItemResponse* resp) override {
@@ -124,7 +129,7 @@ class ViewServer::Service final : public v1::ViewService::Service {
       absl::Status refused = permissions_.PermitEverything(
           *ctx, absl::StrCat("table \"", req->table(), "\"'s items"));
       if (!refused.ok()) return refused;
-      return Assign(reader_.GetItem(*req, DeadlineOf(ctx)), resp);
+      return Assign(For(*ctx).GetItem(*req, DeadlineOf(ctx)), resp);
     });
   }
   grpc::Status GetHotKeys(grpc::ServerContext* ctx, const v1::GetHotKeysRequest* req,
@@ -136,7 +141,7 @@ class ViewServer::Service final : public v1::ViewService::Service {
                     *ctx, absl::StrCat("table \"", req->table(), "\"'s hot keys"))
               : permissions_.PermitView(*ctx, req->view());
       if (!refused.ok()) return refused;
-      return Assign(reader_.GetHotKeys(*req), resp);
+      return Assign(For(*ctx).GetHotKeys(*req), resp);
     });
   }
   // A token that may read some views lists only those.
@@ -144,7 +149,7 @@ class ViewServer::Service final : public v1::ViewService::Service {
     return Timed("ListViews", [&] {
       absl::StatusOr<std::optional<security::Principal>> who = permissions_.Caller(*ctx);
       if (!who.ok()) return who.status();
-      absl::Status s = Assign(reader_.ListViews(), resp);
+      absl::Status s = Assign(For(*ctx).ListViews(), resp);
       if (!s.ok() || !who->has_value() || (*who)->all_views) return s;
       auto* views = resp->mutable_views();
       for (int i = views->size() - 1; i >= 0; --i) {
@@ -158,7 +163,7 @@ class ViewServer::Service final : public v1::ViewService::Service {
     return Timed("DescribeView", [&] {
       absl::Status refused = permissions_.PermitView(*ctx, req->view());
       if (!refused.ok()) return refused;
-      return Assign(reader_.DescribeView(req->view()), resp);
+      return Assign(For(*ctx).DescribeView(req->view()), resp);
     });
   }
   grpc::Status GetAggregate(grpc::ServerContext* ctx, const v1::GetAggregateRequest* req,
@@ -166,7 +171,7 @@ class ViewServer::Service final : public v1::ViewService::Service {
     return Timed("GetAggregate", [&] {
       absl::Status refused = permissions_.PermitView(*ctx, req->aggregate());
       if (!refused.ok()) return refused;
-      return Assign(reader_.GetAggregate(*req, DeadlineOf(ctx)), resp);
+      return Assign(For(*ctx).GetAggregate(*req, DeadlineOf(ctx)), resp);
     });
   }
   grpc::Status ListAggregates(grpc::ServerContext* ctx, const v1::ListAggregatesRequest* req,
@@ -174,12 +179,12 @@ class ViewServer::Service final : public v1::ViewService::Service {
     return Timed("ListAggregates", [&] {
       absl::Status refused = permissions_.PermitView(*ctx, req->aggregate());
       if (!refused.ok()) return refused;
-      return Assign(reader_.ListAggregates(*req, DeadlineOf(ctx)), resp);
+      return Assign(For(*ctx).ListAggregates(*req, DeadlineOf(ctx)), resp);
     });
   }
-  grpc::Status GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*, v1::StatusResponse* resp) override {
+  grpc::Status GetStatus(grpc::ServerContext* ctx, const v1::GetStatusRequest*, v1::StatusResponse* resp) override {
     return Timed("GetStatus", [&] {
-      *resp = reader_.GetStatus();
+      *resp = For(*ctx).GetStatus();
       return absl::OkStatus();
     });
   }
@@ -204,6 +209,14 @@ class ViewServer::Service final : public v1::ViewService::Service {
   }
 
  private:
+  // A cluster member's own store for a call marked local-only (another member merging), the
+  // whole cluster's answer otherwise.
+  const ViewQueries& For(const grpc::ServerContext& ctx) const {
+    if (local_only_ == nullptr) return reader_;
+    auto marker = ctx.client_metadata().find(kLocalOnlyMetadata);
+    return marker != ctx.client_metadata().end() && marker->second == "1" ? *local_only_ : reader_;
+  }
+
   template <typename T, typename R>
   static absl::Status Assign(absl::StatusOr<T> result, R* out) {
     if (!result.ok()) return result.status();
@@ -223,6 +236,7 @@ class ViewServer::Service final : public v1::ViewService::Service {
   }
 
   const ViewQueries& reader_;
+  const ViewQueries* local_only_;
   QueryProbe* probe_;
   WatchHub* watch_;
   const CallPermissions& permissions_;
@@ -231,7 +245,7 @@ class ViewServer::Service final : public v1::ViewService::Service {
 absl::StatusOr<std::unique_ptr<ViewServer>> ViewServer::Start(
     const std::string& address, const ViewQueries& reader, QueryProbe* probe, WatchHub* watch,
     const ServerConfig& limits, ConnectionProbe* connections, grpc::Service* admin,
-    const MainPortSecurity& security) {
+    const MainPortSecurity& security, const ViewQueries* local_only) {
   std::unique_ptr<ViewServer> server(new ViewServer());
   auto listener = GrpcListener::Listen(address);
   if (!listener.ok()) {
@@ -249,7 +263,7 @@ absl::StatusOr<std::unique_ptr<ViewServer>> ViewServer::Start(
   }
   server->permissions_ =
       std::make_unique<CallPermissions>(security.tokens, server->auth_probe_.get());
-  server->service_ = std::make_unique<Service>(reader, probe, watch, *server->permissions_);
+  server->service_ = std::make_unique<Service>(reader, local_only, probe, watch, *server->permissions_);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.RegisterService(server->service_.get());

@@ -61,12 +61,15 @@ class ViewServer {
   // `watch` serves Watch (UNIMPLEMENTED without one). `limits` gives the grpc_* fields (the
   // address is `address`); `connections` (may be null) counts this port's connections;
   // `admin` (cdcview.v1.AdminService, see admin_service.h) is served beside ViewService if
-  // given. All must outlive the server.
+  // given. `local_only` (a cluster member's own reader, see cluster_peers.h) answers the calls
+  // carrying the local-only marker; without it `reader` answers every call. All must outlive
+  // the server.
   static absl::StatusOr<std::unique_ptr<ViewServer>> Start(
       const std::string& address, const ViewQueries& reader, QueryProbe* probe,
       WatchHub* watch = nullptr, const ServerConfig& limits = ServerConfig{},
       ConnectionProbe* connections = nullptr, grpc::Service* admin = nullptr,
-      const MainPortSecurity& security = MainPortSecurity{});
+      const MainPortSecurity& security = MainPortSecurity{},
+      const ViewQueries* local_only = nullptr);
   ~ViewServer();
 
   int port() const { return port_; }

@@ -1604,7 +1604,7 @@ def test_start_up_errors_are_json_lines_with_log_json(binaries, tmp_path):
     assert sorted(record) == ["level", "msg", "ts"]
     assert record["level"] == "error"
     assert record["msg"] == (f'cdcviewd: {bad}:1: unknown field "nope" (expected one of storage, '
-                             'server, apply, watch, sources, tables)')
+                             'server, apply, watch, cluster, sources, tables)')
     # A failure after the config: the store cannot be opened (its path is a file).
     blocker = tmp_path / "file"
     blocker.write_text("")

@@ -73,7 +73,8 @@ TEST(ConfigFieldsTest, RequiredFieldsOfASourceBlock) {
 }
 
 // The variables are the sections' fields but storage.path, server.grpc and server.metrics
-// (their own flags), in the order --print-config prints them; deploy manifests name them.
+// (their own flags), then the cluster's, in the order --print-config prints them; deploy
+// manifests name them.
 TEST(ConfigFieldsTest, EnvironmentSettablePathsAreTheSectionsFields) {
   EXPECT_EQ(EnvironmentSettablePaths(),
             (std::vector<std::string>{
@@ -92,7 +93,7 @@ TEST(ConfigFieldsTest, EnvironmentSettablePathsAreTheSectionsFields) {
                 "server.tokens_file", "apply.batch_size", "apply.max_delay_ms", "apply.queue_capacity",
                 "apply.log_counts_seconds", "apply.tombstone_compaction_step", "watch.retain_changes", "watch.max_lag_changes",
                 "watch.max_stream_buffer_bytes", "watch.stalled_stream_timeout_ms",
-                "watch.max_streams"}));
+                "watch.max_streams", "cluster.members", "cluster.ordinal", "cluster.peers"}));
 }
 
 }  // namespace

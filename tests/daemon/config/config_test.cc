@@ -332,7 +332,7 @@ TEST(ConfigErrorTest, UnknownFieldsAreErrorsEverywhere) {
   EXPECT_EQ(ErrorOf("storage: { path: d }\n"
                     "table: []\n"),
             "t.yaml:2: unknown field \"table\" (expected one of storage, server, apply, watch, "
-            "sources, tables)");
+            "cluster, sources, tables)");
   EXPECT_EQ(ErrorOf("apply: { batch_sise: 3 }\n"
                     "tables: [ { name: T, key: { partition: PK } } ]\n"),
             "t.yaml:1: apply: unknown field \"batch_sise\" (expected one of batch_size, "

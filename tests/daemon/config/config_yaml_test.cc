@@ -487,7 +487,7 @@ TEST(ConfigSettingsTest, ErrorsNameTheSettingInsteadOfALine) {
             "max_delay_ms, queue_capacity, log_counts_seconds, tombstone_compaction_step)");
   EXPECT_EQ(error({{"bogus.x", "1", "--set bogus.x=1"}}),
             "--set bogus.x=1: unknown field \"bogus\" (expected one of storage, server, apply, "
-            "watch, sources, tables)");
+            "watch, cluster, sources, tables)");
   EXPECT_EQ(error({{"sources.nope.file.follow", "true", "--set sources.nope.file.follow=true"}}),
             "--set sources.nope.file.follow=true: no source named \"nope\" (sources: s, k)");
   EXPECT_EQ(error({{"sources.s", "x", "--set sources.s=x"}}),
@@ -545,8 +545,8 @@ TEST(ConfigSettingsTest, SetFlagAndEnvironment) {
   EXPECT_EQ(settings[0].origin, "CDCVIEW_APPLY_BATCH_SIZE");
 }
 
-// The variables cover every field --print-config prints for storage, server, apply and watch,
-// but the three with their own flag and variable.
+// The variables cover every field --print-config prints for storage, server, apply, watch and
+// cluster, but the three with their own flag and variable.
 TEST(ConfigSettingsTest, EveryScalarSectionFieldHasAVariable) {
   absl::StatusOr<Config> config =
       ParseConfig("tables: [ { name: T, key: { partition: PK } } ]\n", "t.yaml");
@@ -556,6 +556,7 @@ TEST(ConfigSettingsTest, EveryScalarSectionFieldHasAVariable) {
   config->server.tls_key_file = "/tls/tls.key";
   config->server.tls_client_ca_file = "/tls/ca.crt";
   config->server.tokens_file = "/auth/tokens.yaml";
+  config->cluster = ClusterConfig{2, 0, {"a:1", "b:1"}};  // printed only for a cluster
   std::vector<std::string> printed;
   std::string section;
   std::istringstream yaml(ConfigToYaml(*config));
@@ -564,7 +565,7 @@ TEST(ConfigSettingsTest, EveryScalarSectionFieldHasAVariable) {
       section = line.substr(0, line.size() - 1);
     } else if (line.starts_with("  ") && line[2] != ' ' && line[2] != '-' &&
                (section == "storage" || section == "server" || section == "apply" ||
-                section == "watch")) {
+                section == "watch" || section == "cluster")) {
       std::string path = section + "." + line.substr(2, line.find(':') - 2);
       if (path != "storage.path" && path != "server.grpc" && path != "server.metrics") {
         printed.push_back(path);
