@@ -308,7 +308,7 @@ struct KafkaSource::Consumer {
   std::map<std::string, Backfill> backfill;         // by "topic/partition"
   double backfill_progress = 0;
   std::map<std::string, rd_kafka_topic_t*> topic_handles;  // for metadata requests
-  std::set<std::string> missing_topics;             // not found at the last metadata read
+  std::set<std::string> missing_topics;             // not read at the last metadata read
   std::set<std::string> checked_topics;             // cluster: retention checked
   bool metadata_complete = false;  // the last metadata read found every topic
   std::chrono::steady_clock::time_point next_metadata;
@@ -463,8 +463,11 @@ struct KafkaSource::Consumer {
     rd_kafka_resp_err_t err =
         rd_kafka_metadata(rk, 0, topic_handles.at(topic), &metadata, kRequestTimeoutMs);
     if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-      LogWarning(absl::StrCat("source ", Name(), ": cannot read the partitions of topic ", topic,
-                              ": ", rd_kafka_err2str(err), "; trying again"));
+      // Once until it is read again: the retries of an outage would repeat it every second.
+      if (missing_topics.insert(topic).second) {
+        LogWarning(absl::StrCat("source ", Name(), ": cannot read the partitions of topic ",
+                                topic, ": ", rd_kafka_err2str(err), "; trying again"));
+      }
       return std::nullopt;
     }
     std::optional<std::vector<int32_t>> ids;
