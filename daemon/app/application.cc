@@ -38,7 +38,7 @@ absl::StatusOr<std::unique_ptr<ChangeSource>> MakeSource(uint32_t index, const S
       return std::make_unique<DynamoDbSource>(index, config, *all.FindTable(config.table), metrics);
     case SourceConfig::Kind::kKafka:
       return std::make_unique<KafkaSource>(
-          index, config, std::make_unique<KafkaProbe>(*metrics, config.name));
+          index, config, std::make_unique<KafkaProbe>(*metrics, config.name), all.cluster);
   }
   return absl::UnimplementedError(absl::StrCat(
       "source ", config.name, ": this cdcviewd has no reader for its source type yet"));

@@ -19,10 +19,23 @@ KafkaProbe::KafkaProbe(MetricsRegistry& metrics, const std::string& source) : so
                         .Register(metrics.registry());
   rebalances_ = &prometheus::BuildCounter()
                      .Name("cdcview_kafka_rebalances_total")
-                     .Help("Consumer group rebalances served: partition assignments and "
-                           "revocations.")
+                     .Help("Changes of the source's partition assignment: at start, and when "
+                           "a topic gained partitions.")
                      .Register(metrics.registry())
                      .Add({{"source", source_}});
+  partitions_owned_ = &prometheus::BuildGauge()
+                           .Name("cdcview_cluster_partitions_owned")
+                           .Help("Kafka partitions assigned to this cdcviewd: every partition of "
+                                 "the source's topics for a standalone daemon, its share for a "
+                                 "cluster member.")
+                           .Register(metrics.registry())
+                           .Add({{"source", source_}});
+  history_family_ = &prometheus::BuildGauge()
+                         .Name("cdcview_cluster_topic_history_incomplete")
+                         .Help("1 when a cluster member found at start that the topic neither "
+                               "compacts nor keeps data forever: a member that gains its "
+                               "partitions in a resize cannot read their whole history.")
+                         .Register(metrics.registry());
 }
 
 void KafkaProbe::SetConsumerLag(const std::string& topic, int32_t partition, int64_t messages) {
@@ -44,6 +57,15 @@ void KafkaProbe::RemoveConsumerLag(const std::string& topic, int32_t partition) 
 }
 
 void KafkaProbe::RecordRebalance() { rebalances_->Increment(); }
+
+void KafkaProbe::SetPartitionsOwned(size_t partitions) {
+  partitions_owned_->Set(static_cast<double>(partitions));
+}
+
+void KafkaProbe::SetTopicHistoryIncomplete(const std::string& topic, bool incomplete) {
+  // Add returns the series already there for the same labels.
+  history_family_->Add({{"source", source_}, {"topic", topic}}).Set(incomplete ? 1 : 0);
+}
 
 void KafkaProbe::RecordError(const std::string& kind) {
   absl::MutexLock lock(&mu_);

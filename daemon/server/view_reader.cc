@@ -731,6 +731,7 @@ v1::StatusResponse ViewReader::GetStatus() const {
       s->set_state(std::string(SourceStateName(health->state)));
       if (health->state == SourceState::kBackfilling) s->set_progress(health->progress);
       s->set_error(health->error);
+      for (const std::string& partition : health->partitions) s->add_partitions(partition);
     }
     if (const std::string writer_error = published_.WriterError(i); !writer_error.empty()) {
       s->set_state(std::string(SourceStateName(SourceState::kError)));

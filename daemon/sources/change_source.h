@@ -104,8 +104,8 @@ class ChangeSource {
   virtual SourceHealth Health() const = 0;
   virtual DeadLetterSink* dead_letters() = 0;
   virtual std::string_view kind() const = 0;  // "file", "kafka", "dynamodb"
-  // Sources whose partitions can move after Start (Kafka rebalances) ask `lookup` for the
-  // positions at that moment instead of using Start's snapshot. Call before Start; the
+  // Sources that assign partitions after Start (Kafka: each metadata read may find new ones)
+  // ask `lookup` for the positions at that moment instead of using Start's snapshot. Call before Start; the
   // default ignores it.
   virtual void SetPositionLookup(PositionLookup lookup) { (void)lookup; }
 };

@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <optional>
 #include <set>
 #include <tuple>
@@ -37,7 +38,14 @@ constexpr int kPausedPollMs = 10;  // while holding records for a full queue
 // queued.max.messages.kbytes per partition) and fetch it again, which costs the broker more
 // than the reads themselves, so ordinary batches must never cause one.
 constexpr std::chrono::milliseconds kFullQueueWait(5000);
-constexpr auto kPeriodic = std::chrono::seconds(1);  // offset commits, lag gauges
+constexpr auto kPeriodic = std::chrono::seconds(1);  // offset commits, lag gauges, backfill
+// How often the topics' partitions are read again (new partitions are assigned by the same
+// rule) unless the properties set topic.metadata.refresh.interval.ms; while a topic is not
+// found, kMetadataRetry.
+constexpr auto kMetadataInterval = std::chrono::seconds(10);
+constexpr auto kMetadataRetry = std::chrono::seconds(1);
+// Each metadata, watermark and topic-config request blocks the consumer thread at most this.
+constexpr int kRequestTimeoutMs = 5000;
 constexpr int kDeadLetterTimeoutMs = 10000;
 constexpr std::chrono::seconds kKafkaCloseTimeout = kSourceStopTimeout;
 
@@ -282,6 +290,13 @@ struct KafkaSource::Consumer {
     std::string topic;
     int32_t partition = 0;
     bool at_end = false;
+    int64_t read_next = -1;  // the offset after the last message read (-1: none yet)
+  };
+  // A cluster member's partition assigned without a stored position: read from `low`, and
+  // backfilling until the store applied it up to `high` (its high watermark at assignment).
+  struct Backfill {
+    int64_t low = 0;
+    int64_t high = 0;
   };
 
   KafkaSource* source = nullptr;
@@ -290,6 +305,13 @@ struct KafkaSource::Consumer {
   DynamoDbJsonDecoder dynamodb;
   std::unique_ptr<DebeziumJsonDecoder> debezium;
   std::map<std::string, PartitionState> assigned;   // by "topic/partition"
+  std::map<std::string, Backfill> backfill;         // by "topic/partition"
+  double backfill_progress = 0;
+  std::map<std::string, rd_kafka_topic_t*> topic_handles;  // for metadata requests
+  std::set<std::string> missing_topics;             // not read at the last metadata read
+  std::set<std::string> checked_topics;             // cluster: retention checked
+  bool metadata_complete = false;  // the last metadata read found every topic
+  std::chrono::steady_clock::time_point next_metadata;
   std::map<std::string, std::string> committed;     // last position committed to the group
   std::deque<SourceRecord> held;                    // read while the queue was full
   bool paused = false;
@@ -303,6 +325,7 @@ struct KafkaSource::Consumer {
 
   ~Consumer() {
     if (rk == nullptr) return;
+    for (auto& [topic, handle] : topic_handles) rd_kafka_topic_destroy(handle);
     if (closed) {
       rd_kafka_destroy_flags(rk, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
     } else {
@@ -310,29 +333,27 @@ struct KafkaSource::Consumer {
     }
   }
 
-  // Leaves the group (revoking our partitions through the rebalance callback) so the others
-  // take them over at once instead of after session.timeout.ms, but waits at most
-  // kKafkaCloseTimeout: rd_kafka_consumer_close has no bound of its own (an unreachable
-  // coordinator), and the daemon's drain time must have one (Application::kMaxDrainTime).
+  // Closes the consumer (giving up its assignment), but waits at most kKafkaCloseTimeout:
+  // rd_kafka_consumer_close has no bound of its own (an unreachable broker), and the daemon's
+  // drain time must have one (Application::kMaxDrainTime).
   void Close() {
     closed = true;
     rd_kafka_queue_t* close_queue = rd_kafka_queue_new(rk);
     rd_kafka_error_t* error = rd_kafka_consumer_close_queue(rk, close_queue);
     if (error != nullptr) {
-      LogWarning(absl::StrCat("source ", Name(), ": leaving the consumer group: ",
+      LogWarning(absl::StrCat("source ", Name(), ": closing the consumer: ",
                               rd_kafka_error_string(error)));
       rd_kafka_error_destroy(error);
     } else {
       const auto deadline = std::chrono::steady_clock::now() + kKafkaCloseTimeout;
       while (!rd_kafka_consumer_closed(rk) && std::chrono::steady_clock::now() < deadline) {
-        rd_kafka_queue_poll_callback(close_queue, kPollMs);  // serves OnRebalance
+        rd_kafka_queue_poll_callback(close_queue, kPollMs);
       }
       if (!rd_kafka_consumer_closed(rk)) {
         LogWarning(absl::StrCat(
-            "source ", Name(), ": leaving the consumer group took more than ",
+            "source ", Name(), ": closing the consumer took more than ",
             std::chrono::duration_cast<std::chrono::seconds>(kKafkaCloseTimeout).count(),
-            " s; stopped without it (the group reassigns the partitions after "
-            "session.timeout.ms)"));
+            " s; stopped without it"));
       }
     }
     rd_kafka_queue_destroy(close_queue);
@@ -342,10 +363,6 @@ struct KafkaSource::Consumer {
 
   // ---- callbacks (run inside rd_kafka_consumer_poll on the consumer thread)
 
-  static void OnRebalance(rd_kafka_t*, rd_kafka_resp_err_t err,
-                          rd_kafka_topic_partition_list_t* partitions, void* opaque) {
-    static_cast<Consumer*>(opaque)->Rebalance(err, partitions);
-  }
   static void OnLog(const rd_kafka_t* rk, int level, const char* facility, const char* text) {
     LogFromKafka(rk, level, facility, text, static_cast<Consumer*>(rd_kafka_opaque(rk))->secrets);
   }
@@ -373,7 +390,6 @@ struct KafkaSource::Consumer {
         {"bootstrap.servers", kafka.brokers, field + ".brokers"},
         {"group.id", kafka.group, field + ".group"},
         {"client.id", absl::StrCat("cdcviewd-", Name()), field},
-        {"partition.assignment.strategy", "cooperative-sticky", field},
         {"enable.auto.commit", "false", field},
         {"enable.auto.offset.store", "false", field},
         {"enable.partition.eof", "true", field},
@@ -399,7 +415,6 @@ struct KafkaSource::Consumer {
       }
     }
     rd_kafka_conf_set_opaque(conf, this);
-    rd_kafka_conf_set_rebalance_cb(conf, OnRebalance);
     rd_kafka_conf_set_error_cb(conf, OnError);
     rd_kafka_conf_set_offset_commit_cb(conf, OnCommit);
     rd_kafka_conf_set_log_cb(conf, OnLog);
@@ -411,13 +426,14 @@ struct KafkaSource::Consumer {
           field, ": cannot create the Kafka consumer: ", secrets.Redact(error_text)));
     }
     rd_kafka_poll_set_consumer(rk);  // error and commit callbacks come through consumer_poll
-    PartitionList topics(rd_kafka_topic_partition_list_new(static_cast<int>(kafka.topics.size())));
     for (const std::string& topic : kafka.topics) {
-      rd_kafka_topic_partition_list_add(topics.get(), topic.c_str(), RD_KAFKA_PARTITION_UA);
-    }
-    if (rd_kafka_resp_err_t err = rd_kafka_subscribe(rk, topics.get()); err) {
-      return absl::InvalidArgumentError(absl::StrCat(field, ".topics: cannot subscribe: ",
-                                                     rd_kafka_err2str(err)));
+      rd_kafka_topic_t* handle = rd_kafka_topic_new(rk, topic.c_str(), nullptr);
+      if (handle == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            field, ".topics: cannot use topic \"", topic, "\": ",
+            rd_kafka_err2str(rd_kafka_last_error())));
+      }
+      topic_handles[topic] = handle;
     }
     if (kafka.format == KafkaSourceConfig::Format::kDebeziumJson) {
       debezium = std::make_unique<DebeziumJsonDecoder>(kafka.key_attributes);
@@ -438,25 +454,73 @@ struct KafkaSource::Consumer {
     return latest ? RD_KAFKA_OFFSET_END : RD_KAFKA_OFFSET_BEGINNING;
   }
 
-  void Rebalance(rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t* partitions) {
-    if (source->probe_) source->probe_->RecordRebalance();
-    const bool cooperative = std::strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE") == 0;
-    if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
-      Assign(partitions, cooperative);
-    } else if (err == RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS) {
-      Revoke(partitions, cooperative);
-    } else {
-      LogError(absl::StrCat("source ", Name(), ": rebalance failed: ", rd_kafka_err2str(err)));
-      if (source->probe_) source->probe_->RecordError("consume");
-      Revoke(partitions, cooperative);
+  // ---- the static assignment
+
+  // The partition ids of `topic` now, or nullopt when it cannot be read (the topic does not
+  // exist, the brokers cannot be reached).
+  std::optional<std::vector<int32_t>> PartitionsOf(const std::string& topic) {
+    const rd_kafka_metadata_t* metadata = nullptr;
+    rd_kafka_resp_err_t err =
+        rd_kafka_metadata(rk, 0, topic_handles.at(topic), &metadata, kRequestTimeoutMs);
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      // Once until it is read again: the retries of an outage would repeat it every second.
+      if (missing_topics.insert(topic).second) {
+        LogWarning(absl::StrCat("source ", Name(), ": cannot read the partitions of topic ",
+                                topic, ": ", rd_kafka_err2str(err), "; trying again"));
+      }
+      return std::nullopt;
     }
-    PublishAssignment();
-    UpdateHealth();  // new partitions are not read to their end yet
+    std::optional<std::vector<int32_t>> ids;
+    for (int t = 0; t < metadata->topic_cnt; ++t) {
+      const rd_kafka_metadata_topic_t& m = metadata->topics[t];
+      if (topic != m.topic) continue;
+      if (m.err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        if (missing_topics.insert(topic).second) {
+          LogWarning(absl::StrCat("source ", Name(), ": topic ", topic, ": ",
+                                  rd_kafka_err2str(m.err),
+                                  "; its partitions are assigned once it is there"));
+        }
+        break;
+      }
+      missing_topics.erase(topic);
+      ids.emplace();
+      for (int p = 0; p < m.partition_cnt; ++p) ids->push_back(m.partitions[p].id);
+    }
+    rd_kafka_metadata_destroy(metadata);
+    return ids;
   }
 
-  void Assign(rd_kafka_topic_partition_list_t* partitions, bool cooperative) {
-    // The writer's positions now, not at start: this partition may have been applied by us
-    // earlier, revoked, and given back.
+  // Assigns the partitions of the topics that are this daemon's and not assigned yet: at
+  // start, and whenever a topic gained partitions.
+  void RefreshAssignment() {
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_metadata) return;
+    const ClusterConfig& cluster = source->cluster_;
+    PartitionList fresh(rd_kafka_topic_partition_list_new(0));
+    bool complete = true;
+    for (const std::string& topic : source->config_.kafka.topics) {
+      std::optional<std::vector<int32_t>> ids = PartitionsOf(topic);
+      if (!ids) {
+        complete = false;
+        continue;
+      }
+      for (int32_t id : *ids) {
+        if (OwnsPartition(id, cluster.members, cluster.ordinal) &&
+            !assigned.contains(PartitionKey(topic, id))) {
+          rd_kafka_topic_partition_list_add(fresh.get(), topic.c_str(), id);
+        }
+      }
+      if (cluster.Enabled() && !checked_topics.contains(topic)) CheckHistory(topic);
+    }
+    metadata_complete = complete;
+    next_metadata = now + (complete ? source->metadata_interval_ : kMetadataRetry);
+    if (fresh->cnt > 0) Assign(fresh.get());
+    PublishAssignment();
+    UpdateHealth();
+  }
+
+  void Assign(rd_kafka_topic_partition_list_t* partitions) {
+    // The writer's positions now, not at start: the source may be restarted in one process.
     std::map<std::string, std::string> positions = source->lookup_();
     std::string log;
     for (int i = 0; i < partitions->cnt; ++i) {
@@ -464,56 +528,145 @@ struct KafkaSource::Consumer {
       std::string key = PartitionKey(p.topic, p.partition);
       std::string how;
       p.offset = StartOffset(positions, key, &how);
-      assigned[key] = PartitionState{p.topic, p.partition, false};
+      if (source->cluster_.Enabled() && !positions.contains(key)) StartBackfill(p, key);
       absl::StrAppend(&log, log.empty() ? "" : ", ", key, " at ", how);
     }
-    if (cooperative) {
-      if (rd_kafka_error_t* error = rd_kafka_incremental_assign(rk, partitions)) {
-        SetError(absl::StrCat("cannot take partitions ", log, ": ", rd_kafka_error_string(error)),
-                 rd_kafka_error_code(error), false);
-        rd_kafka_error_destroy(error);
-        return;
-      }
-    } else {
-      // Eager protocol (a user chose another assignor): the list is the whole assignment.
-      assigned.clear();
+    if (rd_kafka_error_t* error = rd_kafka_incremental_assign(rk, partitions)) {
+      SetError(absl::StrCat("cannot take partitions ", log, ": ", rd_kafka_error_string(error)),
+               rd_kafka_error_code(error), false);
+      rd_kafka_error_destroy(error);
       for (int i = 0; i < partitions->cnt; ++i) {
-        const rd_kafka_topic_partition_t& p = partitions->elems[i];
-        assigned[PartitionKey(p.topic, p.partition)] = PartitionState{p.topic, p.partition, false};
+        backfill.erase(PartitionKey(partitions->elems[i].topic, partitions->elems[i].partition));
       }
-      rd_kafka_assign(rk, partitions);
+      return;
     }
-    if (paused) rd_kafka_pause_partitions(rk, partitions);
-    LogInfo(absl::StrCat("source ", Name(), ": assigned ", log.empty() ? "nothing" : log));
-  }
-
-  void Revoke(rd_kafka_topic_partition_list_t* partitions, bool cooperative) {
-    std::set<std::string> gone;
     for (int i = 0; i < partitions->cnt; ++i) {
       const rd_kafka_topic_partition_t& p = partitions->elems[i];
-      std::string key = PartitionKey(p.topic, p.partition);
-      gone.insert(key);
-      assigned.erase(key);
-      committed.erase(key);
-      if (source->probe_) source->probe_->RemoveConsumerLag(p.topic, p.partition);
+      assigned[PartitionKey(p.topic, p.partition)] = PartitionState{p.topic, p.partition};
     }
-    // Held records of a revoked partition are dropped: its next owner (maybe us again) reads
-    // them from the stored position.
-    std::erase_if(held, [&](const SourceRecord& r) { return gone.count(r.partition) > 0; });
-    if (cooperative) {
-      if (rd_kafka_error_t* error = rd_kafka_incremental_unassign(rk, partitions)) {
-        LogError(absl::StrCat("source ", Name(), ": cannot give up partitions: ",
-                              rd_kafka_error_string(error)));
-        rd_kafka_error_destroy(error);
+    if (paused) rd_kafka_pause_partitions(rk, partitions);
+    if (source->probe_) {
+      source->probe_->RecordRebalance();
+      source->probe_->SetPartitionsOwned(assigned.size());
+    }
+    LogInfo(absl::StrCat("source ", Name(), ": assigned ", log));
+  }
+
+  // A partition with data to read from its start: backfilling until applied up to its high
+  // watermark now.
+  void StartBackfill(const rd_kafka_topic_partition_t& p, const std::string& key) {
+    int64_t low = -1, high = -1;
+    rd_kafka_resp_err_t err =
+        rd_kafka_query_watermark_offsets(rk, p.topic, p.partition, &low, &high, kRequestTimeoutMs);
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      // Unknown: the partition counts as read once its first read reaches the end.
+      LogWarning(absl::StrCat("source ", Name(), ": cannot read the offsets of ", key, ": ",
+                              rd_kafka_err2str(err), "; it is backfilling until read to its end"));
+      backfill[key] = Backfill{0, std::numeric_limits<int64_t>::max()};
+      return;
+    }
+    if (high > low) backfill[key] = Backfill{low, high};
+  }
+
+  // Ends the backfill of the partitions the store applied up to their mark (or, for a
+  // partition whose last offsets hold no message, such as a transaction's commit marker, to
+  // where reading found its end), and computes the progress of the rest.
+  void UpdateBackfill(const std::map<std::string, std::string>& positions) {
+    if (backfill.empty()) return;
+    double total = 0, done = 0;
+    for (auto it = backfill.begin(); it != backfill.end();) {
+      const Backfill& b = it->second;
+      int64_t applied = b.low;
+      if (auto p = positions.find(it->first); p != positions.end()) ParseInt64(p->second, &applied);
+      auto state = assigned.find(it->first);
+      const bool read_out = state != assigned.end() && state->second.at_end &&
+                            applied >= state->second.read_next;
+      if (applied >= b.high || read_out) {
+        it = backfill.erase(it);
+        continue;
       }
-    } else {
-      assigned.clear();
-      rd_kafka_assign(rk, nullptr);
+      if (b.high != std::numeric_limits<int64_t>::max()) {
+        total += static_cast<double>(b.high - b.low);
+        done += static_cast<double>(std::max<int64_t>(0, applied - b.low));
+      }
+      ++it;
     }
-    if (!gone.empty()) {
-      LogInfo(absl::StrCat("source ", Name(), ": revoked ", gone.size(), " partition(s)",
-                           rd_kafka_assignment_lost(rk) ? " (lost)" : ""));
+    const double progress = total > 0 ? done / total : 0;
+    if (backfill.empty()) LogInfo(absl::StrCat("source ", Name(), ": backfill done"));
+    if (backfill.empty() || progress != backfill_progress) {
+      backfill_progress = backfill.empty() ? 0 : progress;
+      UpdateHealth();
     }
+  }
+
+  // Whether `topic` keeps every message (what a member that gains its partitions reads);
+  // warns and sets cdcview_cluster_topic_history_incomplete when not.
+  void CheckHistory(const std::string& topic) {
+    // Once per start, whatever the answer: a broker that does not answer (or an ACL that
+    // refuses DescribeConfigs) must not hold the consumer thread at every metadata read.
+    checked_topics.insert(topic);
+    std::optional<std::map<std::string, std::string>> configs = TopicConfigs(topic);
+    if (!configs) return;  // warned
+    const std::string policy = (*configs)["cleanup.policy"];
+    const std::string retention_ms = (*configs)["retention.ms"];
+    const std::string retention_bytes = (*configs)["retention.bytes"];
+    const bool compacted = policy == "compact";
+    const bool forever = retention_ms == "-1" && retention_bytes == "-1";
+    const bool complete = compacted || forever;
+    if (source->probe_) source->probe_->SetTopicHistoryIncomplete(topic, !complete);
+    if (complete) return;
+    LogWarning(absl::StrCat(
+        "source ", Name(), ": topic ", topic, " does not keep its full history (cleanup.policy=",
+        policy, ", retention.ms=", retention_ms, ", retention.bytes=", retention_bytes,
+        "): a member that gains partitions when the cluster is resized reads them from the "
+        "oldest message still kept, and its views miss what was deleted; set cleanup.policy="
+        "compact on the topic, or retention.ms=-1 and retention.bytes=-1"));
+  }
+
+  // The topic's configuration (DescribeConfigs), or nullopt with a warning.
+  std::optional<std::map<std::string, std::string>> TopicConfigs(const std::string& topic) {
+    char error_text[512];
+    rd_kafka_ConfigResource_t* resource =
+        rd_kafka_ConfigResource_new(RD_KAFKA_RESOURCE_TOPIC, topic.c_str());
+    rd_kafka_AdminOptions_t* options =
+        rd_kafka_AdminOptions_new(rk, RD_KAFKA_ADMIN_OP_DESCRIBECONFIGS);
+    rd_kafka_AdminOptions_set_request_timeout(options, kRequestTimeoutMs, error_text,
+                                              sizeof error_text);
+    rd_kafka_queue_t* results = rd_kafka_queue_new(rk);
+    rd_kafka_DescribeConfigs(rk, &resource, 1, options, results);
+    rd_kafka_event_t* event = rd_kafka_queue_poll(results, kRequestTimeoutMs + 1000);
+    std::optional<std::map<std::string, std::string>> configs;
+    std::string why = "no answer in time";
+    if (event != nullptr && rd_kafka_event_error(event) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      why = rd_kafka_event_error_string(event);
+    } else if (const rd_kafka_DescribeConfigs_result_t* result =
+                   event == nullptr ? nullptr : rd_kafka_event_DescribeConfigs_result(event)) {
+      size_t count = 0;
+      const rd_kafka_ConfigResource_t** described =
+          rd_kafka_DescribeConfigs_result_resources(result, &count);
+      if (count == 1 && rd_kafka_ConfigResource_error(described[0]) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        why = rd_kafka_ConfigResource_error_string(described[0]);
+      } else if (count == 1) {
+        configs.emplace();
+        size_t n = 0;
+        const rd_kafka_ConfigEntry_t** entries = rd_kafka_ConfigResource_configs(described[0], &n);
+        for (size_t i = 0; i < n; ++i) {
+          const char* value = rd_kafka_ConfigEntry_value(entries[i]);
+          (*configs)[rd_kafka_ConfigEntry_name(entries[i])] = value == nullptr ? "" : value;
+        }
+      }
+    }
+    if (event != nullptr) rd_kafka_event_destroy(event);
+    rd_kafka_queue_destroy(results);
+    rd_kafka_AdminOptions_destroy(options);
+    rd_kafka_ConfigResource_destroy(resource);
+    if (!configs) {
+      LogWarning(absl::StrCat("source ", Name(), ": cannot read the configuration of topic ",
+                              topic, " (", why, "); resizing the cluster needs topics that keep "
+                              "their full history (cleanup.policy=compact, or retention.ms=-1 "
+                              "and retention.bytes=-1)"));
+    }
+    return configs;
   }
 
   void PublishAssignment() {
@@ -584,7 +737,12 @@ struct KafkaSource::Consumer {
       source->SetHealth(SourceState::kError, error);
       return;
     }
-    bool at_end = held.empty() && !assigned.empty();
+    if (!backfill.empty()) {
+      source->SetHealth(SourceState::kBackfilling, "", backfill_progress);
+      return;
+    }
+    // A member none of whose partitions exist has nothing to read, once every topic was found.
+    bool at_end = held.empty() && metadata_complete;
     for (const auto& [key, state] : assigned) at_end = at_end && state.at_end;
     source->SetHealth(at_end ? SourceState::kCaughtUp : SourceState::kRunning, "");
   }
@@ -609,9 +767,12 @@ struct KafkaSource::Consumer {
     const std::string topic = rd_kafka_topic_name(m->rkt);
     const std::string key = PartitionKey(topic, m->partition);
     auto it = assigned.find(key);
-    if (it != assigned.end() && it->second.at_end) {
-      it->second.at_end = false;
-      UpdateHealth();
+    if (it != assigned.end()) {
+      it->second.read_next = m->offset + 1;
+      if (it->second.at_end) {
+        it->second.at_end = false;
+        UpdateHealth();
+      }
     }
     SourceRecord record = Decode(m, key);
     // A full queue usually means the writer is in the middle of a batch: waiting for it a
@@ -701,6 +862,7 @@ struct KafkaSource::Consumer {
     std::map<std::string, std::string> positions = source->lookup_();
     CommitOffsets(positions);
     ReportLag(positions);
+    UpdateBackfill(positions);
     if (broker_error) ProbeBrokers();
   }
 
@@ -750,9 +912,28 @@ struct KafkaSource::Consumer {
   }
 };
 
+namespace {
+
+// topic.metadata.refresh.interval.ms where the properties set it (a whole number of ms above
+// 0), else kMetadataInterval.
+std::chrono::milliseconds MetadataInterval(const std::map<std::string, std::string>& properties) {
+  int64_t ms = 0;
+  auto it = properties.find("topic.metadata.refresh.interval.ms");
+  if (it != properties.end() && ParseInt64(it->second, &ms) && ms > 0) {
+    return std::chrono::milliseconds(ms);
+  }
+  return kMetadataInterval;
+}
+
+}  // namespace
+
 KafkaSource::KafkaSource(uint32_t source_index, const SourceConfig& config,
-                         std::unique_ptr<KafkaProbe> probe)
-    : index_(source_index), config_(config), probe_(std::move(probe)) {
+                         std::unique_ptr<KafkaProbe> probe, ClusterConfig cluster)
+    : index_(source_index),
+      config_(config),
+      cluster_(std::move(cluster)),
+      metadata_interval_(MetadataInterval(config.kafka.properties)),
+      probe_(std::move(probe)) {
   if (!config_.kafka.dead_letter_topic.empty()) {
     topic_dead_letters_ =
         std::make_unique<KafkaDeadLetterSink>(config_.name, config_.kafka, probe_.get());
@@ -814,6 +995,7 @@ void KafkaSource::Run() {
   pthread_setname_np(pthread_self(), absl::StrCat("kafka:", config_.name).substr(0, 15).c_str());
   Consumer& c = *consumer_;
   while (!stop_.load()) {
+    c.RefreshAssignment();
     if (!c.held.empty()) c.PushHeld();
     rd_kafka_message_t* m = rd_kafka_consumer_poll(c.rk, c.held.empty() ? kPollMs : kPausedPollMs);
     if (m != nullptr) {
@@ -830,6 +1012,7 @@ void KafkaSource::Stop() {
   stop_ = true;
   if (thread_.joinable()) thread_.join();
   consumer_.reset();
+  if (probe_) probe_->SetPartitionsOwned(0);
   absl::MutexLock lock(&mu_);
   assignment_.clear();
   if (health_.state != SourceState::kError) health_ = SourceHealth{SourceState::kStopped, ""};
@@ -837,7 +1020,9 @@ void KafkaSource::Stop() {
 
 SourceHealth KafkaSource::Health() const {
   absl::MutexLock lock(&mu_);
-  return health_;
+  SourceHealth health = health_;
+  health.partitions = assignment_;
+  return health;
 }
 
 std::vector<std::string> KafkaSource::Assignment() const {
@@ -845,9 +1030,9 @@ std::vector<std::string> KafkaSource::Assignment() const {
   return assignment_;
 }
 
-void KafkaSource::SetHealth(SourceState state, std::string error) {
+void KafkaSource::SetHealth(SourceState state, std::string error, double progress) {
   absl::MutexLock lock(&mu_);
-  health_ = SourceHealth{state, std::move(error)};
+  health_ = SourceHealth{state, std::move(error), progress};
 }
 
 }  // namespace cdcview

@@ -1,20 +1,33 @@
-// KafkaSource: change events from Kafka topics, read by a librdkafka consumer group member.
+// KafkaSource: change events from Kafka topics, read by a librdkafka consumer that assigns
+// itself its partitions (rd_kafka_assign: no group subscription, no rebalances).
+//
+// Which partitions: a standalone daemon (no `cluster:`) reads every partition of its topics; a
+// cluster member reads those OwnsPartition(partition, members, ordinal) gives it (config.h).
+// So two standalone daemons given one group id both read everything and both serve whole
+// views; a group can never hand one of them a share and leave it serving part of a view as if
+// whole. The topics' metadata is read at start and again every
+// topic.metadata.refresh.interval.ms when the properties set it, else every 10 s, and the
+// partitions a topic gained are assigned by the same rule.
 //
 // Exactly-once: the store, not Kafka, holds the truth. Each partition "<topic>/<partition>"
 // has a stored position (the next offset, decimal), written by the writer in the transaction
-// that applies the messages before it. Whenever the group assigns a partition to this member
-// (at start or in any later rebalance) the consumer starts it at the writer's CURRENT stored
-// offset (asked through the PositionLookup), or at `start` (earliest/latest) when the store has
-// none. Records still queued from before a revocation are read again after a re-assignment;
-// the writer skips a record whose offset is below the stored next offset (SourceRecord::offset),
-// so nothing applies twice. Offsets are committed to the group asynchronously about once a
-// second from the applied positions, so standard lag tools work; they are never read back.
+// that applies the messages before it. A partition assigned here starts at the writer's
+// CURRENT stored offset (asked through the PositionLookup), or at `start` (earliest/latest)
+// when the store has none; the writer skips a record whose offset is below the stored next
+// offset (SourceRecord::offset), so nothing applies twice. Offsets are committed to the group
+// asynchronously about once a second from the applied positions, so standard lag tools work;
+// they are never read back. Auto commit and the auto offset store are off.
 //
-// Assignment is cooperative-sticky (incremental): a rebalance moves only the partitions that
-// change owner. Auto commit and the auto offset store are off.
+// In a cluster, a partition assigned without a stored position (a fresh member, a partition
+// gained by a resize or added to the topic) is read from its earliest offset, and the source
+// says "backfilling" with progress 0..1 until the store has applied it up to the high
+// watermark read when it was assigned: readiness and startup wait for it. At start a member
+// checks that each topic keeps its full history (cleanup.policy compact, or retention.ms and
+// retention.bytes -1), which a member gaining partitions needs; when one does not, it warns
+// what to set and cdcview_cluster_topic_history_incomplete{source,topic} is 1.
 //
 // Back-pressure: when the RecordQueue is full the source PAUSES all its assigned partitions and
-// keeps polling (serving rebalances and max.poll.interval.ms), holding the few records already
+// keeps polling (serving the client's callbacks), holding the few records already
 // fetched; it resumes once the writer made room. Memory stays bounded by librdkafka's fetch
 // queue plus those records.
 //
@@ -36,11 +49,13 @@
 //
 // Threading: Start, Stop, Health, dead_letters, SetPositionLookup may be called from any thread
 // (SetPositionLookup before Start). One consumer thread, owned by the source, polls librdkafka
-// and runs its callbacks; it never blocks on the queue. Stop joins it (closing the consumer,
-// which leaves the group).
+// and runs its callbacks; it never blocks on the queue (metadata, watermark and topic-config
+// requests block it up to a few seconds, at start and at each metadata refresh). Stop joins
+// it (closing the consumer).
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -92,18 +107,23 @@ class KafkaDeadLetterSink : public DeadLetterSink {
 class KafkaSource : public ChangeSource {
  public:
   // `probe` may be null (tests). `config.kafka` must be valid (config.h validated it).
-  KafkaSource(uint32_t source_index, const SourceConfig& config, std::unique_ptr<KafkaProbe> probe);
+  // `cluster`: which partitions are this daemon's (all of them when not Enabled).
+  KafkaSource(uint32_t source_index, const SourceConfig& config, std::unique_ptr<KafkaProbe> probe,
+              ClusterConfig cluster = {});
   ~KafkaSource() override;  // stops the consumer
 
-  // Creates the consumer and subscribes. `positions` serves as the lookup when no
+  // Creates the consumer; the consumer thread then assigns the partitions. `positions` serves as the lookup when no
   // PositionLookup was set. Errors (also in Health): INVALID_ARGUMENT for a stored position
   // that is not "<topic>/<partition>" -> "<offset>", or a property librdkafka refuses
   // (naming sources[i].kafka.properties.<name>); FAILED_PRECONDITION if already started.
   absl::Status Start(const std::map<std::string, std::string>& positions,
                      RecordQueue* queue) override;
   void Stop() override;
-  // "running"; "caught_up" when every assigned partition was read to its end; "error" with
-  // the reason and what to do; "stopped" before Start and after Stop.
+  // "running"; "caught_up" when every assigned partition was read to its end (or none of the
+  // topics' partitions is this member's); "backfilling" (a cluster member) while partitions
+  // assigned without a stored position are applied below their high watermark at assignment;
+  // "error" with the reason and what to do; "stopped" before Start and after Stop.
+  // `partitions` lists the assignment.
   SourceHealth Health() const override;
   DeadLetterSink* dead_letters() override;
   std::string_view kind() const override { return SourceKindName(SourceKind::kKafka); }
@@ -117,10 +137,12 @@ class KafkaSource : public ChangeSource {
   struct Consumer;  // librdkafka handle and consumer-thread state
 
   void Run();
-  void SetHealth(SourceState state, std::string error);
+  void SetHealth(SourceState state, std::string error, double progress = 0);
 
   const uint32_t index_;
   const SourceConfig config_;
+  const ClusterConfig cluster_;
+  const std::chrono::milliseconds metadata_interval_;  // how often the partitions are re-read
   std::unique_ptr<KafkaProbe> probe_;
   std::unique_ptr<KafkaDeadLetterSink> topic_dead_letters_;  // with dead_letter_topic
   std::unique_ptr<FileDeadLetterSink> file_dead_letters_;    // without

@@ -5,6 +5,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace cdcview {
 
@@ -27,7 +28,11 @@ std::string_view SourceStateName(SourceState state);
 struct SourceHealth {
   SourceState state = SourceState::kStarting;
   std::string error;    // what is wrong and what to do, when state is kError
-  double progress = 0;  // 0..1 while kBackfilling (a DynamoDB snapshot Scan)
+  double progress = 0;  // 0..1 while kBackfilling (a DynamoDB snapshot Scan, a cluster
+                        // member's Kafka partitions read from their start)
+  // The partitions the source reads now, where it has a say in them: a Kafka source's
+  // assignment ("topic/3"), in order. Empty for the other kinds.
+  std::vector<std::string> partitions = {};
 };
 
 }  // namespace cdcview

@@ -3,8 +3,8 @@
 The same synthetic change events (tests/integration/streams.py, no replays) go to three
 6-partition topics, one per format (dynamodb-json, debezium-json, protobuf), each item's
 changes to one partition; the views built from them must equal, entry for entry, the views the
-file source builds from the same events. Then: kill -9 at random moments, two members of one
-group, poison messages and the dead-letter topic.
+file source builds from the same events. Then: kill -9 at random moments, poison messages and
+the dead-letter topic. (Two daemons of one group, and cluster members: test_kafka_cluster.py.)
 
 CDCVIEW_KAFKA_EVENTS sets the number of events per format (default 100000).
 """
@@ -291,59 +291,6 @@ def test_kill_9_during_ingestion_leaves_exact_views(kafka, topics, reference_sca
     assert d.scan_all(views) == renamed(reference_scans, fmt)
     assert d.positions(name) == want
     d.stop()
-
-
-def test_two_members_split_partitions_and_take_over(kafka, daemon_factory, pb):
-    records = streams.generate(max(6000, EVENTS // 5), seed=11, replay_every=10**9)
-    first, second = records[:len(records) // 2], records[len(records) // 2:]
-    topic = kafka.topic("pair")
-    group = f"pair-{topic}"
-    fmt = "dynamodb-json"
-    config = kafka_config([kafka_source(kafka, fmt, topic, group)], [table_for(fmt)])
-    a = daemon_factory(config, name="a")
-    b = daemon_factory(config, name="b")
-    a.start()
-    b.start()
-
-    def split():
-        members, state = kafka.group_members(group)
-        parts = sorted(p for ps in members.values() for p in ps)
-        return (state.endswith("STABLE") and len(members) == 2 and parts == list(range(6))
-                and all(members.values()))
-    wait_for(f"group {group} to give both members partitions", split, timeout=60, interval=0.2,
-             describe=lambda: str(kafka.group_members(group)))
-
-    kafka.produce(topic, messages(first, fmt, pb))
-    want = expected_positions(kafka, topic)
-
-    def union():
-        pa, pb_ = a.positions("dynamodb"), b.positions("dynamodb")
-        return set(pa) | set(pb_) == set(want) and all(
-            (pa.get(p) or pb_.get(p)) == v for p, v in want.items())
-    wait_for("both members to apply the first half", union, timeout=LONG_WAIT, interval=0.1)
-    pa, pb_ = a.positions("dynamodb"), b.positions("dynamodb")
-    assert not set(pa) & set(pb_), f"both members applied {set(pa) & set(pb_)}"
-    assert pa and pb_
-    for d, positions in ((a, pa), (b, pb_)):
-        # Each store applied each of its partitions' events once, from offset 0.
-        applied = metric(d.metrics(), "cdcview_events_total", source="dynamodb", result="applied")
-        assert applied == sum(int(v) for v in positions.values())
-
-    a.stop()  # leaves the group: its partitions move to b, which reads them from its own store
-    kafka.produce(topic, messages(second, fmt, pb))
-    want = expected_positions(kafka, topic)
-    wait_caught_up(b, "dynamodb", want)
-    m = b.metrics()
-    applied = metric(m, "cdcview_events_total", source="dynamodb", result="applied")
-    skipped = metric(m, "cdcview_events_total", source="dynamodb", result="skipped")
-    assert applied == sum(int(v) for v in want.values()), "an event was applied twice in b"
-    assert skipped == 0
-    assert metric(m, "cdcview_kafka_rebalances_total", source="dynamodb") >= 2
-    # b's store now holds every partition: its views are those of all the events.
-    model = ref.build(ref.EXAMPLE_TABLE, list(enumerate(first + second, start=1)))
-    scans = {v: [(e.pk, e.sk, e.item) for e in model.scan(v)] for v in VIEWS}
-    assert b.scan_all([f"{v}_dynamodb" for v in VIEWS]) == renamed(scans, fmt)
-    b.stop()
 
 
 def user(n):

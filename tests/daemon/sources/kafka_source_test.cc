@@ -247,47 +247,93 @@ TEST_F(KafkaSourceTest, LatestStartSkipsWhatIsThere) {
   EXPECT_EQ(records[0].offset, 3);
 }
 
-TEST_F(KafkaSourceTest, ReassignedPartitionSeeksToTheWritersCurrentOffset) {
+// Two daemons given one group id (by mistake, or as replicas): each assigns itself every
+// partition, so each reads every message and serves whole views; none gets a group's share.
+TEST_F(KafkaSourceTest, TwoSourcesInOneGroupEachReadEveryPartition) {
+  const std::string topic = Topic();
+  kafka_.CreateTopic(topic, 3);
+  for (int i = 0; i < 9; ++i) kafka_.Produce(topic, i % 3, "k", Record("P#" + std::to_string(i), i));
+  KafkaSource first(0, Config(topic, topic), nullptr);
+  KafkaSource second(0, Config(topic, topic), nullptr);
+  RecordQueue first_queue(100), second_queue(100);
+  ASSERT_TRUE(first.Start({}, &first_queue).ok());
+  ASSERT_TRUE(second.Start({}, &second_queue).ok());
+  const std::vector<std::string> all = {topic + "/0", topic + "/1", topic + "/2"};
+  for (auto [source, queue] : {std::pair{&first, &first_queue}, std::pair{&second, &second_queue}}) {
+    std::map<std::string, std::vector<int64_t>> offsets;
+    for (const SourceRecord& r : Take(queue, 9)) offsets[r.partition].push_back(r.offset);
+    EXPECT_EQ(offsets, (std::map<std::string, std::vector<int64_t>>{
+                           {all[0], {0, 1, 2}}, {all[1], {0, 1, 2}}, {all[2], {0, 1, 2}}}));
+    EXPECT_TRUE(WaitFor([&] { return source->Health().state == SourceState::kCaughtUp; }));
+    EXPECT_EQ(source->Assignment(), all);
+    EXPECT_EQ(source->Health().partitions, all);
+  }
+}
+
+// A member of a three-member cluster reads partitions 1 and 4 of six, from the start, and is
+// backfilling until the writer applied them up to where they ended when it took them.
+TEST_F(KafkaSourceTest, AClusterMemberReadsItsShareAndBackfillsIt) {
+  const std::string topic = Topic();
+  kafka_.CreateTopic(topic, 6);
+  // Partition 1: 3 messages, partition 4: 1; the others 1 each.
+  for (int p : {0, 1, 1, 1, 2, 3, 4, 5}) kafka_.Produce(topic, p, "k", Record("P#" + std::to_string(p), p));
+  Positions positions;
+  KafkaSource source(0, Config(topic, topic), nullptr, ClusterConfig{3, 1, {"a:1", "b:1", "c:1"}});
+  source.SetPositionLookup(positions.Lookup());
+  RecordQueue queue(100);
+  ASSERT_TRUE(source.Start({}, &queue).ok());
+  std::map<std::string, std::vector<int64_t>> offsets;
+  for (const SourceRecord& r : Take(&queue, 4)) offsets[r.partition].push_back(r.offset);
+  EXPECT_EQ(offsets, (std::map<std::string, std::vector<int64_t>>{{topic + "/1", {0, 1, 2}},
+                                                                  {topic + "/4", {0}}}));
+  std::vector<SourceRecord> more;
+  queue.PopBatchFor(100, milliseconds(500), &more);
+  EXPECT_TRUE(more.empty()) << more.size() << " records of partitions not this member's";
+  EXPECT_EQ(source.Assignment(), (std::vector<std::string>{topic + "/1", topic + "/4"}));
+  SourceHealth health = source.Health();
+  EXPECT_EQ(health.state, SourceState::kBackfilling);
+  EXPECT_EQ(health.progress, 0);
+  // Two of the four messages applied.
+  positions.Set(topic + "/1", "2");
+  EXPECT_TRUE(WaitFor([&] { return source.Health().progress == 0.5; }))
+      << source.Health().progress;
+  EXPECT_EQ(source.Health().state, SourceState::kBackfilling);
+  positions.Set(topic + "/1", "3");
+  positions.Set(topic + "/4", "1");
+  EXPECT_TRUE(WaitFor([&] { return source.Health().state == SourceState::kCaughtUp; }))
+      << SourceStateName(source.Health().state);
+  EXPECT_EQ(source.Health().progress, 0);
+}
+
+// A partition with a stored position is not backfilling: the member read it before.
+TEST_F(KafkaSourceTest, AClusterMemberResumesStoredPartitionsWithoutBackfilling) {
   const std::string topic = Topic();
   kafka_.CreateTopic(topic, 2);
-  for (int i = 0; i < 20; ++i) kafka_.Produce(topic, i % 2, "k", Record("P#" + std::to_string(i), i));
+  for (int i = 0; i < 4; ++i) kafka_.Produce(topic, 1, "k", Record("P#" + std::to_string(i), i));
   Positions positions;
-  KafkaSource first(0, Config(topic, topic), nullptr);
-  first.SetPositionLookup(positions.Lookup());
-  RecordQueue queue(1000);
-  ASSERT_TRUE(first.Start({}, &queue).ok());
-  ASSERT_EQ(Take(&queue, 20).size(), 20u);
+  positions.Set(topic + "/1", "2");
+  KafkaSource source(0, Config(topic, topic), nullptr, ClusterConfig{2, 1, {"a:1", "b:1"}});
+  source.SetPositionLookup(positions.Lookup());
+  RecordQueue queue(100);
+  ASSERT_TRUE(source.Start({{topic + "/1", "2"}}, &queue).ok());
+  std::vector<SourceRecord> records = Take(&queue, 2);
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_EQ(records[0].offset, 2);
+  EXPECT_TRUE(WaitFor([&] { return source.Health().state == SourceState::kCaughtUp; }))
+      << SourceStateName(source.Health().state);
+  EXPECT_EQ(source.Assignment(), (std::vector<std::string>{topic + "/1"}));
+}
 
-  // A second member takes one partition; when it leaves, the partition comes back and the
-  // first member must start it where the writer is NOW (7), not where it was at Start (0)
-  // nor where its consumer had read to (10).
-  positions.Set(topic + "/0", "7");
-  positions.Set(topic + "/1", "7");
-  KafkaSource second(0, Config(topic, topic), nullptr);
-  RecordQueue second_queue(1000);
-  ASSERT_TRUE(second.Start({}, &second_queue).ok());
-  ASSERT_TRUE(WaitFor([&] { return first.Assignment().size() == 1 && second.Assignment().size() == 1; }))
-      << first.Assignment().size() << " + " << second.Assignment().size();
-  const std::string moved = second.Assignment()[0];
-  std::vector<SourceRecord> drained;
-  queue.PopBatchFor(1000, milliseconds(0), &drained);
-  second.Stop();
-  ASSERT_TRUE(WaitFor([&] {
-    return first.Assignment().size() == 2 && SourceStateName(first.Health().state) == "caught_up";
-  }));
-  // Every (re)assignment meanwhile reads its partition again from the writer's offset 7
-  // (the rebalance protocol may hand a partition back more than once).
-  std::map<std::string, std::vector<int64_t>> again;
-  std::vector<SourceRecord> records;
-  queue.PopBatchFor(1000, milliseconds(0), &records);
-  for (const SourceRecord& r : records) again[r.partition].push_back(r.offset);
-  ASSERT_GE(again[moved].size(), 3u);
-  for (const auto& [partition, offsets] : again) {
-    ASSERT_EQ(offsets.size() % 3, 0u) << partition;
-    for (size_t i = 0; i < offsets.size(); ++i) {
-      EXPECT_EQ(offsets[i], 7 + static_cast<int64_t>(i % 3)) << partition << " #" << i;
-    }
-  }
+// A member that owns none of the topic's partitions has nothing to read: caught up.
+TEST_F(KafkaSourceTest, AClusterMemberOwningNoPartitionIsCaughtUp) {
+  const std::string topic = Topic();
+  kafka_.CreateTopic(topic, 2);
+  KafkaSource source(0, Config(topic, topic), nullptr, ClusterConfig{3, 2, {"a:1", "b:1", "c:1"}});
+  RecordQueue queue(100);
+  ASSERT_TRUE(source.Start({}, &queue).ok());
+  EXPECT_TRUE(WaitFor([&] { return source.Health().state == SourceState::kCaughtUp; }))
+      << SourceStateName(source.Health().state);
+  EXPECT_TRUE(source.Assignment().empty());
 }
 
 TEST_F(KafkaSourceTest, UndecodableMessagesBecomeRejections) {
