@@ -20,6 +20,7 @@
 #include "cdcview/v1/view_service.grpc.pb.h"
 #include "daemon/log/log.h"
 #include "daemon/security/certificate_watch.h"
+#include "daemon/server/cluster_watch.h"
 #include "daemon/server/error_text.h"
 #include "daemon/server/grpc_auth.h"
 #include "daemon/server/grpc_listener.h"
@@ -102,8 +103,12 @@ class WithoutPlugins final : public grpc::ServerBuilderOption {
 class ViewServer::Service final : public v1::ViewService::Service {
  public:
   Service(const ViewQueries& reader, QueryProbe* probe, WatchHub* watch,
-          const CallPermissions& permissions)
-      : reader_(reader), probe_(probe), watch_(watch), permissions_(permissions) {}
+          const CallPermissions& permissions, ClusterWatch* cluster_watch)
+      : reader_(reader),
+        probe_(probe),
+        watch_(watch),
+        permissions_(permissions),
+        cluster_watch_(cluster_watch) {}
 
   grpc::Status Query(grpc::ServerContext* ctx, const v1::QueryRequest* req, v1::QueryResponse* resp) override {
     return Timed("Query", [&] {
@@ -200,6 +205,12 @@ class ViewServer::Service final : public v1::ViewService::Service {
                                                       static_cast<grpc_status_code>(s.code()),
                                                       message.c_str(), nullptr);
                        }};
+    // A cluster member merges every member's stream, unless another member asks for its own.
+    auto marker = ctx->client_metadata().find(kLocalOnlyMetadata);
+    if (cluster_watch_ != nullptr &&
+        (marker == ctx->client_metadata().end() || marker->second != "1")) {
+      return ToGrpc(cluster_watch_->Run(*req, stream, DeadlineOf(ctx)));
+    }
     return ToGrpc(watch_->Run(*req, stream));
   }
 
@@ -226,12 +237,13 @@ class ViewServer::Service final : public v1::ViewService::Service {
   QueryProbe* probe_;
   WatchHub* watch_;
   const CallPermissions& permissions_;
+  ClusterWatch* cluster_watch_;
 };
 
 absl::StatusOr<std::unique_ptr<ViewServer>> ViewServer::Start(
     const std::string& address, const ViewQueries& reader, QueryProbe* probe, WatchHub* watch,
     const ServerConfig& limits, ConnectionProbe* connections, grpc::Service* admin,
-    const MainPortSecurity& security) {
+    const MainPortSecurity& security, ClusterWatch* cluster_watch) {
   std::unique_ptr<ViewServer> server(new ViewServer());
   auto listener = GrpcListener::Listen(address);
   if (!listener.ok()) {
@@ -249,7 +261,8 @@ absl::StatusOr<std::unique_ptr<ViewServer>> ViewServer::Start(
   }
   server->permissions_ =
       std::make_unique<CallPermissions>(security.tokens, server->auth_probe_.get());
-  server->service_ = std::make_unique<Service>(reader, probe, watch, *server->permissions_);
+  server->service_ =
+      std::make_unique<Service>(reader, probe, watch, *server->permissions_, cluster_watch);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.RegisterService(server->service_.get());

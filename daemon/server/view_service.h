@@ -33,6 +33,7 @@ class Service;
 namespace cdcview {
 
 class WatchHub;  // serves Watch (watch.h), from the local change log
+class ClusterWatch;  // serves a cluster's merged Watch (cluster_watch.h)
 class GrpcListener;
 class CallPermissions;
 namespace security {
@@ -61,12 +62,13 @@ class ViewServer {
   // `watch` serves Watch (UNIMPLEMENTED without one). `limits` gives the grpc_* fields (the
   // address is `address`); `connections` (may be null) counts this port's connections;
   // `admin` (cdcview.v1.AdminService, see admin_service.h) is served beside ViewService if
-  // given. All must outlive the server.
+  // given. `cluster_watch` (a cluster member's) serves Watch calls without the local-only
+  // marker (cluster_peers.h); `watch` those with it. All must outlive the server.
   static absl::StatusOr<std::unique_ptr<ViewServer>> Start(
       const std::string& address, const ViewQueries& reader, QueryProbe* probe,
       WatchHub* watch = nullptr, const ServerConfig& limits = ServerConfig{},
       ConnectionProbe* connections = nullptr, grpc::Service* admin = nullptr,
-      const MainPortSecurity& security = MainPortSecurity{});
+      const MainPortSecurity& security = MainPortSecurity{}, ClusterWatch* cluster_watch = nullptr);
   ~ViewServer();
 
   int port() const { return port_; }
