@@ -200,23 +200,24 @@ v1::WatchRequest Request(bool snapshot, bool start_position = false) {
 class ClusterWatchTest : public ::testing::Test {
  protected:
   // Three members; `watch0` is member 0's watch config.
-  void Start(const WatchConfig& watch0 = WatchConfig{}, uint32_t max_wait_ms = 10000) {
+  // `merged`: the merging stream's own (its buffer bound).
+  void Start(const WatchConfig& watch0 = WatchConfig{}, uint32_t max_wait_ms = 10000,
+             const WatchConfig& merged = WatchConfig{}) {
     SetLogLevel(LogLevel::kWarning);
     members_.push_back(std::make_unique<Member>(watch0));
     for (int i = 1; i < 3; ++i) {
       members_.push_back(std::make_unique<Member>(WatchConfig{}));
       ASSERT_NO_FATAL_FAILURE(members_.back()->Serve());
     }
-    StartPeers(max_wait_ms);
+    StartPeers(max_wait_ms, merged);
   }
-  void StartPeers(uint32_t max_wait_ms) {
+  void StartPeers(uint32_t max_wait_ms, const WatchConfig& merged = WatchConfig{}) {
     ClusterConfig cluster;
     cluster.members = 3;
     cluster.ordinal = 0;
     for (const auto& m : members_) cluster.peers.push_back(m->address);
     peers_ = std::make_unique<ClusterPeers>(cluster, ServerConfig{}, nullptr);
-    watch_ = std::make_unique<ClusterWatch>(*members_[0]->hub, *peers_, WatchConfig{},
-                                            max_wait_ms);
+    watch_ = std::make_unique<ClusterWatch>(*members_[0]->hub, *peers_, merged, max_wait_ms);
   }
   Member& member(int i) { return *members_[i]; }
 
@@ -313,6 +314,50 @@ TEST_F(ClusterWatchTest, FellBehindOnAMemberEndsAtTheClusterPosition) {
   resume.set_from_position(start);
   Client resumed(*watch_, resume);
   EXPECT_EQ(resumed.WaitFor(3), (Strings{"PUT A @", "PUT B @", "PUT C @"}));
+}
+
+// The merged stream holds at most max_stream_buffer_bytes of events its client has not taken:
+// with a client that takes nothing, member 0's part blocks, and its hub's stalled-stream bound
+// ends it, and the merged stream with it. (An unbounded buffer would take every change and
+// leave the stream open.)
+TEST_F(ClusterWatchTest, TheBufferIsBoundedSoAStalledClientIsCutOff) {
+  WatchConfig hub0;
+  hub0.stalled_stream_timeout_ms = 100;
+  WatchConfig merged;
+  merged.max_stream_buffer_bytes = 1;
+  ASSERT_NO_FATAL_FAILURE(Start(hub0, 10000, merged));
+  absl::Mutex mu;
+  absl::Status ended;
+  bool has_ended = false;
+  int writes = 0;
+  WatchStream stalled{[&](const v1::WatchEvent& e) {
+                        absl::MutexLock lock(&mu);
+                        ++writes;
+                        if (e.event_case() != v1::WatchEvent::kChange) return true;
+                        // Reads nothing more (until a test without the bound gives up).
+                        mu.AwaitWithTimeout(absl::Condition(&has_ended), absl::Seconds(5));
+                        return false;
+                      },
+                      [] { return false; },
+                      [&](const absl::Status& s) {
+                        absl::MutexLock lock(&mu);
+                        ended = s;
+                        has_ended = true;
+                      }};
+  std::thread writer([&] {
+    // After the stream started: four changes, one commit each.
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    for (const char* name : {"A", "B", "C", "D"}) member(0).Put({name});
+  });
+  const absl::Status status = watch_->Run(Request(true), stalled, Clock::time_point::max());
+  writer.join();
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  EXPECT_TRUE(absl::StartsWith(status.message(),
+                               "watch stream cut off: the client read nothing for 100 ms"))
+      << status;
+  absl::MutexLock lock(&mu);
+  EXPECT_EQ(ended, status);
+  EXPECT_EQ(writes, 2);  // snapshot_done, then the first change, which never returned
 }
 
 TEST_F(ClusterWatchTest, AMemberThatStopsEndsTheStreamNamingIt) {
