@@ -376,12 +376,25 @@ absl::Status ClusterWatch::Run(const v1::WatchRequest& request, const WatchStrea
       if (!merge.Register(&ctx)) return;
       std::unique_ptr<grpc::ClientReader<v1::WatchEvent>> reader =
           peers_.stub(m)->Watch(&ctx, parts[m]);
+      const auto opened = std::chrono::steady_clock::now();
+      std::optional<std::chrono::steady_clock::time_point> answered;
       v1::WatchEvent e;
       bool reading = true;
-      while (reading && reader->Read(&e)) reading = merge.Deliver(m, std::move(e));
+      while (reading && reader->Read(&e)) {
+        if (!answered) answered = std::chrono::steady_clock::now();
+        reading = merge.Deliver(m, std::move(e));
+      }
       if (!reading) ctx.TryCancel();
       const grpc::Status status = reader->Finish();
       merge.Unregister(&ctx);
+      // The fan-out metrics: how long the member took to answer (its first event), and the
+      // stream's end when the member ended it (not when this side cancelled it).
+      const bool ours = !reading || merge.stopping();
+      peers_.Observe(m,
+                     std::chrono::duration<double>(
+                         answered.value_or(std::chrono::steady_clock::now()) - opened)
+                         .count(),
+                     ours ? grpc::Status::OK : status);
       merge.Ended(m, peers_.PeerError(
                          m, status.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE,
                                                        "its Watch stream ended")

@@ -18,8 +18,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "daemon/apply/applier.h"
 #include "daemon/log/log.h"
+#include "daemon/metrics/metrics.h"
 #include "daemon/server/view_service.h"
 #include "gtest/gtest.h"
 #include "tests/fakes/fake_dead_letter_sink.h"
@@ -212,16 +214,23 @@ class ClusterWatchTest : public ::testing::Test {
     StartPeers(max_wait_ms, merged);
   }
   void StartPeers(uint32_t max_wait_ms, const WatchConfig& merged = WatchConfig{}) {
+    metrics_ = MetricsRegistry::Create();
     ClusterConfig cluster;
     cluster.members = 3;
     cluster.ordinal = 0;
     for (const auto& m : members_) cluster.peers.push_back(m->address);
-    peers_ = std::make_unique<ClusterPeers>(cluster, ServerConfig{}, nullptr);
+    peers_ = std::make_unique<ClusterPeers>(cluster, ServerConfig{}, &metrics_->registry());
     watch_ = std::make_unique<ClusterWatch>(*members_[0]->hub, *peers_, merged, max_wait_ms);
+  }
+  // Member 0's server may still be serving a merged stream: stop it before the ClusterWatch
+  // and the peers go.
+  void TearDown() override {
+    for (auto& m : members_) m->Stop();
   }
   Member& member(int i) { return *members_[i]; }
 
   std::vector<std::unique_ptr<Member>> members_;
+  std::unique_ptr<MetricsRegistry> metrics_;
   std::unique_ptr<ClusterPeers> peers_;
   std::unique_ptr<ClusterWatch> watch_;
 };
@@ -330,10 +339,14 @@ TEST_F(ClusterWatchTest, TheBufferIsBoundedSoAStalledClientIsCutOff) {
   absl::Status ended;
   bool has_ended = false;
   int writes = 0;
+  absl::Notification snapshot_done;
   WatchStream stalled{[&](const v1::WatchEvent& e) {
                         absl::MutexLock lock(&mu);
                         ++writes;
-                        if (e.event_case() != v1::WatchEvent::kChange) return true;
+                        if (e.event_case() != v1::WatchEvent::kChange) {
+                          snapshot_done.Notify();
+                          return true;
+                        }
                         // Reads nothing more (until a test without the bound gives up).
                         mu.AwaitWithTimeout(absl::Condition(&has_ended), absl::Seconds(5));
                         return false;
@@ -345,8 +358,8 @@ TEST_F(ClusterWatchTest, TheBufferIsBoundedSoAStalledClientIsCutOff) {
                         has_ended = true;
                       }};
   std::thread writer([&] {
-    // After the stream started: four changes, one commit each.
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    // After the snapshot: four changes, one commit each.
+    snapshot_done.WaitForNotification();
     for (const char* name : {"A", "B", "C", "D"}) member(0).Put({name});
   });
   const absl::Status status = watch_->Run(Request(true), stalled, Clock::time_point::max());
@@ -372,6 +385,17 @@ TEST_F(ClusterWatchTest, AMemberThatStopsEndsTheStreamNamingIt) {
       kEveryMemberNeeded));
   EXPECT_EQ(client.Wait(), want);
   EXPECT_EQ(client.ended(), want);  // what the client receives
+  // Member 2 ended its stream; member 1's was cancelled by this side, which is no error.
+  std::string metrics = metrics_->Render();
+  EXPECT_NE(metrics.find("cdcview_cluster_fanout_errors_total{code=\"UNAVAILABLE\",peer=\"2\"} 1"),
+            std::string::npos)
+      << metrics;
+  EXPECT_EQ(metrics.find("cdcview_cluster_fanout_errors_total{code=\"CANCELLED\""),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("cdcview_cluster_fanout_seconds_count{peer=\"1\"} 1"),
+            std::string::npos)
+      << metrics;
 
   // Down from the start: refused before any event.
   Client refused(*watch_, Request(true));
@@ -407,16 +431,16 @@ TEST_F(ClusterWatchTest, AMemberThatDoesNotAnswerEndsTheStreamAfterTheBound) {
   ASSERT_NE(server, nullptr);
   members_.push_back(std::make_unique<Member>(WatchConfig{}));
   members_.back()->address = absl::StrCat("127.0.0.1:", port);
-  StartPeers(/*max_wait_ms=*/300);
+  StartPeers(/*max_wait_ms=*/2000);
 
   const auto started = Clock::now();
   Client client(*watch_, Request(false));
   EXPECT_EQ(client.Wait(),
             absl::UnavailableError(absl::StrCat(
                 "cluster member 2 (", members_[2]->address,
-                ") did not answer: its Watch stream sent nothing within 300 ms",
+                ") did not answer: its Watch stream sent nothing within 2000 ms",
                 kEveryMemberNeeded)));
-  EXPECT_LT(Clock::now() - started, std::chrono::seconds(5));
+  EXPECT_LT(Clock::now() - started, std::chrono::seconds(10));
   server->Shutdown();
 }
 
