@@ -130,6 +130,10 @@ absl::Status Application::Init() {
   watch_probe_ = std::make_unique<WatchProbe>(*metrics_, view_names);
   watch_hub_ = std::make_unique<WatchHub>(*catalog_, *store_, *published_, *reader_, config_.watch,
                                           watch_probe_.get());
+  if (peers_ != nullptr) {
+    cluster_watch_ = std::make_unique<ClusterWatch>(*watch_hub_, *peers_, config_.watch,
+                                                    config_.server.max_wait_ms);
+  }
   admin_ = std::make_unique<AdminService>(store_.get(), config_.storage.backup_dir, tokens_,
                                           metrics_.get());
   fd_probe_ = std::make_unique<FdProbe>(*metrics_);
@@ -140,7 +144,7 @@ absl::Status Application::Init() {
                                   watch_hub_.get(), config_.server, grpc_connections_.get(),
                                   admin_.get(),
                                   MainPortSecurity{config_.storage.path, tokens_, metrics_.get()},
-                                  member_reader_.get());
+                                  member_reader_.get(), cluster_watch_.get());
   if (!server.ok()) return InPhase("starting the gRPC server", server.status());
   server_ = std::move(*server);
   // Views start NOT_SERVING (not unknown) so a probe on a view name waits instead of failing.

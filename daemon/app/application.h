@@ -38,6 +38,7 @@
 #include "daemon/server/admin_service.h"
 #include "daemon/server/cluster_peers.h"
 #include "daemon/server/cluster_queries.h"
+#include "daemon/server/cluster_watch.h"
 #include "daemon/server/h2_read_server.h"
 #include "daemon/server/view_reader.h"
 #include "daemon/server/view_service.h"
@@ -113,6 +114,7 @@ class Application {
   std::unique_ptr<ClusterQueries> cluster_queries_;
   std::unique_ptr<WatchProbe> watch_probe_;
   std::unique_ptr<WatchHub> watch_hub_;  // outlives server_, whose Watch handlers use it
+  std::unique_ptr<ClusterWatch> cluster_watch_;  // with `cluster:`; outlives server_ too
   std::unique_ptr<AdminService> admin_;   // outlives server_, which serves it
   std::unique_ptr<FdProbe> fd_probe_;
   std::unique_ptr<ConnectionProbe> grpc_connections_;  // outlives server_

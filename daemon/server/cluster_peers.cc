@@ -60,9 +60,12 @@ ClusterPeers::ClusterPeers(const ClusterConfig& cluster, const ServerConfig& ser
   auto credentials = PeerCredentials(server);
   credentials_status_ = credentials.status();
   grpc::ChannelArguments args;
+  // A member back from a restart is reached again within about a second. gRPC also takes the
+  // minimum back-off as the time a connection attempt may take, so it is a second, not less:
+  // a TLS handshake on a busy member can take longer than 100 ms.
   args.SetInt("grpc.max_reconnect_backoff_ms", 1000);
   args.SetInt("grpc.initial_reconnect_backoff_ms", 100);
-  args.SetInt("grpc.min_reconnect_backoff_ms", 100);
+  args.SetInt("grpc.min_reconnect_backoff_ms", 1000);
   for (uint32_t i = 0; i < members_; ++i) {
     if (i == ordinal_) continue;
     // Without usable credentials, TLS credentials without a certificate: the handshake fails
@@ -101,6 +104,7 @@ void ClusterPeers::Prepare(grpc::ClientContext* ctx,
                            std::chrono::steady_clock::time_point deadline) const {
   ctx->AddMetadata(kLocalOnlyMetadata, "1");
   if (!token_.empty()) ctx->AddMetadata("authorization", absl::StrCat("Bearer ", token_));
+  if (deadline == std::chrono::steady_clock::time_point::max()) return;  // a stream without one
   const auto now = std::chrono::steady_clock::now();
   ctx->set_deadline(std::chrono::system_clock::now() +
                     std::chrono::duration_cast<std::chrono::system_clock::duration>(

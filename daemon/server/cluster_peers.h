@@ -63,7 +63,8 @@ class ClusterPeers {
   // peer calls fail UNAVAILABLE with the handshake's error while it is not OK.
   const absl::Status& credentials_status() const { return credentials_status_; }
 
-  // Sets the marker, the deadline and the peer credentials on a call's context.
+  // Sets the marker, the deadline (none for max(): a stream that runs until cancelled) and the
+  // peer token on a call's context.
   void Prepare(grpc::ClientContext* ctx, std::chrono::steady_clock::time_point deadline) const;
   // The UNAVAILABLE status "cluster member N (ADDRESS) did not answer: <message>; every member
   // is needed for a whole answer: retry when it is back" for member `ordinal` failing with `s`

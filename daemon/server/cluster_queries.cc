@@ -436,6 +436,7 @@ v1::StatusResponse ClusterQueries::GetStatus() const {
   }
   v1::StatusResponse merged = MergeStatus(by_member);
   for (uint32_t i = 0; i < answers.size(); ++i) {
+    merged.mutable_members(i)->set_address(peers_.address(i));
     if (!answers[i].ok()) {
       MarkMemberUnreachable(i, std::string(answers[i].status().message()), &merged);
     }

@@ -324,18 +324,22 @@ absl::Status DescribeShards(const Txn& txn, MDB_dbi dbi, const ViewSpec& spec,
   if (!cursor->status().ok()) {
     return StoreDamageError(cursor->status(), absl::StrCat("view ", spec.name), partition, "");
   }
-  uint64_t total = 0, largest = 0;
-  for (uint64_t c : counts) {
-    d->add_shard_item_counts(c);
-    total += c;
-    largest = std::max(largest, c);
-  }
-  const double mean = static_cast<double>(total) / shards.count;
-  d->set_shard_skew(total == 0 ? 1.0 : static_cast<double>(largest) / mean);
+  for (uint64_t c : counts) d->add_shard_item_counts(c);
+  d->set_shard_skew(ShardSkew(counts));
   return absl::OkStatus();
 }
 
 }  // namespace
+
+double ShardSkew(const std::vector<uint64_t>& counts) {
+  uint64_t total = 0, largest = 0;
+  for (uint64_t c : counts) {
+    total += c;
+    largest = std::max(largest, c);
+  }
+  if (total == 0) return 1.0;
+  return static_cast<double>(largest) / (static_cast<double>(total) / counts.size());
+}
 
 namespace {
 

@@ -136,6 +136,10 @@ class ViewReader : public ViewQueries {
 // A store error as StoreDamageError says (store_damage.h).
 absl::Status AppliedIn(const Txn& txn, MDB_dbi meta, v1::AppliedPosition* out);
 
+// A sharded view's shard_skew from its shard_item_counts: the largest shard over the mean
+// shard (1.0: even, and for an empty view).
+double ShardSkew(const std::vector<uint64_t>& counts);
+
 // Page tokens (exposed for tests): opaque bytes binding a resume key to a view definition.
 std::string EncodePageToken(std::string_view fingerprint, bool backward, std::string_view last_key);
 // INVALID_ARGUMENT with an actionable message for a token that is malformed or was issued for

@@ -20,8 +20,9 @@
 #include "cdcview/v1/view_service.grpc.pb.h"
 #include "daemon/log/log.h"
 #include "daemon/security/certificate_watch.h"
-#include "daemon/server/error_text.h"
 #include "daemon/server/cluster_peers.h"
+#include "daemon/server/cluster_watch.h"
+#include "daemon/server/error_text.h"
 #include "daemon/server/grpc_auth.h"
 #include "daemon/server/grpc_listener.h"
 #include "daemon/server/watch.h"
@@ -103,12 +104,13 @@ class WithoutPlugins final : public grpc::ServerBuilderOption {
 class ViewServer::Service final : public v1::ViewService::Service {
  public:
   Service(const ViewQueries& reader, const ViewQueries* local_only, QueryProbe* probe,
-          WatchHub* watch, const CallPermissions& permissions)
+          WatchHub* watch, const CallPermissions& permissions, ClusterWatch* cluster_watch)
       : reader_(reader),
         local_only_(local_only),
         probe_(probe),
         watch_(watch),
-        permissions_(permissions) {}
+        permissions_(permissions),
+        cluster_watch_(cluster_watch) {}
 
   grpc::Status Query(grpc::ServerContext* ctx, const v1::QueryRequest* req, v1::QueryResponse* resp) override {
     return Timed("Query", [&] {
@@ -205,6 +207,10 @@ class ViewServer::Service final : public v1::ViewService::Service {
                                                       static_cast<grpc_status_code>(s.code()),
                                                       message.c_str(), nullptr);
                        }};
+    // A cluster member merges every member's stream, unless another member asks for its own.
+    if (cluster_watch_ != nullptr && !LocalOnly(*ctx)) {
+      return ToGrpc(cluster_watch_->Run(*req, stream, DeadlineOf(ctx)));
+    }
     return ToGrpc(watch_->Run(*req, stream));
   }
 
@@ -212,9 +218,13 @@ class ViewServer::Service final : public v1::ViewService::Service {
   // A cluster member's own store for a call marked local-only (another member merging), the
   // whole cluster's answer otherwise.
   const ViewQueries& For(const grpc::ServerContext& ctx) const {
-    if (local_only_ == nullptr) return reader_;
+    return local_only_ != nullptr && LocalOnly(ctx) ? *local_only_ : reader_;
+  }
+
+  // Whether the call carries the local-only marker (cluster_peers.h).
+  static bool LocalOnly(const grpc::ServerContext& ctx) {
     auto marker = ctx.client_metadata().find(kLocalOnlyMetadata);
-    return marker != ctx.client_metadata().end() && marker->second == "1" ? *local_only_ : reader_;
+    return marker != ctx.client_metadata().end() && marker->second == "1";
   }
 
   template <typename T, typename R>
@@ -240,12 +250,14 @@ class ViewServer::Service final : public v1::ViewService::Service {
   QueryProbe* probe_;
   WatchHub* watch_;
   const CallPermissions& permissions_;
+  ClusterWatch* cluster_watch_;
 };
 
 absl::StatusOr<std::unique_ptr<ViewServer>> ViewServer::Start(
     const std::string& address, const ViewQueries& reader, QueryProbe* probe, WatchHub* watch,
     const ServerConfig& limits, ConnectionProbe* connections, grpc::Service* admin,
-    const MainPortSecurity& security, const ViewQueries* local_only) {
+    const MainPortSecurity& security, const ViewQueries* local_only,
+    ClusterWatch* cluster_watch) {
   std::unique_ptr<ViewServer> server(new ViewServer());
   auto listener = GrpcListener::Listen(address);
   if (!listener.ok()) {
@@ -263,7 +275,8 @@ absl::StatusOr<std::unique_ptr<ViewServer>> ViewServer::Start(
   }
   server->permissions_ =
       std::make_unique<CallPermissions>(security.tokens, server->auth_probe_.get());
-  server->service_ = std::make_unique<Service>(reader, local_only, probe, watch, *server->permissions_);
+  server->service_ = std::make_unique<Service>(reader, local_only, probe, watch,
+                                               *server->permissions_, cluster_watch);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.RegisterService(server->service_.get());

@@ -33,6 +33,7 @@ class Service;
 namespace cdcview {
 
 class WatchHub;  // serves Watch (watch.h), from the local change log
+class ClusterWatch;  // serves a cluster's merged Watch (cluster_watch.h)
 class GrpcListener;
 class CallPermissions;
 namespace security {
@@ -62,14 +63,15 @@ class ViewServer {
   // address is `address`); `connections` (may be null) counts this port's connections;
   // `admin` (cdcview.v1.AdminService, see admin_service.h) is served beside ViewService if
   // given. `local_only` (a cluster member's own reader, see cluster_peers.h) answers the calls
-  // carrying the local-only marker; without it `reader` answers every call. All must outlive
-  // the server.
+  // carrying the local-only marker; without it `reader` answers every call. `cluster_watch` (a
+  // cluster member's) serves Watch calls without the marker; `watch` those with it. All must
+  // outlive the server.
   static absl::StatusOr<std::unique_ptr<ViewServer>> Start(
       const std::string& address, const ViewQueries& reader, QueryProbe* probe,
       WatchHub* watch = nullptr, const ServerConfig& limits = ServerConfig{},
       ConnectionProbe* connections = nullptr, grpc::Service* admin = nullptr,
       const MainPortSecurity& security = MainPortSecurity{},
-      const ViewQueries* local_only = nullptr);
+      const ViewQueries* local_only = nullptr, ClusterWatch* cluster_watch = nullptr);
   ~ViewServer();
 
   int port() const { return port_; }

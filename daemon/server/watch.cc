@@ -389,6 +389,14 @@ absl::Status WatchHub::Run(const v1::WatchRequest& request, const WatchStream& s
     return finish(absl::CancelledError("the client cancelled the stream"));
   };
 
+  if (request.start_position() && !snapshot) {
+    v1::WatchEvent start;
+    start.set_position(position(cursor));
+    const size_t start_bytes = start.ByteSizeLong();
+    watcher.pending_bytes = start_bytes;
+    if (!write(start, start_bytes)) return gone();
+  }
+
   const size_t budget = config_.max_stream_buffer_bytes;
   std::vector<SizedEvent> batch;        // changes to write
   std::vector<v1::WatchEvent> entries;  // or a snapshot chunk

@@ -75,7 +75,8 @@ class WatchHub {
   //
   // A snapshot is entries and, for entries already sent that changed while later chunks were
   // read, their changes (without a position: a snapshot cannot be resumed), then
-  // snapshot_done with the position it is exact at.
+  // snapshot_done with the position it is exact at. Without a snapshot, start_position sends
+  // the position the stream starts at first (an event with nothing else set).
   absl::Status Run(const v1::WatchRequest& request, const WatchStream& stream);
 
   // Cancels every open stream and refuses new ones; Run returns promptly everywhere.

@@ -346,8 +346,14 @@ struct KafkaSource::Consumer {
       rd_kafka_error_destroy(error);
     } else {
       const auto deadline = std::chrono::steady_clock::now() + kKafkaCloseTimeout;
+      // Events, not callbacks: without a rebalance callback (partitions are assigned, not
+      // subscribed) the close's final revocation is handed to the application, which
+      // rd_kafka_queue_poll_callback refuses with an abort.
       while (!rd_kafka_consumer_closed(rk) && std::chrono::steady_clock::now() < deadline) {
-        rd_kafka_queue_poll_callback(close_queue, kPollMs);
+        rd_kafka_event_t* event = rd_kafka_queue_poll(close_queue, kPollMs);
+        if (event == nullptr) continue;
+        if (rd_kafka_event_type(event) == RD_KAFKA_EVENT_REBALANCE) rd_kafka_assign(rk, nullptr);
+        rd_kafka_event_destroy(event);
       }
       if (!rd_kafka_consumer_closed(rk)) {
         LogWarning(absl::StrCat(

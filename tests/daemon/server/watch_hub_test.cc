@@ -4,6 +4,7 @@
 #include "daemon/server/watch.h"
 
 #include <atomic>
+#include <chrono>
 #include <string>
 #include <thread>
 #include <vector>
@@ -52,6 +53,7 @@ std::string Describe(const v1::WatchEvent& e) {
              item(e.change().entry()) + at;
     case v1::WatchEvent::kSnapshotDone: return "done" + at;
     case v1::WatchEvent::kFellBehind: return "fell_behind" + at;
+    case v1::WatchEvent::EVENT_NOT_SET: return "start" + at;
     default: return "?";
   }
 }
@@ -221,6 +223,58 @@ TEST_F(WatchHubTest, StalledStreamIsEndedWithAStatusSayingWhy) {
   EXPECT_EQ(sent_to_client, want);
   EXPECT_EQ(status, want);
   EXPECT_EQ(writes, 1);
+}
+
+// start_position: the stream's first event is its start position alone, before any change;
+// resuming from it gives the changes after it, and it is the from_position itself.
+TEST_F(WatchHubTest, StartPositionComesFirstAndResumesFromTheStart) {
+  Put("A", "1");
+  auto hub = Hub(WatchConfig{});
+  v1::WatchRequest request;
+  request.set_view("ByG");
+  request.set_start_position(true);
+  Strings got;
+  std::string start;
+  WatchStream stream{[&](const v1::WatchEvent& e) {
+                       got.push_back(Describe(e));
+                       if (got.size() == 1) {
+                         start = e.position();
+                         Put("B", "1");
+                       }
+                       return got.size() < 2;
+                     },
+                     // Without a start event nothing would come: give up rather than hang.
+                     [give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5)] {
+                       return std::chrono::steady_clock::now() > give_up;
+                     },
+                     [](const absl::Status&) {}};
+  EXPECT_EQ(hub->Run(request, stream).code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(got, (Strings{"start @", "PUT B=1 @"}));
+
+  got.clear();
+  request.set_from_position(start);
+  std::string resumed_start;
+  WatchStream resumed{[&](const v1::WatchEvent& e) {
+                        got.push_back(Describe(e));
+                        if (got.size() == 1) resumed_start = e.position();
+                        return got.size() < 2;
+                      },
+                      [] { return false; }, [](const absl::Status&) {}};
+  EXPECT_EQ(hub->Run(request, resumed).code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(got, (Strings{"start @", "PUT B=1 @"}));
+  EXPECT_EQ(resumed_start, start);
+
+  // With a snapshot, snapshot_done is the first position.
+  got.clear();
+  request = SnapshotOf("ByG");
+  request.set_start_position(true);
+  WatchStream snapshot{[&](const v1::WatchEvent& e) {
+                         got.push_back(Describe(e));
+                         return e.event_case() != v1::WatchEvent::kSnapshotDone;
+                       },
+                       [] { return false; }, [](const absl::Status&) {}};
+  EXPECT_EQ(hub->Run(request, snapshot).code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(got, (Strings{"entry A=1", "entry B=1", "done @"}));
 }
 
 }  // namespace
