@@ -152,6 +152,7 @@ absl::StatusOr<const AggregateRef*> ViewReader::ReadyAggregate(const std::string
                                                static_cast<int>(progress * 100),
                                                "% done); retry in a moment"));
   }
+  if (absl::Status s = MemberCaughtUp(aggregate->table); !s.ok()) return s;
   return aggregate;
 }
 

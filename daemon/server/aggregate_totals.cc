@@ -109,6 +109,9 @@ std::string PartialSumText(const Decimal& d) {
   return absl::StrCat(d.negative ? "-" : "", d.digits, "e", d.exponent);
 }
 
+constexpr size_t kMaxPartialSumDigits = 1024;
+constexpr int kMaxPartialSumExponent = 1024;
+
 std::optional<Decimal> ParsePartialSum(std::string_view text) {
   if (text == "0") return Decimal{};
   Decimal d;
@@ -127,6 +130,13 @@ std::optional<Decimal> ParsePartialSum(std::string_view text) {
   auto [end, error] =
       std::from_chars(exponent.data(), exponent.data() + exponent.size(), d.exponent);
   if (error != std::errc() || end != exponent.data() + exponent.size()) return std::nullopt;
+  // A sum of DynamoDB numbers (38 digits, exponents -130 to 125) spans at most about 300
+  // digits; a peer's answer beyond these bounds is refused rather than added, which would size
+  // strings by its exponent.
+  if (d.digits.size() > kMaxPartialSumDigits || d.exponent > kMaxPartialSumExponent ||
+      d.exponent < -kMaxPartialSumExponent) {
+    return std::nullopt;
+  }
   return d;
 }
 

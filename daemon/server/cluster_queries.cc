@@ -277,8 +277,11 @@ ClusterQueries::ClusterQueries(const ViewReader& local, const ClusterPeers& peer
     : local_(local), peers_(peers), config_(config) {}
 
 ViewQueries::Deadline ClusterQueries::Bound(Deadline deadline) const {
-  if (deadline != Deadline::max()) return deadline;
-  return Clock::now() + std::chrono::milliseconds(config_.server.max_wait_ms);
+  // A member waits at most server.max_wait_ms for a position, so a part still missing a
+  // second after that is a member that does not answer, whatever deadline the client gave.
+  const Deadline bound =
+      Clock::now() + std::chrono::milliseconds(config_.server.max_wait_ms) + std::chrono::seconds(1);
+  return std::min(deadline, bound);
 }
 
 absl::StatusOr<v1::QueryResponse> ClusterQueries::Query(const v1::QueryRequest& request,
@@ -450,7 +453,7 @@ absl::StatusOr<v1::HotKeysResponse> ClusterQueries::GetHotKeys(
   // is hot across members but below `limit` on some (MergeHotKeys).
   const uint32_t limit = request.limit() == 0 ? 10 : request.limit();
   v1::GetHotKeysRequest wider = request;
-  wider.set_limit(limit * 2);
+  wider.set_limit(limit > UINT32_MAX / 2 ? UINT32_MAX : limit * 2);
   auto answers = Answers(peers_, &v1::ViewService::Stub::PrepareAsyncGetHotKeys, wider,
                          Bound(Deadline::max()), [&] { return local_.GetHotKeys(wider); });
   if (!answers.ok()) return answers.status();

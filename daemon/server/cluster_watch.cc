@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <system_error>
 #include <thread>
 #include <utility>
 
@@ -171,6 +172,7 @@ class ClusterWatch::Merge {
     const uint32_t n = peers_.members();
     if (positions.empty()) positions.resize(n);
     uint32_t snapshots_pending = snapshot_ ? n : 0;
+    std::vector<bool> snapshot_done(n, false);  // a member's second one is a broken stream
     bool started = snapshot_;  // every member's start position is known (no snapshot)
     for (;;) {
       std::optional<Item> item;
@@ -222,6 +224,13 @@ class ClusterWatch::Merge {
           }
           break;
         case v1::WatchEvent::kSnapshotDone:
+          if (!snapshot_ || snapshot_done[m]) {
+            absl::MutexLock lock(&mu_);
+            return StopLocked(absl::InternalError(absl::StrCat(
+                "cluster member ", m, " sent a snapshot_done the stream did not ask for; watch "
+                "again")));
+          }
+          snapshot_done[m] = true;
           positions[m] = e.position();
           if (--snapshots_pending > 0) continue;
           e.set_position(EncodeClusterWatchPosition(positions));
@@ -355,7 +364,15 @@ absl::Status ClusterWatch::Run(const v1::WatchRequest& request, const WatchStrea
   Merge merge(peers_, stream, watch_.max_stream_buffer_bytes, snapshot);
   std::vector<std::thread> readers;
   readers.reserve(n);
-  for (uint32_t m = 0; m < n; ++m) {
+  // A thread that cannot be started (the process is at its limit) ends this stream, not the
+  // daemon: the readers already started are stopped and joined before the error goes out.
+  auto refused = [&](const std::system_error& e) {
+    merge.Stop();
+    for (std::thread& reader : readers) reader.join();
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot start a thread for this cluster Watch (", e.what(), "); watch again later"));
+  };
+  for (uint32_t m = 0; m < n; ++m) try {
     if (m == peers_.ordinal()) {
       readers.emplace_back([this, &merge, &parts, m] {
         WatchStream part{[&merge, m](const v1::WatchEvent& e) { return merge.Deliver(m, e); },
@@ -395,6 +412,8 @@ absl::Status ClusterWatch::Run(const v1::WatchRequest& request, const WatchStrea
                                                        "its Watch stream ended")
                                         : status));
     });
+  } catch (const std::system_error& e) {
+    return refused(e);
   }
   absl::Status result = merge.Serve(
       std::move(from), start_bound, request.start_position(),

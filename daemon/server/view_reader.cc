@@ -499,7 +499,23 @@ absl::StatusOr<const ViewRef*> ViewReader::ReadyView(const std::string& name) co
                                                static_cast<int>(progress * 100),
                                                "% done); retry when DescribeView says READY"));
   }
+  if (absl::Status s = MemberCaughtUp(view->table); !s.ok()) return s;
   return view;
+}
+
+absl::Status ViewReader::MemberCaughtUp(size_t table) const {
+  if (!member_parts_) return absl::OkStatus();
+  for (size_t i = 0; i < catalog_.config().sources.size(); ++i) {
+    if (catalog_.TableOfSource(i) != table) continue;
+    std::optional<SourceHealth> health = published_.SourceHealthOf(i);
+    if (health && health->state == SourceState::kBackfilling) {
+      return absl::UnavailableError(absl::StrCat(
+          "source ", catalog_.config().sources[i].name, " is backfilling the partitions this ",
+          "member owns (", static_cast<int>(health->progress * 100), "% read); the cluster ",
+          "answers once every member has caught up"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 uint32_t ViewReader::PageLimit(uint32_t requested) const {
@@ -619,6 +635,7 @@ absl::StatusOr<v1::GetItemResponse> ViewReader::GetItem(const v1::GetItemRequest
                                                         Deadline deadline) const {
   auto table = FindTable(request.table());
   if (!table.ok()) return table.status();
+  if (absl::Status s = MemberCaughtUp(*table); !s.ok()) return s;
   auto key = FromProto(request.key(), "key");
   if (!key.ok()) return key.status();
   const ViewBuilder& builder = catalog_.builder(*table);

@@ -89,6 +89,11 @@ class ViewReader : public ViewQueries {
   // one over kMaxNameBytes), UNAVAILABLE with the progress while it is rebuilt. Every RPC on
   // a view (Query, Scan, Watch) starts here.
   absl::StatusOr<const ViewRef*> ReadyView(const std::string& name) const;
+  // For a cluster member's own part (member_parts): UNAVAILABLE while a source of `table` is
+  // backfilling its partitions, since the cluster's answer would miss what they hold; OK
+  // otherwise, and always for a standalone reader (a backfilling view answers, as DescribeView
+  // says BACKFILLING).
+  absl::Status MemberCaughtUp(size_t table) const;
 
   // Aggregates (implemented in aggregate_reader.cc). NOT_FOUND: unknown aggregate (the message
   // lists them). INVALID_ARGUMENT: a group or prefix of the wrong type, a malformed or foreign

@@ -534,7 +534,9 @@ struct KafkaSource::Consumer {
       std::string key = PartitionKey(p.topic, p.partition);
       std::string how;
       p.offset = StartOffset(positions, key, &how);
-      if (source->cluster_.Enabled() && !positions.contains(key)) StartBackfill(p, key);
+      // A member is whole only once it has read what its partitions held when it took them:
+      // a newly owned partition from its start, and one it had (a restart) from where it was.
+      if (source->cluster_.Enabled()) StartBackfill(p, key, p.offset);
       absl::StrAppend(&log, log.empty() ? "" : ", ", key, " at ", how);
     }
     if (rd_kafka_error_t* error = rd_kafka_incremental_assign(rk, partitions)) {
@@ -558,9 +560,9 @@ struct KafkaSource::Consumer {
     LogInfo(absl::StrCat("source ", Name(), ": assigned ", log));
   }
 
-  // A partition with data to read from its start: backfilling until applied up to its high
-  // watermark now.
-  void StartBackfill(const rd_kafka_topic_partition_t& p, const std::string& key) {
+  // A partition with data to read from `from` (an offset, or a logical one: the start):
+  // backfilling until applied up to its high watermark now.
+  void StartBackfill(const rd_kafka_topic_partition_t& p, const std::string& key, int64_t from) {
     int64_t low = -1, high = -1;
     rd_kafka_resp_err_t err =
         rd_kafka_query_watermark_offsets(rk, p.topic, p.partition, &low, &high, kRequestTimeoutMs);
@@ -571,6 +573,7 @@ struct KafkaSource::Consumer {
       backfill[key] = Backfill{0, std::numeric_limits<int64_t>::max()};
       return;
     }
+    if (from >= 0) low = std::max(low, from);
     if (high > low) backfill[key] = Backfill{low, high};
   }
 

@@ -82,6 +82,11 @@ def local_positions(d):
     raise AssertionError(f"no source {SOURCE} in GetStatus")
 
 
+def local_state(d):
+    status = d.stub.GetStatus(d.stubs.vs.GetStatusRequest(), timeout=10, metadata=LOCAL_ONLY)
+    return next(s.state for s in status.sources if s.name == SOURCE)
+
+
 def local_scan(d, view):
     entries, token = [], b""
     while True:
@@ -202,8 +207,10 @@ class Cluster:
         want = expected_positions(self.kafka, self.topic)
         for ordinal, d in enumerate(self.members[:size]):
             mine = {p: v for p, v in want.items() if int(p.rsplit("/", 1)[1]) % size == ordinal}
+            # Applied exactly its partitions, and done backfilling them (its reads answer then).
             wait_for(f"member {ordinal} of {size} to apply exactly its partitions",
-                     lambda d=d, mine=mine: local_positions(d) == mine, timeout=LONG_WAIT,
+                     lambda d=d, mine=mine: local_positions(d) == mine and
+                     local_state(d) != "backfilling", timeout=LONG_WAIT,
                      interval=0.2, describe=lambda d=d, mine=mine: f"have {sorted(local_positions(d).items())}, "
                                                                     f"want {sorted(mine.items())}")
 

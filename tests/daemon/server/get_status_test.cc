@@ -119,5 +119,30 @@ TEST_F(GetStatusTest, ReportsEachSourcesRegisteredHealth) {
             "b.ndjson: No such file or directory\" lag_seconds: inf");
 }
 
+// A cluster member's own part of a read (member_parts) is refused while a source of the table
+// backfills: the merged answer would miss what its partitions hold. Its plain reads answer.
+TEST_F(GetStatusTest, AMemberRefusesItsPartWhileASourceOfTheTableBackfills) {
+  ViewReader member(*catalog_, *store_, *published_, 1000, /*member_parts=*/true);
+  v1::QueryRequest query;
+  query.set_view("ByDay");
+  query.mutable_partition_key()->set_s("D");
+  v1::GetItemRequest get;
+  get.set_table("App");
+  (*get.mutable_key()->mutable_attributes())["PK"].set_s("0-1");
+  ASSERT_TRUE(member.Query(query).ok());
+  ASSERT_TRUE(member.GetItem(get).ok());
+
+  a_.Set(SourceState::kBackfilling, "", 0.25);
+  const std::string refused =
+      "source a is backfilling the partitions this member owns (25% read); the cluster answers "
+      "once every member has caught up";
+  EXPECT_EQ(member.Query(query).status(), absl::UnavailableError(refused));
+  EXPECT_EQ(member.GetItem(get).status(), absl::UnavailableError(refused));
+  EXPECT_TRUE(reader_->Query(query).ok());  // a standalone daemon's view answers, BACKFILLING
+
+  a_.Set(SourceState::kCaughtUp);
+  EXPECT_TRUE(member.Query(query).ok());
+}
+
 }  // namespace
 }  // namespace cdcview

@@ -306,7 +306,9 @@ TEST_F(KafkaSourceTest, AClusterMemberReadsItsShareAndBackfillsIt) {
 }
 
 // A partition with a stored position is not backfilling: the member read it before.
-TEST_F(KafkaSourceTest, AClusterMemberResumesStoredPartitionsWithoutBackfilling) {
+// A restarted member resumes at its stored offsets and is not whole until it has applied what
+// the partition held when it took it: backfilling from there (2 of 4) to the end.
+TEST_F(KafkaSourceTest, AClusterMemberResumingAPartitionBackfillsWhatItLacks) {
   const std::string topic = Topic();
   kafka_.CreateTopic(topic, 2);
   for (int i = 0; i < 4; ++i) kafka_.Produce(topic, 1, "k", Record("P#" + std::to_string(i), i));
@@ -319,9 +321,28 @@ TEST_F(KafkaSourceTest, AClusterMemberResumesStoredPartitionsWithoutBackfilling)
   std::vector<SourceRecord> records = Take(&queue, 2);
   ASSERT_EQ(records.size(), 2u);
   EXPECT_EQ(records[0].offset, 2);
+  EXPECT_EQ(source.Health().state, SourceState::kBackfilling);
+  EXPECT_EQ(source.Health().progress, 0);
+  positions.Set(topic + "/1", "4");  // the writer applied both
   EXPECT_TRUE(WaitFor([&] { return source.Health().state == SourceState::kCaughtUp; }))
       << SourceStateName(source.Health().state);
   EXPECT_EQ(source.Assignment(), (std::vector<std::string>{topic + "/1"}));
+}
+
+// One that stopped with every record applied resumes caught up, with nothing to backfill.
+TEST_F(KafkaSourceTest, AClusterMemberResumingAtTheEndIsCaughtUp) {
+  const std::string topic = Topic();
+  kafka_.CreateTopic(topic, 2);
+  for (int i = 0; i < 4; ++i) kafka_.Produce(topic, 1, "k", Record("P#" + std::to_string(i), i));
+  Positions positions;
+  positions.Set(topic + "/1", "4");
+  KafkaSource source(0, Config(topic, topic), nullptr, ClusterConfig{2, 1, {"a:1", "b:1"}});
+  source.SetPositionLookup(positions.Lookup());
+  RecordQueue queue(100);
+  ASSERT_TRUE(source.Start({{topic + "/1", "4"}}, &queue).ok());
+  EXPECT_TRUE(WaitFor([&] { return source.Health().state == SourceState::kCaughtUp; }))
+      << SourceStateName(source.Health().state);
+  EXPECT_EQ(queue.size(), 0u);
 }
 
 // A member that owns none of the topic's partitions has nothing to read: caught up.
