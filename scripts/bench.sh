@@ -69,3 +69,17 @@ if [ "${KAFKA_BENCH:-1}" != "0" ]; then
   echo "===== cdcview Kafka benchmark summary ====="
   grep -E '^kafka:' "$out/kafka.txt" || true
 fi
+
+# ---------------------------------------------------------------------------------------------
+# Cluster reads (tests/bench/cluster_bench.py): a real broker, a 6-partition topic of 200k events;
+# point and 100-row range queries through member 0 of clusters of 1, 2 and 3 members against a
+# standalone daemon in the same run. About 3 minutes more; CLUSTER_BENCH=0 skips it.
+#   CLUSTER_BENCH_ARGS  extra flags (e.g. "--members 1,3 --seconds 5")
+# ---------------------------------------------------------------------------------------------
+if [ "${CLUSTER_BENCH:-1}" != "0" ]; then
+  "$here/scripts/build.sh" cdcviewd
+  echo "[bench] cluster_bench --tmp $bench_tmp ${CLUSTER_BENCH_ARGS:-}"
+  # shellcheck disable=SC2086
+  "$here/.venv/bin/python" "$here/tests/bench/cluster_bench.py" \
+    --tmp "$bench_tmp" ${CLUSTER_BENCH_ARGS:-} | tee "$out/cluster.txt"
+fi
