@@ -1,7 +1,9 @@
 // A change of the partitions this store holds: ApplyAssignment drops what a cluster member no
 // longer owns (see Applier::ApplyAssignment).
+#include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <functional>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -63,6 +65,29 @@ std::optional<int32_t> KafkaPartitionNumber(std::string_view partition) {
   return n;
 }
 
+// Deletes in `txn` the stored positions `drop(source, partition)` selects, appending their
+// names ("<source>/<partition>") to `deleted`.
+absl::Status DeletePositions(WriteTxn& txn, MDB_dbi meta,
+                             const std::function<bool(std::string_view, std::string_view)>& drop,
+                             std::vector<std::string>* deleted) {
+  std::vector<std::string> found;
+  if (absl::Status s = ForEachPosition(
+          txn, meta,
+          [&](std::string_view source, std::string_view partition, std::string_view) {
+            if (drop(source, partition)) found.push_back(std::string(source).append("/").append(partition));
+          });
+      !s.ok()) {
+    return s;
+  }
+  for (const std::string& position : found) {
+    if (absl::Status s = txn.Delete(meta, std::string(kPositionPrefix).append(position)); !s.ok()) {
+      return s;
+    }
+  }
+  deleted->insert(deleted->end(), found.begin(), found.end());
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<Applier::AssignmentChange> Applier::ApplyAssignment(const ClusterConfig& cluster,
@@ -119,7 +144,30 @@ absl::StatusOr<Applier::AssignmentChange> Applier::ApplyAssignment(const Cluster
                          to.OwnsAll() ? ": nothing to drop; partitions never read are read from the beginning"
                                       : ": dropping the items of partitions it no longer owns"));
   }
+  std::vector<std::string> deleted;  // positions removed before the drops
   if (change.changed && !to.OwnsAll()) {
+    // The positions of what is dropped go first, in a transaction of their own: a drop cut
+    // short (a kill, then maybe another assignment) leaves partitions without a position,
+    // which are read again from their start, never dropped items behind a kept position.
+    for (;;) {
+      auto txn_or = store_->BeginWrite();
+      if (!txn_or.ok()) return txn_or.status();
+      WriteTxn& txn = **txn_or;
+      std::vector<std::string> found;
+      absl::Status s = DeletePositions(
+          txn, store_->meta(),
+          [&](std::string_view source, std::string_view partition) { return !owned(source, partition); },
+          &found);
+      if (s.ok()) s = txn.Commit();
+      if (absl::IsResourceExhausted(s)) {
+        txn.Abort();
+        if (absl::Status grown = store_->GrowMap(); !grown.ok()) return grown;
+        continue;
+      }
+      if (!s.ok()) return s;
+      deleted = std::move(found);
+      break;
+    }
     for (size_t table = 0; table < reread_table.size(); ++table) {
       bool unknown = false;
       if (absl::Status s = DropUnowned(table, owned, options, &change, &unknown); !s.ok()) return s;
@@ -160,7 +208,11 @@ absl::StatusOr<Applier::AssignmentChange> Applier::ApplyAssignment(const Cluster
       continue;
     }
     if (!s.ok()) return s;
-    change.positions_dropped = std::move(dropped);
+    deleted.insert(deleted.end(), dropped.begin(), dropped.end());
+    deleted.insert(deleted.end(), change.positions_dropped.begin(), change.positions_dropped.end());
+    std::sort(deleted.begin(), deleted.end());
+    deleted.erase(std::unique(deleted.begin(), deleted.end()), deleted.end());
+    change.positions_dropped = std::move(deleted);
     break;
   }
   PublishSizes();
@@ -227,6 +279,23 @@ absl::Status Applier::DropUnowned(size_t table, const OwnedFn& owned, const Assi
       s = DropItem(&txn, table, drop.pk, drop.value, drop.source, drop.partition);
       if (!s.ok()) break;
     }
+    // An item of no known partition is dropped even if its partition is still owned: the
+    // table's sources then read everything again, so their positions go in the same
+    // transaction (a kill after it must not keep them).
+    const bool unknown = std::any_of(drops.begin(), drops.end(),
+                                     [](const Drop& d) { return d.source.empty(); });
+    std::vector<std::string> reread;
+    if (s.ok() && unknown) {
+      s = DeletePositions(
+          txn, store_->meta(),
+          [&](std::string_view source, std::string_view) {
+            for (size_t i = 0; i < catalog_.config().sources.size(); ++i) {
+              if (catalog_.config().sources[i].name == source) return catalog_.TableOfSource(i) == table;
+            }
+            return false;
+          },
+          &reread);
+    }
     if (s.ok()) s = change_log_.Finish(&txn);
     if (s.ok()) s = txn.Commit();
     if (absl::IsResourceExhausted(s)) {
@@ -237,6 +306,7 @@ absl::Status Applier::DropUnowned(size_t table, const OwnedFn& owned, const Assi
       continue;  // the same batch again
     }
     if (!s.ok()) return s;
+    change->positions_dropped.insert(change->positions_dropped.end(), reread.begin(), reread.end());
     change_log_.Committed();
     for (size_t global : inconsistent_) {
       aggregate_build_cursors_[global].clear();

@@ -361,7 +361,9 @@ TEST_F(AssignmentChangeTest, AChangeStoppedAfterOneBatchFinishesOnTheNextStart) 
   EXPECT_EQ(batches, 1);
   EXPECT_EQ(Meta(kAssignmentKey), "1/0");  // still the standalone's
   EXPECT_EQ(Dump().at("items").size(), 18u - 2u);
-  EXPECT_EQ(Dump().at("positions").size(), 6u);
+  // The positions of what it drops went first: whatever it starts as next reads those
+  // partitions again from their start rather than keep a position over dropped items.
+  EXPECT_EQ(Dump().at("positions").size(), 2u);
   EXPECT_EQ(Counters(), (std::vector<std::string>{"cdcview_cluster_assignment_changes_total 0",
                                                   "cdcview_cluster_items_dropped_total 2"}));
 
@@ -371,6 +373,22 @@ TEST_F(AssignmentChangeTest, AChangeStoppedAfterOneBatchFinishesOnTheNextStart) 
   EXPECT_EQ(change->items_dropped, 10u);
   EXPECT_EQ(Dump(), reference);
   EXPECT_EQ(Meta(kAssignmentKey), "3/0");
+}
+
+// A drop cut short, then the old assignment again (a resize rolled back): the partitions whose
+// items were partly dropped have no position, so they are read again from their start.
+TEST_F(AssignmentChangeTest, AChangeCutShortThenRolledBackLeavesNoPositionOverDroppedItems) {
+  ASSERT_TRUE(Start(ClusterConfig{}).ok());
+  Apply({0, 1, 2, 3, 4, 5});
+  Applier::AssignmentOptions options;
+  options.batch_items = 2;
+  options.after_batch = [] { return false; };
+  ASSERT_EQ(Start(Cluster(3, 0), options).status().code(), absl::StatusCode::kCancelled);
+  auto change = Start(ClusterConfig{});
+  ASSERT_TRUE(change.ok()) << change.status();
+  EXPECT_FALSE(change->changed);  // the store still says standalone
+  EXPECT_EQ(Meta(kAssignmentKey), "1/0");
+  EXPECT_EQ(Dump().at("positions").size(), 2u);  // partitions 0 and 3 only
 }
 
 // Standalone again: nothing goes, and the partitions it never read have no position (the Kafka

@@ -259,7 +259,9 @@ TEST_F(KafkaSourceTest, TwoSourcesInOneGroupEachReadEveryPartition) {
   ASSERT_TRUE(first.Start({}, &first_queue).ok());
   ASSERT_TRUE(second.Start({}, &second_queue).ok());
   const std::vector<std::string> all = {topic + "/0", topic + "/1", topic + "/2"};
-  for (auto [source, queue] : {std::pair{&first, &first_queue}, std::pair{&second, &second_queue}}) {
+  for (const auto& pair : {std::pair{&first, &first_queue}, std::pair{&second, &second_queue}}) {
+    KafkaSource* source = pair.first;  // named, not a structured binding: lambdas capture it
+    RecordQueue* queue = pair.second;
     std::map<std::string, std::vector<int64_t>> offsets;
     for (const SourceRecord& r : Take(queue, 9)) offsets[r.partition].push_back(r.offset);
     EXPECT_EQ(offsets, (std::map<std::string, std::vector<int64_t>>{
