@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -155,7 +156,8 @@ class Client {
   // Waits until `n` events arrived; their descriptions.
   Strings WaitFor(size_t n) {
     absl::MutexLock lock(&mu_);
-    auto enough = [&] { return events_.size() >= n || done_; };
+    // Run by Await with mu_ held, which the analysis cannot see through the lambda.
+    auto enough = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return events_.size() >= n || done_; };
     mu_.AwaitWithTimeout(absl::Condition(&enough), absl::Seconds(10));
     Strings out;
     for (const v1::WatchEvent& e : events_) out.push_back(Describe(e));
