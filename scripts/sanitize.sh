@@ -48,8 +48,11 @@ main() {
   # queue, the file source's follow thread, the AWS HTTP client
   # against a local server, both servers (gRPC view service, fast read port) with watch and the
   # read-consistency waits, the TLS relay's thread beside the accepting one, hot keys, the
-  # published state, the token store's and TLS context's reloads beside their readers, and a
-  # cluster member's fan-out reads and merged Watch against members served in process.
+  # published state, and the token store's and TLS context's reloads beside their readers.
+  # Not the cluster's suites (ClusterQueriesTest, ClusterWatchTest): their gRPC clients (async
+  # completion queues, client streams) hand buffers between gRPC's own uninstrumented threads,
+  # which TSan reports in every run (ProtoBufferReader::Next on a gpr_malloc'd slice); the ASan
+  # stage runs them.
   # TSAN_TARGETS are their binaries, the only targets the tsan stage builds.
   TSAN_TARGETS=(apply_test store_test sources_test server_test state_test aws_test security_test)
   suites=(ApplierTest CommitsDirectlyTest TombstoneTest WriterLingerTest ChangeLogTest
@@ -65,7 +68,7 @@ main() {
   # attempts: a race of ours that TSan sees in every run still fails the stage; one it sees only
   # now and then may pass. A TSan-built gRPC would let them run once.
   grpc_suites=(GrpcListenerTest GrpcListenerListenTest GrpcTimeoutTest H2ReadServerTest
-               H2ReadServerErrorsTest H2ReadServerSecurityTest ClusterQueriesTest ClusterWatchTest)
+               H2ReadServerErrorsTest H2ReadServerSecurityTest)
   TSAN_GRPC_TESTS="^($(IFS='|'; echo "${grpc_suites[*]}"))\\."
 
   if ! command -v "$clang" >/dev/null 2>&1; then
