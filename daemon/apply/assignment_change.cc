@@ -1,7 +1,6 @@
 // A change of the partitions this store holds: ApplyAssignment drops what a cluster member no
 // longer owns (see Applier::ApplyAssignment).
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <functional>
 
@@ -52,18 +51,6 @@ struct Assignment {
   bool operator==(const Assignment&) const = default;
 };
 
-// The N of a Kafka partition "<topic>/N"; nullopt for another form.
-std::optional<int32_t> KafkaPartitionNumber(std::string_view partition) {
-  const size_t slash = partition.rfind('/');
-  if (slash == std::string_view::npos) return std::nullopt;
-  const std::string_view digits = partition.substr(slash + 1);
-  int32_t n = -1;
-  auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
-  if (error != std::errc() || end != digits.data() + digits.size() || digits.empty() || n < 0) {
-    return std::nullopt;
-  }
-  return n;
-}
 
 // Deletes in `txn` the stored positions `drop(source, partition)` selects, appending their
 // names ("<source>/<partition>") to `deleted`.

@@ -1,5 +1,6 @@
 #include "daemon/config/config.h"
 
+#include <charconv>
 #include <algorithm>
 #include <cerrno>
 #include <concepts>
@@ -1878,6 +1879,18 @@ std::string FormatByteSize(uint64_t bytes) {
     if (bytes != 0 && bytes % unit == 0) return std::to_string(bytes / unit) + name;
   }
   return std::to_string(bytes);
+}
+
+std::optional<int32_t> KafkaPartitionNumber(std::string_view partition) {
+  const size_t slash = partition.rfind('/');
+  if (slash == std::string_view::npos) return std::nullopt;
+  const std::string_view digits = partition.substr(slash + 1);
+  int32_t n = -1;
+  auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+  if (digits.empty() || error != std::errc() || end != digits.data() + digits.size() || n < 0) {
+    return std::nullopt;
+  }
+  return n;
 }
 
 }  // namespace cdcview

@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -294,6 +295,9 @@ struct ClusterConfig {
 inline bool OwnsPartition(int32_t partition, uint32_t members, uint32_t ordinal) {
   return members <= 1 || static_cast<uint32_t>(partition) % members == ordinal;
 }
+
+// The N of a Kafka position's partition "<topic>/N"; nullopt for any other form.
+std::optional<int32_t> KafkaPartitionNumber(std::string_view partition);
 
 struct Config {
   std::string file;  // where it was loaded from, for messages

@@ -1,7 +1,6 @@
 #include "daemon/server/cluster_merge.h"
 
 #include <algorithm>
-#include <charconv>
 #include <limits>
 #include <map>
 #include <set>
@@ -21,26 +20,14 @@ namespace {
 
 std::string MemberName(size_t ordinal) { return absl::StrCat("member ", ordinal); }
 
-// The partition number of a Kafka position's partition "<topic>/<n>", or -1.
-int32_t KafkaPartitionNumber(const std::string& partition) {
-  const size_t slash = partition.rfind('/');
-  if (slash == std::string::npos) return -1;
-  int32_t n = -1;
-  const char* begin = partition.data() + slash + 1;
-  const char* end = partition.data() + partition.size();
-  auto [ptr, ec] = std::from_chars(begin, end, n);
-  if (ec != std::errc() || ptr != end || n < 0) return -1;
-  return n;
-}
-
 // Whether member `ordinal` of `members` owns (source, partition): a Kafka partition by
 // OwnsPartition; any other partition is nobody's in particular.
 bool Owns(const std::map<std::string, std::string>& kinds, const v1::AppliedPosition::Entry& e,
           uint32_t members, uint32_t ordinal) {
   auto kind = kinds.find(e.source());
   if (kind == kinds.end() || kind->second != "kafka") return false;
-  const int32_t n = KafkaPartitionNumber(e.partition());
-  return n >= 0 && OwnsPartition(n, members, ordinal);
+  const std::optional<int32_t> n = KafkaPartitionNumber(e.partition());
+  return n && OwnsPartition(*n, members, ordinal);
 }
 
 }  // namespace

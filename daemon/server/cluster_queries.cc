@@ -1,6 +1,5 @@
 #include "daemon/server/cluster_queries.h"
 
-#include <charconv>
 #include <map>
 #include <memory>
 #include <utility>
@@ -107,15 +106,9 @@ absl::StatusOr<std::vector<Resp>> Answers(const ClusterPeers& peers,
 
 // The member owning a Kafka partition "topic/N"; nullopt for a partition of another form.
 std::optional<uint32_t> OwnerOf(std::string_view partition, const ClusterConfig& cluster) {
-  const size_t slash = partition.rfind('/');
-  if (slash == std::string_view::npos || cluster.members == 0) return std::nullopt;
-  const std::string_view digits = partition.substr(slash + 1);
-  int32_t n = 0;
-  auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
-  if (error != std::errc() || end != digits.data() + digits.size() || n < 0 || digits.empty()) {
-    return std::nullopt;
-  }
-  return static_cast<uint32_t>(n) % cluster.members;
+  const std::optional<int32_t> n = KafkaPartitionNumber(partition);
+  if (!n || cluster.members == 0) return std::nullopt;
+  return static_cast<uint32_t>(*n) % cluster.members;
 }
 
 absl::Status WithoutKeys(uint32_t member) {

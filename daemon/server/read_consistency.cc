@@ -75,13 +75,8 @@ bool FilePlace(std::string_view p, std::pair<uint64_t, uint64_t>* place) {
 // partition ("<topic>/<n>") another member owns; that member's own wait covers it.
 bool WaitsHere(const Config& config, const SourceConfig& s, std::string_view partition) {
   if (!config.cluster.Enabled() || s.kind != SourceConfig::Kind::kKafka) return true;
-  const size_t slash = partition.rfind('/');
-  if (slash == std::string_view::npos) return true;
-  const std::string_view digits = partition.substr(slash + 1);
-  int32_t n = 0;
-  auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
-  if (digits.empty() || error != std::errc() || end != digits.data() + digits.size()) return true;
-  return OwnsPartition(n, config.cluster.members, config.cluster.ordinal);
+  const std::optional<int32_t> n = KafkaPartitionNumber(partition);
+  return !n || OwnsPartition(*n, config.cluster.members, config.cluster.ordinal);
 }
 
 }  // namespace
