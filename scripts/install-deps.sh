@@ -10,6 +10,7 @@ pkgs=(
   liblmdb-dev lmdb-utils librdkafka-dev prometheus-cpp-dev libcivetweb-dev libyaml-cpp-dev
   libsimdjson-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
   libcurl4-openssl-dev libssl-dev libgoogle-perftools-dev libnghttp2-dev
+  libboost1.74-dev             # the DynamoDB endpoint: Boost.Beast (HTTP/1.1) over Boost.Asio
   python3 python3-venv python3-pip prometheus
   clang-14                     # scripts/thread-safety.sh: checks the lock annotations
   libclang-rt-14-dev           # scripts/sanitize.sh: clang's ASan, UBSan and TSan runtimes
