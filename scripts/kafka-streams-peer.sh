@@ -73,9 +73,10 @@ classpath() { echo "$jar:$project/target/lib/*"; }
 
 run() {
   build
-  # -Xmx: see the README ("Settings"). The rest of the JVM's settings are its defaults.
+  # -Xmx and the HTTP server's TCP_NODELAY: see the README ("Settings"). The rest of the JVM's
+  # settings are its defaults.
   # shellcheck disable=SC2086
-  exec java ${PEER_HEAP:--Xmx1g} \
+  exec java ${PEER_HEAP:--Xmx1g} -Dsun.net.httpserver.nodelay=true \
       -Dorg.slf4j.simpleLogger.defaultLogLevel="${PEER_LOG_LEVEL:-warn}" \
       -Dorg.slf4j.simpleLogger.showDateTime=true \
       -cp "$(classpath)" cdcview.peer.PeerMain "$@"

@@ -18,7 +18,7 @@ the producer and this script on the lower half), each starting empty:
      cdcview_replication_lag_seconds (commit), the peer's /lag histogram (the store write of a
      view or aggregate update, where a KeyQuery sees it; a RangeQuery sees it after the record
      cache's flush at the next commit, so that is a lower bound for the peer's range reads).
-  3. queries at --qps for --query-seconds each: a point read (cdcview: Query with the sort key
+  3. queries at --qps (default 100) for --query-seconds each: a point read (cdcview: Query with the sort key
      EQ, limit 1, on the main gRPC port; the peer: KeyQuery by the whole entry key) and a
      100-entry range (cdcview: Query limit 100; the peer: RangeQuery over every partition,
      merged), over entries sampled from every view; latency from the scheduled send time, so a
@@ -251,7 +251,9 @@ def main():
     parser.add_argument("--warm-seconds", type=float, default=5.0)
     parser.add_argument("--fixed-rate", type=float, default=None,
                         help="the lag phase both run at (default: the lower half rate)")
-    parser.add_argument("--qps", type=float, default=200.0)
+    parser.add_argument("--qps", type=float, default=100.0,
+                        help="queries per second, a rate both answer (latency counts from the "
+                             "scheduled time: a server slower than that falls ever further behind)")
     parser.add_argument("--query-seconds", type=float, default=5.0)
     parser.add_argument("--linger-ms", type=float, default=5.0)
     parser.add_argument("--tmp", default=None)
