@@ -7,8 +7,9 @@ the producer and this script on the lower half), each starting empty:
 
   1. bulk: cdcviewd consumes and applies the topic (examples/cdcview.yaml's views and
      aggregates), then the peer does (exactly-once, RocksDB): events/s from the first applied
-     (processed) event until caught up, and events per CPU-second of the process (start-up
-     included: the JVM's and cdcviewd's); peak RSS (VmHWM) and bytes on disk after the phase
+     (processed) event until caught up, and events per CPU-second of the process, from its
+     start (the JVM's start-up and cdcviewd's included) and from the first applied event (when
+     this script first sees one: a little of the work is before it); peak RSS (VmHWM) and bytes on disk after the phase
      (cdcviewd: LMDB's used map, and its directory; the peer: its state directory, and the
      broker's bytes of its changelog and repartition topics).
   2. lag: events for new items produced at half of *each one's* bulk rate (--lag-seconds, after
@@ -248,7 +249,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--lag-seconds", type=float, default=10.0)
-    parser.add_argument("--warm-seconds", type=float, default=5.0)
+    parser.add_argument("--warm-seconds", type=float, default=10.0,
+                        help="the half-load pace for this long first, not measured (JIT, as "
+                             "kafka_bench.py's --warm-seconds)")
     parser.add_argument("--fixed-rate", type=float, default=None,
                         help="the lag phase both run at (default: the lower half rate)")
     parser.add_argument("--qps", type=float, default=100.0,
@@ -308,7 +311,17 @@ def compare(kafka, work, run_dir, args, daemon_cpus):
                stubs=stubs, prefix=prefix)
     try:
         d.start()
-        first, done = kb.wait_positions(d, "bulk", want)
+        first, cpu_first, deadline = None, None, time.monotonic() + 3600
+        while True:  # kafka_bench.wait_positions, with the CPU used when the first batch shows
+            got, now = d.positions("bulk"), time.monotonic()
+            if got and first is None:
+                first, cpu_first = now, kb.process_cpu(d.proc.pid)
+            if got == want:
+                done = now
+                break
+            if now > deadline:
+                raise SystemExit(f"cdcviewd did not catch up: {got} vs {want}")
+            time.sleep(0.05)
         cpu = kb.process_cpu(d.proc.pid)
         metrics = d.metrics()
         used = next((v for (name, _), v in metrics.items()
@@ -321,6 +334,7 @@ def compare(kafka, work, run_dir, args, daemon_cpus):
     r["rate"] = args.events / (done - first)
     r["cpu"] = cpu
     r["per_cpu"] = args.events / cpu
+    r["per_cpu_run"] = args.events / (cpu - cpu_first)
     r["rss"], r["disk"], r["disk_detail"] = rss, used, f"LMDB map used; {mib(du(storage['path']))} allocated"
     log(f"cdcviewd bulk: {args.events} events in {done - first:.1f}s = {r['rate']:.0f}/s; "
         f"{cpu:.1f} CPU-s (from its start) = "
@@ -333,7 +347,10 @@ def compare(kafka, work, run_dir, args, daemon_cpus):
                                    os.path.join(work, "peer.log"), app, prefix=prefix)
     try:
         peer.wait_serving()
-        first, done = peer.wait_caught_up(timeout=3600, input_records=args.events)
+        cpu_first = []
+        first, done = peer.wait_caught_up(
+            timeout=3600, input_records=args.events,
+            on_first=lambda: cpu_first.append(kb.process_cpu(peer.pid)))
         cpu = kb.process_cpu(peer.pid)
         rss = vm_hwm(peer.pid)
         peer.stop()
@@ -346,6 +363,7 @@ def compare(kafka, work, run_dir, args, daemon_cpus):
     r["rate"] = args.events / (done - first)
     r["cpu"] = cpu
     r["per_cpu"] = args.events / cpu
+    r["per_cpu_run"] = args.events / (cpu - cpu_first[0])
     local, remote = du(state), du(*broker_dirs)
     r["rss"], r["disk"] = rss, local + remote
     r["disk_detail"] = f"state dir {mib(local)} + broker topics {mib(remote)}"
@@ -410,7 +428,10 @@ def compare(kafka, work, run_dir, args, daemon_cpus):
           f"{kb.filesystem(work)} under {work}")
     rows = [
         ("bulk events/s", c["rate"], p["rate"], "{:.0f}", True),
-        ("events per CPU-second", c["per_cpu"], p["per_cpu"], "{:.0f}", True),
+        ("events per CPU-second (from process start)", c["per_cpu"], p["per_cpu"], "{:.0f}",
+         True),
+        ("events per CPU-second (from first applied)", c["per_cpu_run"], p["per_cpu_run"],
+         "{:.0f}", True),
         (f"lag p50 ms at half own rate ({c['half'][0]:.0f} / {p['half'][0]:.0f}/s)",
          c["half"][1], p["half"][1], "{:.1f}", False),
         ("lag p99 ms at half own rate", c["half"][2], p["half"][2], "{:.1f}", False),
@@ -431,8 +452,9 @@ def compare(kafka, work, run_dir, args, daemon_cpus):
         print(f"| {label:<46} | {fmt.format(a):>10} | {fmt.format(b):>10} | {better:>18} |")
     print(f"compare: disk: cdcviewd {c['disk_detail']}; peer {p['disk_detail']}")
     print(f"compare: target >= 5x the peer's events per CPU-second: "
-          f"{'met' if c['per_cpu'] >= 5 * p['per_cpu'] else 'NOT met'} "
-          f"({c['per_cpu'] / p['per_cpu']:.1f}x); lower p99 lag at {fixed:.0f}/s: "
+          f"{'met' if c['per_cpu_run'] >= 5 * p['per_cpu_run'] else 'NOT met'} "
+          f"({c['per_cpu_run'] / p['per_cpu_run']:.1f}x from the first applied event, "
+          f"{c['per_cpu'] / p['per_cpu']:.1f}x from process start); lower p99 lag at {fixed:.0f}/s: "
           f"{'met' if c['fixed'][2] < p['fixed'][2] else 'NOT met'}")
 
 

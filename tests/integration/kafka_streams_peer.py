@@ -107,10 +107,10 @@ class Peer:
     def progress(self):
         return self.get("/progress")
 
-    def wait_caught_up(self, timeout=300, input_records=None):
+    def wait_caught_up(self, timeout=300, input_records=None, on_first=None):
         """Until /progress says caught_up twice in a row (and, if given, `input_records` were
         processed); returns (time the first input record was seen processed, time caught up),
-        both time.monotonic()."""
+        both time.monotonic(). `on_first()` is called when the first record is seen processed."""
         deadline, first, streak = time.monotonic() + timeout, None, 0
         last = None
         while True:
@@ -124,6 +124,8 @@ class Peer:
             now = time.monotonic()
             if last.get("processed", 0) > 0 and first is None:
                 first = now
+                if on_first is not None:
+                    on_first()
             done = last.get("caught_up") and (input_records is None or
                                               last.get("processed", 0) >= input_records)
             streak = streak + 1 if done else 0
