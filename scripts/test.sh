@@ -34,6 +34,11 @@ echo "[test] concurrency tests under TSan (scripts/sanitize.sh tsan)"
 echo "[test] Kafka broker jars (scripts/kafka.sh fetch; downloaded once into .cache/kafka)"
 "$here/scripts/kafka.sh" fetch
 KAFKA_VERSION=3.9.1 "$here/scripts/kafka.sh" fetch
+# The Kafka Streams peer (tests/integration/test_kafka_streams_peer.py builds it too, and fails
+# on a compile error or skips, saying why, when Maven cannot download its dependencies).
+echo "[test] the Kafka Streams peer (scripts/kafka-streams-peer.sh build; Maven, .cache/m2)"
+"$here/scripts/kafka-streams-peer.sh" build ||
+  echo "[test] the peer did not build: test_kafka_streams_peer.py reports why"
 
 echo "[test] integration tests (pytest)"
 "$here/.venv/bin/python" -m pytest "$here/tests/integration" -p no:cacheprovider -q "$@"
