@@ -397,11 +397,6 @@ absl::StatusOr<std::optional<std::vector<Path>>> ReadProjection(const RequestObj
 
 // ---- Key conditions
 
-std::string DescribeValue(const AttributeValue& value) {
-  std::string text = value.type() == AttrType::kB ? Base64Encode(value.scalar()) : value.scalar();
-  return Cat("AttributeValue: {", AttrTypeName(value.type()), ":", ValueText(text), "}");
-}
-
 // The legacy KeyConditions as a KeyCondition.
 absl::StatusOr<KeyCondition> ReadKeyConditions(dom::object conditions) {
   static const std::vector<std::string_view> kOperators = {
@@ -517,10 +512,10 @@ absl::Status ApplyKeyCondition(const KeyCondition& condition, const ViewContext&
       EncodeKeyComponent(sk->value, &low);
       EncodeKeyComponent(sk->value2, &high);
       if (high < low) {
-        return ValidationError(Cat(
-            "Invalid KeyConditionExpression: The BETWEEN operator requires upper bound to be "
-            "greater than or equal to lower bound; lower operand: ",
-            DescribeValue(sk->value), ", upper operand: ", DescribeValue(sk->value2)));
+        // KeyConditions' words (ParseKeyCondition checks a KeyConditionExpression's bounds).
+        return ValidationError(
+            "The BETWEEN condition was provided a range where the lower bound is greater than "
+            "the upper bound");
       }
       sort->set_op(v1::SortCondition::BETWEEN);
       ToProto(sk->value2, sort->mutable_value2());
