@@ -313,6 +313,11 @@ TEST_F(DynamoDbApiTest, IndexItemsHoldTheProjection) {
             R"({"Items":[{"PK":{"S":"O#1"},"SK":{"S":"X"},"cdcview_pk":{"S":"STATUS#open"},"cdcview_sk":{"S":"2025-01-02"}}],"Count":1,"ScannedCount":1})");
   EXPECT_EQ(Ok("Query", R"({"TableName":"App","IndexName":"ByScore","KeyConditions":{"board":{"ComparisonOperator":"EQ","AttributeValueList":[{"S":"chess"}]},"score":{"ComparisonOperator":"GT","AttributeValueList":[{"N":"6.5"}]}}})"),
             R"({"Items":[{"PK":{"S":"O#1"},"SK":{"S":"X"},"board":{"S":"chess"},"player":{"S":"ann"},"score":{"N":"7"}}],"Count":1,"ScannedCount":1})");
+  EXPECT_EQ(Ok("Query", R"({"TableName":"App","IndexName":"ByScore","ProjectionExpression":"player, score","KeyConditions":{"board":{"ComparisonOperator":"EQ","AttributeValueList":[{"S":"chess"}]}}})"),
+            R"({"Items":[{"player":{"S":"ann"},"score":{"N":"7"}}],"Count":1,"ScannedCount":1})");
+  EXPECT_EQ(Err("Scan", R"({"TableName":"App","IndexName":"ByScore","ProjectionExpression":"player, secret.x, extra, secret.y"})"),
+            Validation("One or more parameter values were invalid: Global secondary index ByScore "
+                       "does not project [secret, extra]"));
   EXPECT_EQ(Err("Query", R"({"TableName":"App","IndexName":"ByStatus","Select":"ALL_ATTRIBUTES","KeyConditions":{"status":{"ComparisonOperator":"EQ","AttributeValueList":[{"S":"open"}]}}})"),
             Validation("One or more parameter values were invalid: Select type ALL_ATTRIBUTES is "
                        "not supported for global secondary index ByStatus because its projection "
