@@ -232,7 +232,7 @@ def peer_serial(d, pki):
     context = ssl.create_default_context(cafile=pki.ca_cert)
     with socket.create_connection(("127.0.0.1", d.dynamodb_port), timeout=10) as s:
         with context.wrap_socket(s, server_hostname="localhost") as tls:
-            return serial_of(ssl.DER_cert_to_pem_cert(tls.getpeercert(binary_form=True)).encode())
+            return serial_of(ssl.DER_cert_to_PEM_cert(tls.getpeercert(binary_form=True)).encode())
 
 
 def tls_metrics(d, ca, token=None):
