@@ -310,3 +310,36 @@ def test_sigv4_against_the_tokens_file(daemon_factory, pki, tmp_path):
     assert metric(m, "cdcview_auth_refused_total", port="dynamodb", reason="bad_token") == 2
     assert metric(m, "cdcview_auth_refused_total", port="dynamodb", reason="view_denied") == 1
     d.stop()
+
+
+def test_mtls_and_a_handshake_that_never_finishes(daemon_factory, pki, tmp_path):
+    d = start_tls(daemon_factory, tmp_path, {"tls_cert_file": pki.server_cert,
+                                             "tls_key_file": pki.server_key,
+                                             "tls_client_ca_file": pki.ca_cert,
+                                             "tls_metrics": False,
+                                             "dynamodb_request_timeout_ms": 500})
+    # With the CA's client certificate: served.
+    with_cert = dynamodb(d, "https", verify=pki.ca_cert,
+                         boto={"client_cert": (pki.client_cert, pki.client_key)})
+    wait_for("the records to apply",
+             lambda: (quietly(lambda: day_query(with_cert)) or {}).get("Count") == 3)
+    # Without a certificate, or with another CA's: the handshake fails.
+    for cert in (None, (pki.other_client_cert, pki.other_client_key)):
+        context = ssl.create_default_context(cafile=pki.ca_cert)
+        if cert:
+            context.load_cert_chain(*cert)
+        with socket.create_connection(("127.0.0.1", d.dynamodb_port), timeout=10) as s:
+            with pytest.raises((ssl.SSLError, ConnectionResetError, BrokenPipeError)):
+                with context.wrap_socket(s, server_hostname="localhost") as tls:
+                    tls.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+                    assert tls.recv(4096) == b""  # TLS 1.3: the alert comes after the handshake
+                    raise ConnectionResetError
+    # A client that opens a connection and never says hello is closed at the request timeout.
+    silent = raw(d)
+    t = time.monotonic()
+    assert read_to_close(silent) == b""
+    assert 0.45 <= time.monotonic() - t < 1.5
+    m = tls_metrics(d, pki.ca_cert)
+    assert metric(m, "cdcview_connections_closed_total", port="dynamodb", reason="tls_handshake") == 2
+    assert metric(m, "cdcview_connections_closed_total", port="dynamodb", reason="request_timeout") == 1
+    d.stop()
