@@ -55,12 +55,19 @@ ApiResponse ErrorResponse(int http_status, std::string_view type, std::string_vi
 
 class DynamoDbApi {
  public:
-  DynamoDbApi(const Catalog& catalog, const ViewQueries& queries);
+  // `creation_date_time`: what DescribeTable reports as every table's CreationDateTime
+  // (seconds since the epoch); the daemon passes its start time.
+  DynamoDbApi(const Catalog& catalog, const ViewQueries& queries,
+              double creation_date_time = NowSeconds());
+  // Never fails: errors are answers in DynamoDB's shape (ErrorResponse).
   ApiResponse Handle(const ApiRequest& request) const;
+
+  static double NowSeconds();
 
  private:
   const Catalog& catalog_;
   const ViewQueries& queries_;
+  double creation_date_time_;
 };
 
 }  // namespace cdcview::dynamodb
