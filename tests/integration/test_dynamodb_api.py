@@ -949,3 +949,93 @@ def aws(url, *args):
                        text=True, timeout=60, env=env)
     assert p.returncode == 0, p.stderr
     return p.stdout
+
+
+def sample_items():
+    """The bundled sample's final items (PK, SK) -> item, from its stream records."""
+    items = {}
+    with open(SAMPLE, encoding="utf-8") as f:
+        for line in f:
+            r = json.loads(line)
+            d = r["dynamodb"]
+            key = (d["Keys"]["PK"]["S"], d["Keys"]["SK"]["S"])
+            if r["eventName"] == "REMOVE":
+                items.pop(key, None)
+            else:
+                items[key] = d["NewImage"]
+    return items
+
+
+def cli_json(value):
+    """The AWS CLI's JSON output of `value` (its formatter: 4-space indent, no ASCII escaping)."""
+    return json.dumps(value, indent=4, ensure_ascii=False) + "\n"
+
+
+def test_aws_cli_query_as_a_user_types_it(sample):
+    _, url = sample
+    out = aws(url, "query", "--table-name", "App", "--index-name", "GSI1",
+              "--key-condition-expression", "GSI1PK = :pk AND begins_with(GSI1SK, :day)",
+              "--expression-attribute-values",
+              '{":pk": {"S": "STATUS#PENDING"}, ":day": {"S": "2025-03-05T0"}}',
+              "--projection-expression", "PK, SK, GSI1SK, #t", "--expression-attribute-names",
+              '{"#t": "total"}')
+    pending = sorted((i for i in sample_items().values()
+                      if i.get("GSI1PK") == {"S": "STATUS#PENDING"}
+                      and i["GSI1SK"]["S"].startswith("2025-03-05T0")),
+                     key=lambda i: i["GSI1SK"]["S"])
+    assert len(pending) == 7
+    items = [{k: i[k] for k in sorted(("PK", "SK", "GSI1SK", "total"))} for i in pending]
+    # cdcview writes an item's attributes in name order; the CLI keeps the order it reads.
+    assert out == cli_json({"Items": items, "Count": 7, "ScannedCount": 7,
+                            "ConsumedCapacity": None})
+    assert json.loads(out)["Items"][0] == {"GSI1SK": {"S": "2025-03-05T00:55:30Z"},
+                                           "PK": {"S": "USER#u056"}, "SK": {"S": "ORDER#o0334"},
+                                           "total": {"N": "1777.8"}}
+    # Pages of two: the CLI follows LastEvaluatedKey itself and prints the same answer.
+    paged = aws(url, "query", "--table-name", "App", "--index-name", "GSI1",
+                "--key-condition-expression", "GSI1PK = :pk AND begins_with(GSI1SK, :day)",
+                "--expression-attribute-values",
+                '{":pk": {"S": "STATUS#PENDING"}, ":day": {"S": "2025-03-05T0"}}',
+                "--projection-expression", "PK, SK, GSI1SK, #t", "--expression-attribute-names",
+                '{"#t": "total"}', "--page-size", "2")
+    assert paged == out
+    # --max-items 3, newest first: a NextToken that resumes after the third.
+    first = json.loads(aws(url, "query", "--table-name", "App", "--index-name", "GSI1",
+                           "--key-condition-expression", "GSI1PK = :pk",
+                           "--expression-attribute-values", '{":pk": {"S": "STATUS#PENDING"}}',
+                           "--no-scan-index-forward", "--select", "COUNT", "--max-items", "3"))
+    assert first["Count"] == 52 and first["ScannedCount"] == 52, first
+
+
+def test_aws_cli_describe_table_and_list_tables(sample):
+    _, url = sample
+    assert aws(url, "list-tables") == cli_json({"TableNames": ["App"]})
+    table = json.loads(aws(url, "describe-table", "--table-name", "App"))["Table"]
+    assert table["TableName"] == "App"
+    assert table["KeySchema"] == [{"AttributeName": "PK", "KeyType": "HASH"},
+                                  {"AttributeName": "SK", "KeyType": "RANGE"}]
+    assert table["ItemCount"] == len(sample_items())
+    indexes = {g["IndexName"]: g for g in table["GlobalSecondaryIndexes"]}
+    assert sorted(indexes) == sorted(["GSI1", "OpenOrders", "ByMember", "ByEntity", "ByLocation",
+                                      "ByScore", "VotesByDay"])
+    assert indexes["GSI1"]["KeySchema"] == [{"AttributeName": "GSI1PK", "KeyType": "HASH"},
+                                            {"AttributeName": "GSI1SK", "KeyType": "RANGE"}]
+    assert indexes["GSI1"]["Projection"] == {"ProjectionType": "ALL"}
+    assert indexes["ByMember"]["KeySchema"] == [{"AttributeName": "SK", "KeyType": "HASH"},
+                                                {"AttributeName": "PK", "KeyType": "RANGE"}]
+    assert indexes["ByMember"]["Projection"] == {"ProjectionType": "KEYS_ONLY"}
+    assert indexes["OpenOrders"]["KeySchema"] == [
+        {"AttributeName": "cdcview_pk", "KeyType": "HASH"},
+        {"AttributeName": "open_since", "KeyType": "RANGE"}]
+    assert indexes["OpenOrders"]["Projection"] == {"ProjectionType": "INCLUDE",
+                                                   "NonKeyAttributes": ["status", "total"]}
+    assert all(g["IndexStatus"] == "ACTIVE" for g in indexes.values())
+    # An unknown table, as the CLI shows it: exit code 254 and DynamoDB's message.
+    env = dict(os.environ, AWS_ACCESS_KEY_ID="any", AWS_SECRET_ACCESS_KEY="any",
+               AWS_DEFAULT_REGION="us-east-1", AWS_PAGER="")
+    p = subprocess.run([AWS, "dynamodb", "describe-table", "--table-name", "Nope",
+                        "--endpoint-url", url], capture_output=True, text=True, timeout=60, env=env)
+    assert p.returncode == 254
+    assert p.stderr.strip() == ("An error occurred (ResourceNotFoundException) when calling the "
+                                "DescribeTable operation: Requested resource not found: Table: "
+                                "Nope not found")
