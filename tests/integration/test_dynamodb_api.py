@@ -999,12 +999,23 @@ def test_aws_cli_query_as_a_user_types_it(sample):
                 "--projection-expression", "PK, SK, GSI1SK, #t", "--expression-attribute-names",
                 '{"#t": "total"}', "--page-size", "2")
     assert paged == out
-    # --max-items 3, newest first: a NextToken that resumes after the third.
-    first = json.loads(aws(url, "query", "--table-name", "App", "--index-name", "GSI1",
-                           "--key-condition-expression", "GSI1PK = :pk",
-                           "--expression-attribute-values", '{":pk": {"S": "STATUS#PENDING"}}',
-                           "--no-scan-index-forward", "--select", "COUNT", "--max-items", "3"))
-    assert first["Count"] == 52 and first["ScannedCount"] == 52, first
+    # --max-items 3 newest first, then --starting-token: the CLI's NextToken carries our
+    # LastEvaluatedKey back as ExclusiveStartKey.
+    args = ["query", "--table-name", "App", "--index-name", "GSI1",
+            "--key-condition-expression", "GSI1PK = :pk",
+            "--expression-attribute-values", '{":pk": {"S": "STATUS#PENDING"}}',
+            "--no-scan-index-forward", "--projection-expression", "GSI1SK", "--max-items", "3",
+            "--page-size", "3"]
+    newest = sorted((i["GSI1SK"]["S"] for i in sample_items().values()
+                     if i.get("GSI1PK") == {"S": "STATUS#PENDING"}), reverse=True)
+    first = json.loads(aws(url, *args))
+    assert [i["GSI1SK"]["S"] for i in first["Items"]] == newest[:3]
+    third = next(i for i in sample_items().values()
+                 if i.get("GSI1PK") == {"S": "STATUS#PENDING"} and i["GSI1SK"]["S"] == newest[2])
+    token = json.loads(base64.b64decode(first["NextToken"]))
+    assert token == {"ExclusiveStartKey": {k: third[k] for k in ("GSI1PK", "GSI1SK", "PK", "SK")}}
+    second = json.loads(aws(url, *args, "--starting-token", first["NextToken"]))
+    assert [i["GSI1SK"]["S"] for i in second["Items"]] == newest[3:6]
 
 
 def test_aws_cli_describe_table_and_list_tables(sample):
