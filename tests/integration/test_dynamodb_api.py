@@ -1041,12 +1041,12 @@ def test_aws_cli_describe_table_and_list_tables(sample):
     assert indexes["OpenOrders"]["Projection"] == {"ProjectionType": "INCLUDE",
                                                    "NonKeyAttributes": ["status", "total"]}
     assert all(g["IndexStatus"] == "ACTIVE" for g in indexes.values())
-    # An unknown table, as the CLI shows it: exit code 254 and DynamoDB's message.
+    # An unknown table, as the CLI shows it: exit code 255 (a service error) and DynamoDB's message.
     env = dict(os.environ, AWS_ACCESS_KEY_ID="any", AWS_SECRET_ACCESS_KEY="any",
                AWS_DEFAULT_REGION="us-east-1", AWS_PAGER="")
     p = subprocess.run([AWS, "dynamodb", "describe-table", "--table-name", "Nope",
                         "--endpoint-url", url], capture_output=True, text=True, timeout=60, env=env)
-    assert p.returncode == 254
+    assert p.returncode == 255
     assert p.stderr.strip() == ("An error occurred (ResourceNotFoundException) when calling the "
                                 "DescribeTable operation: Requested resource not found: Table: "
                                 "Nope not found")
