@@ -189,6 +189,12 @@ absl::Status Application::Init() {
                          fast_reads_->port()));
   }
 
+  if (!config_.server.dynamodb.empty()) {
+    if (absl::Status s = StartDynamoDb(queries); !s.ok()) {
+      return InPhase("starting the DynamoDB endpoint", s);
+    }
+  }
+
   queue_ = std::make_unique<RecordQueue>(config_.apply.queue_capacity);
   for (size_t i = 0; i < sources_.size(); ++i) {
     sources_[i]->SetPositionLookup([this, i] { return published_->PositionsOf(i); });
@@ -227,6 +233,47 @@ absl::Status Application::StartCluster() {
   return absl::OkStatus();
 }
 
+absl::Status Application::StartDynamoDb(const ViewQueries& queries) {
+  dynamodb_api_ = std::make_unique<dynamodb::DynamoDbApi>(*catalog_, queries);
+  dynamodb_connections_ = std::make_unique<ConnectionProbe>(
+      *metrics_, "dynamodb",
+      std::vector<std::string>{"client", "error", "idle", "request_timeout", "write_timeout",
+                               "request_refused", "tls_handshake", "shutdown"});
+  dynamodb_probe_ = std::make_unique<DynamoDbApiProbe>(*metrics_);
+  dynamodb::HttpServer::Options options;
+  options.connections = dynamodb_connections_.get();
+  options.probe = dynamodb_probe_.get();
+  // A cluster member's reads ask the other members: never on the I/O threads.
+  options.offload_all = cluster_queries_ != nullptr;
+  if (config_.server.TlsEnabled()) {
+    security::TlsServerContext::Options tls;
+    tls.port = "dynamodb";
+    auto context =
+        security::TlsServerContext::Create(config_.server, std::move(tls), metrics_->registry());
+    if (!context.ok()) return context.status();
+    options.tls = *std::move(context);
+  }
+  if (tokens_ != nullptr) {
+    dynamodb_auth_ = std::make_unique<security::AuthProbe>(metrics_->registry(), "dynamodb");
+    options.tokens = tokens_;
+    options.auth_probe = dynamodb_auth_.get();
+  }
+  const dynamodb::DynamoDbApi* api = dynamodb_api_.get();
+  auto server = dynamodb::HttpServer::Start(
+      config_.server, [api](const dynamodb::ApiRequest& request) { return api->Handle(request); },
+      std::move(options));
+  if (!server.ok()) {
+    return absl::Status(server.status().code(),
+                        absl::StrCat("server.dynamodb: ", server.status().message(),
+                                     "; set it to a free host:port, or \"\" to turn the DynamoDB "
+                                     "endpoint off"));
+  }
+  dynamodb_ = std::move(*server);
+  LogInfo(absl::StrCat("cdcviewd serving the DynamoDB API (", config_.server.TlsEnabled() ? "HTTPS" : "HTTP",
+                       ") on port ", dynamodb_->port()));
+  return absl::OkStatus();
+}
+
 absl::Status Application::ClampConnectionCaps() {
   auto open = CountOpenFds();
   if (!open.ok()) return open.status();
@@ -244,17 +291,21 @@ absl::Status Application::ClampConnectionCaps() {
   const uint32_t grpc_wanted = config_.server.grpc_max_connections;
   std::vector<uint32_t> wanted = {grpc_wanted * grpc_fds};
   if (fast_reads_ != nullptr) wanted.push_back(config_.server.fast_reads_max_connections);
+  if (dynamodb_ != nullptr) wanted.push_back(config_.server.dynamodb_max_connections);
   const std::vector<uint32_t> caps = ShareConnectionBudget(budget, wanted);
   const uint32_t grpc_cap = std::max<uint32_t>(1, caps[0] / grpc_fds);
   server_->SetMaxConnections(grpc_cap);
   if (fast_reads_ != nullptr) fast_reads_->SetMaxConnections(caps[1]);
+  const uint32_t dynamodb_cap = dynamodb_ != nullptr ? caps.back() : 0;
+  if (dynamodb_ != nullptr) dynamodb_->SetMaxConnections(dynamodb_cap);
   LogInfo(absl::StrCat(
       "file descriptors: limit ", fd_limit_.soft, ", ", *open, " open, server.fd_reserve ",
       config_.server.fd_reserve, ": connections may hold ", budget, "; the gRPC port takes at most ",
       grpc_cap, grpc_fds > 1 ? " (3 descriptors each: TLS relay)" : "",
       fast_reads_ != nullptr ? absl::StrCat(", the fast read port ", caps[1]) : "",
-      caps != wanted ? " (server.grpc_max_connections and server.fast_reads_max_connections ask "
-                       "for more than the limit leaves)"
+      dynamodb_ != nullptr ? absl::StrCat(", the DynamoDB endpoint ", dynamodb_cap) : "",
+      caps != wanted ? " (server.grpc_max_connections, server.fast_reads_max_connections and "
+                       "server.dynamodb_max_connections ask for more than the limit leaves)"
                      : ""));
   return absl::OkStatus();
 }
@@ -369,11 +420,14 @@ void Application::Shutdown() {
       std::chrono::duration_cast<std::chrono::milliseconds>(kServerDrainTimeout).count());
   std::thread fast_reads_drain;
   if (fast_reads_) fast_reads_drain = std::thread([this] { fast_reads_->Shutdown(grace_ms); });
+  std::thread dynamodb_drain;
+  if (dynamodb_) dynamodb_drain = std::thread([this] { dynamodb_->Shutdown(grace_ms); });
   if (server_) {
     server_->SetServing(false);
     server_->Shutdown(grace_ms);
   }
   if (fast_reads_drain.joinable()) fast_reads_drain.join();
+  if (dynamodb_drain.joinable()) dynamodb_drain.join();
   const auto elapsed_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                               std::chrono::steady_clock::now() - drain_start)
                               .count();

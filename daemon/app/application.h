@@ -4,14 +4,15 @@
 //             published state (sources register their health) -> applier.Recover (positions,
 //             view states) -> applier.ApplyAssignment (a cluster member drops the partitions
 //             it no longer owns, before anything serves or reads)
-//             -> gRPC server (health SERVING once the view states are loaded), and the fast
-//             read port if server.fast_reads is set
+//             -> gRPC server (health SERVING once the view states are loaded), the fast
+//             read port if server.fast_reads is set, the DynamoDB endpoint if server.dynamodb
+//             is (on the same ViewQueries as both gRPC ports)
 //             -> sources start at the stored positions -> the connection caps are clamped to
 //             the descriptors left (fd_budget.h) -> writer thread (rebuilds changed views,
 //             then applies batches)
 //   Shutdown: stop the sources (in parallel) -> close the queue -> the writer drains what was read and
-//             commits -> cancel Watch streams -> stop the gRPC server and the fast read port
-//             (grace period, in parallel) -> close the store
+//             commits -> cancel Watch streams -> stop the gRPC server, the fast read port and
+//             the DynamoDB endpoint (grace period, in parallel) -> close the store
 //
 // Integration tests and benchmarks drive this same class. Start/Shutdown are called from one
 // thread; the accessors are thread-safe.
@@ -31,6 +32,9 @@
 #include "daemon/app/ingestion_log.h"
 #include "daemon/apply/applier.h"
 #include "daemon/config/config.h"
+#include "daemon/dynamodb/api.h"
+#include "daemon/dynamodb/http_server.h"
+#include "daemon/metrics/dynamodb_api_probe.h"
 #include "daemon/metrics/connection_probe.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/metrics/watch_probe.h"
@@ -71,6 +75,7 @@ class Application {
 
   int grpc_port() const { return server_ ? server_->port() : 0; }
   int fast_reads_port() const { return fast_reads_ ? fast_reads_->port() : 0; }  // 0: off
+  int dynamodb_port() const { return dynamodb_ ? dynamodb_->port() : 0; }  // 0: off
   int metrics_port() const { return metrics_ ? metrics_->port() : 0; }
   const Config& config() const { return config_; }
   Applier& applier() { return *applier_; }
@@ -93,6 +98,8 @@ class Application {
   absl::Status StartCluster();
   // Once the sources hold their descriptors: what connections may use, and the caps within it.
   absl::Status ClampConnectionCaps();
+  // server.dynamodb: the DynamoDB endpoint on `queries`.
+  absl::Status StartDynamoDb(const ViewQueries& queries);
 
   Config config_;
   FdLimit fd_limit_;
@@ -123,6 +130,12 @@ class Application {
   std::unique_ptr<ConnectionProbe> fast_reads_connections_;  // outlives fast_reads_
   std::unique_ptr<security::AuthProbe> fast_reads_auth_;  // outlives fast_reads_
   std::unique_ptr<H2ReadServer> fast_reads_;  // server.fast_reads; null when off
+  // server.dynamodb; null when off. The API, the probes outlive the server.
+  std::unique_ptr<dynamodb::DynamoDbApi> dynamodb_api_;
+  std::unique_ptr<ConnectionProbe> dynamodb_connections_;
+  std::unique_ptr<security::AuthProbe> dynamodb_auth_;
+  std::unique_ptr<DynamoDbApiProbe> dynamodb_probe_;
+  std::unique_ptr<dynamodb::HttpServer> dynamodb_;
   std::thread writer_;
   std::atomic<bool> stop_writer_{false};
   std::atomic<bool> writer_done_{false};

@@ -59,6 +59,10 @@ struct ServerConfig {
   // The fast read port (H2ReadServer): ViewService's unary reads over gRPC, answered on one
   // event loop without the gRPC library. host:port like grpc; "" (the default) disables it.
   std::string fast_reads;
+  // The DynamoDB endpoint (daemon/dynamodb/http_server.h): the DynamoDB JSON 1.0 protocol over
+  // HTTP/1.1, so that AWS SDKs read the views as global secondary indexes. host:port like
+  // grpc; "" (the default) disables it.
+  std::string dynamodb;
   // A view's health service ("cdcview.view.<name>") is SERVING only while the view is READY
   // and every source of its table is at most this far behind (finished/caught-up sources: 0).
   uint32_t ready_max_lag_seconds = 60;
@@ -91,6 +95,28 @@ struct ServerConfig {
   uint32_t fast_reads_request_timeout_ms = 10 * 1000;
   static constexpr uint32_t kMinFastReadsTimeoutMs = 100;
   static constexpr uint32_t kMaxFastReadsTimeoutMs = 24 * 3600 * 1000;
+
+  // The DynamoDB endpoint's limits (see docs/ARCHITECTURE.md, "Limits and failure behaviour").
+  // I/O threads: each reads requests, answers those without a consistency header and writes
+  // the answers.
+  uint32_t dynamodb_threads = 2;
+  static constexpr uint32_t kMaxDynamoDbThreads = 64;
+  // Connections open at once; one more is closed as soon as accepted (within the open-files
+  // budget, like the other ports).
+  uint32_t dynamodb_max_connections = 1024;
+  // A request's body at most (held in memory until it has all arrived); over it: 413 naming
+  // the field, then the connection is closed.
+  uint64_t dynamodb_max_request_bytes = 1 << 20;
+  static constexpr uint64_t kMaxDynamoDbRequestBytes = 64 << 20;
+  // A keep-alive connection without a request this long is closed.
+  uint32_t dynamodb_idle_timeout_ms = 300 * 1000;
+  // A request's head and body must arrive within this of its first byte (a TLS handshake within
+  // this of accept), and its answer be written within it; else the connection is closed.
+  uint32_t dynamodb_request_timeout_ms = 10 * 1000;
+  // Requests with a consistency header (x-cdcview-min-position, ...) running at once, each on a
+  // thread of its own while it waits; one more answers ThrottlingException naming the field.
+  uint32_t dynamodb_max_waits = 256;
+  static constexpr uint32_t kMaxDynamoDbWaits = 4096;
 
   // The main gRPC port's connections (GrpcListener and gRPC's channel arguments). Beyond the
   // cap a connection is accepted and closed at once; the cap is lowered at start to what the

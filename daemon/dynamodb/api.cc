@@ -397,11 +397,6 @@ absl::StatusOr<std::optional<std::vector<Path>>> ReadProjection(const RequestObj
 
 // ---- Key conditions
 
-std::string DescribeValue(const AttributeValue& value) {
-  std::string text = value.type() == AttrType::kB ? Base64Encode(value.scalar()) : value.scalar();
-  return Cat("AttributeValue: {", AttrTypeName(value.type()), ":", ValueText(text), "}");
-}
-
 // The legacy KeyConditions as a KeyCondition.
 absl::StatusOr<KeyCondition> ReadKeyConditions(dom::object conditions) {
   static const std::vector<std::string_view> kOperators = {
@@ -517,10 +512,10 @@ absl::Status ApplyKeyCondition(const KeyCondition& condition, const ViewContext&
       EncodeKeyComponent(sk->value, &low);
       EncodeKeyComponent(sk->value2, &high);
       if (high < low) {
-        return ValidationError(Cat(
-            "Invalid KeyConditionExpression: The BETWEEN operator requires upper bound to be "
-            "greater than or equal to lower bound; lower operand: ",
-            DescribeValue(sk->value), ", upper operand: ", DescribeValue(sk->value2)));
+        // KeyConditions' words (ParseKeyCondition checks a KeyConditionExpression's bounds).
+        return ValidationError(
+            "The BETWEEN condition was provided a range where the lower bound is greater than "
+            "the upper bound");
       }
       sort->set_op(v1::SortCondition::BETWEEN);
       ToProto(sk->value2, sort->mutable_value2());
@@ -774,6 +769,23 @@ class Operation {
     return s;
   }
 
+  // A GSI answers only what it projects: DynamoDB refuses a projection of anything else.
+  static absl::Status CheckProjected(const std::optional<std::vector<Path>>& paths,
+                                     const ViewContext& v) {
+    if (!paths.has_value() || v.projected.empty()) return absl::OkStatus();
+    std::vector<std::string_view> missing;
+    for (const Path& path : *paths) {
+      const std::string& top = path.front().name;
+      if (!v.projected.contains(top) &&
+          std::find(missing.begin(), missing.end(), top) == missing.end()) {
+        missing.push_back(top);
+      }
+    }
+    if (missing.empty()) return absl::OkStatus();
+    return ValidationError(Cat(kInvalid, "Global secondary index ", v.spec->name,
+                               " does not project [", Join(missing, ", "), "]"));
+  }
+
   absl::StatusOr<std::optional<uint64_t>> ReadLimit(const RequestObject& r) const {
     API_ASSIGN_OR_RETURN(std::optional<int64_t> limit, r.Integer("Limit"));
     if (!limit.has_value()) return std::optional<uint64_t>();
@@ -903,6 +915,7 @@ class Operation {
     AttributeValue partition;
     API_RETURN_IF_ERROR(ApplyKeyCondition(condition, v, &q, &partition));
     API_ASSIGN_OR_RETURN(std::string_view select, ReadSelect(r, v, paths.has_value()));
+    API_RETURN_IF_ERROR(CheckProjected(paths, v));
 
     const bool merged = v.spec->shards.enabled() && !v.spec->shards.Split(partition.scalar());
     if (start.has_value()) {
@@ -1013,6 +1026,7 @@ class Operation {
     API_ASSIGN_OR_RETURN(std::optional<std::vector<Path>> paths, ReadProjection(r, &e));
     API_RETURN_IF_ERROR(CheckUnused(e));
     API_ASSIGN_OR_RETURN(std::string_view select, ReadSelect(r, v, paths.has_value()));
+    API_RETURN_IF_ERROR(CheckProjected(paths, v));
 
     v1::ScanRequest s;
     s.set_view(v.spec->name);

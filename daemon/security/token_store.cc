@@ -166,6 +166,7 @@ absl::StatusOr<TokenStore::Table> TokenStore::Load(const std::string& path) {
         return bad("the token contains white space (it travels in an HTTP header)");
       }
       out.digest = Digest(token);
+      out.token = token;
       for (const Entry& other : table) {
         if (other.digest == out.digest) {
           return bad(absl::StrCat("the same token as \"", other.principal.name, "\""));
@@ -262,6 +263,15 @@ absl::StatusOr<Principal> TokenStore::Authenticate(std::string_view header) {
   }
   if (match == table->size()) return absl::UnauthenticatedError(kBadTokenMessage);
   return (*table)[match].principal;
+}
+
+std::optional<TokenStore::NamedToken> TokenStore::FindByName(std::string_view name) {
+  MaybeReload();
+  const std::shared_ptr<const Table> table = Current();
+  for (const Entry& entry : *table) {
+    if (entry.principal.name == name) return NamedToken{entry.token, entry.principal};
+  }
+  return std::nullopt;
 }
 
 absl::Status TokenStore::PermitView(const Principal& who, std::string_view view) {

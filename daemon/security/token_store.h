@@ -14,9 +14,11 @@
 // not load keeps the previous tokens; the failure is logged and counted in
 // cdcview_auth_tokens_reloads_total{result="failed"} (result="ok" for each good reload).
 //
-// Tokens are kept only as SHA-256 digests. A presented token is hashed and compared with every
-// entry's digest by CRYPTO_memcmp, without an early exit, so the time taken says nothing about
-// which bytes or which entry matched.
+// A presented bearer token is hashed (SHA-256) and compared with every entry's digest by
+// CRYPTO_memcmp, without an early exit, so the time taken says nothing about which bytes or
+// which entry matched. The tokens themselves are kept too, for FindByName: the DynamoDB
+// endpoint verifies AWS SigV4 signatures, whose HMAC key is the secret itself (access key id =
+// the entry's name, secret key = its token). No message, log line or metric ever carries one.
 //
 // Thread-safe: Authenticate may be called from any number of threads; a reload swaps an
 // immutable table under a mutex. Shared (std::shared_ptr) by every port that checks tokens.
@@ -26,6 +28,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <sys/stat.h>
@@ -85,12 +88,23 @@ class TokenStore {
   // server.tokens_file
   static absl::Status PermitMetrics(const Principal& who);
 
+  // The entry named `name` (an AWS access key id on the DynamoDB endpoint): its token, the
+  // secret a SigV4 signature is computed with, and who it is; nullopt when no entry has that
+  // name. Reloads the file first like Authenticate. Names are not secret: the lookup is a plain
+  // comparison.
+  struct NamedToken {
+    std::string token;
+    Principal principal;
+  };
+  std::optional<NamedToken> FindByName(std::string_view name);
+
   const std::string& path() const { return path_; }
   size_t size();  // tokens in the table in use
 
  private:
   struct Entry {
     std::array<unsigned char, 32> digest;
+    std::string token;  // for FindByName; never logged
     Principal principal;
   };
   struct FileId {

@@ -732,6 +732,69 @@ TEST(ConfigTest, ServerLimitsHaveSafeDefaultsAndBounds) {
             "to 86400000, got \"86400001\"");
 }
 
+// The DynamoDB endpoint: off by default, its limits' defaults and bounds, each error naming the
+// field and its range.
+TEST(ConfigTest, DynamoDbEndpointLimitsHaveSafeDefaultsAndBounds) {
+  absl::StatusOr<Config> defaults = Parse("tables: [ { name: App, key: { partition: PK } } ]\n");
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  const ServerConfig& d = defaults->server;
+  EXPECT_EQ(d.dynamodb, "");
+  EXPECT_EQ(d.dynamodb_threads, 2u);
+  EXPECT_EQ(d.dynamodb_max_connections, 1024u);
+  EXPECT_EQ(d.dynamodb_max_request_bytes, 1ull << 20);
+  EXPECT_EQ(d.dynamodb_idle_timeout_ms, 300000u);
+  EXPECT_EQ(d.dynamodb_request_timeout_ms, 10000u);
+  EXPECT_EQ(d.dynamodb_max_waits, 256u);
+
+  absl::StatusOr<Config> set = Parse(
+      "server: { dynamodb: \"0.0.0.0:8000\", dynamodb_threads: 64,\n"
+      "          dynamodb_max_connections: 1, dynamodb_max_request_bytes: 64MiB,\n"
+      "          dynamodb_idle_timeout_ms: 100, dynamodb_request_timeout_ms: 86400000,\n"
+      "          dynamodb_max_waits: 4096 }\n"
+      "tables: [ { name: App, key: { partition: PK } } ]\n");
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->server.dynamodb, "0.0.0.0:8000");
+  EXPECT_EQ(set->server.dynamodb_threads, 64u);
+  EXPECT_EQ(set->server.dynamodb_max_connections, 1u);
+  EXPECT_EQ(set->server.dynamodb_max_request_bytes, 64ull << 20);
+  EXPECT_EQ(set->server.dynamodb_idle_timeout_ms, 100u);
+  EXPECT_EQ(set->server.dynamodb_request_timeout_ms, 86400000u);
+  EXPECT_EQ(set->server.dynamodb_max_waits, 4096u);
+
+  auto error = [](const std::string& field) {
+    return ErrorOf("server: { " + field + " }\ntables: [ { name: App, key: { partition: PK } } ]\n");
+  };
+  EXPECT_EQ(error("dynamodb: 8000"),
+            "t.yaml:1: server.dynamodb: expected host:port (e.g. 0.0.0.0:8000 or [::]:8000), "
+            "or \"\" to disable, got \"8000\"");
+  EXPECT_EQ(error("dynamodb_threads: 0"),
+            "t.yaml:1: server.dynamodb_threads: expected a whole number from 1 to 64, got \"0\" "
+            "(at most 64: one thread each)");
+  EXPECT_EQ(error("dynamodb_threads: 65"),
+            "t.yaml:1: server.dynamodb_threads: expected a whole number from 1 to 64, got \"65\" "
+            "(at most 64: one thread each)");
+  EXPECT_EQ(error("dynamodb_max_connections: 0"),
+            "t.yaml:1: server.dynamodb_max_connections: expected a whole number from 1 to "
+            "1048576, got \"0\"");
+  EXPECT_EQ(error("dynamodb_max_request_bytes: 0"),
+            "t.yaml:1: server.dynamodb_max_request_bytes: must be greater than 0");
+  EXPECT_EQ(error("dynamodb_max_request_bytes: 65MiB"),
+            "t.yaml:1: server.dynamodb_max_request_bytes: 65MiB is larger than this system "
+            "allows (at most 64MiB: a request is held in memory until it has all arrived)");
+  EXPECT_EQ(error("dynamodb_idle_timeout_ms: 99"),
+            "t.yaml:1: server.dynamodb_idle_timeout_ms: expected a whole number from 100 to "
+            "86400000, got \"99\"");
+  EXPECT_EQ(error("dynamodb_request_timeout_ms: 86400001"),
+            "t.yaml:1: server.dynamodb_request_timeout_ms: expected a whole number from 100 to "
+            "86400000, got \"86400001\"");
+  EXPECT_EQ(error("dynamodb_max_waits: 0"),
+            "t.yaml:1: server.dynamodb_max_waits: expected a whole number from 1 to 4096, got "
+            "\"0\" (at most 4096: each waiting request holds a thread)");
+  EXPECT_EQ(error("dynamodb_max_waits: 4097"),
+            "t.yaml:1: server.dynamodb_max_waits: expected a whole number from 1 to 4096, got "
+            "\"4097\" (at most 4096: each waiting request holds a thread)");
+}
+
 // Each of these counts time, threads or a rate: the message says why its maximum is the one.
 TEST(ConfigErrorTest, IntervalsThreadsAndRatesHaveAMaximumThatSaysWhy) {
   const std::string tables = "tables: [ { name: App, key: { partition: PK } } ]\n";

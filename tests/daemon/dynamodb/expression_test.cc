@@ -260,7 +260,7 @@ TEST(ExpressionFunctionTest, Size) {
   EXPECT_TRUE(Holds("size(hollow) < :one"));
   EXPECT_FALSE(Holds("size(n) >= :one"));  // N, BOOL, NULL have no size
   EXPECT_FALSE(Holds("size(t) >= :one"));
-  EXPECT_FALSE(Holds("size(z) <> :one") == false);  // no size: <> holds as for a gone value
+  EXPECT_TRUE(Holds("size(z) <> :one"));  // no size: <> holds, as for a missing attribute
   EXPECT_TRUE(Holds("size(s) BETWEEN :one AND :ten AND size(l) IN (:three)"));
   EXPECT_TRUE(Holds(":three = size(l)"));
 }
@@ -383,6 +383,12 @@ TEST(ExpressionErrorTest, Limits) {
   EXPECT_EQ(FilterError(std::string(2000, '(') + "a = :one" + std::string(2000, ')')),
             "Invalid FilterExpression: The expression nests parentheses more than 64 deep");
   EXPECT_EQ(FilterError(std::string(3000, '(')), "Invalid FilterExpression: The expression nests parentheses more than 64 deep");
+  std::string sizes = "a";
+  for (int i = 0; i < 100; ++i) sizes = "size(" + sizes + ")";
+  EXPECT_EQ(FilterError(sizes + " > :one"), "Invalid FilterExpression: The expression nests parentheses more than 64 deep");
+  std::string nots = "a = :one";
+  for (int i = 0; i < 3; ++i) nots = "NOT " + nots;
+  EXPECT_EQ(FilterError(nots), "Invalid FilterExpression: Syntax error; token: \"NOT\", near: \"NOT NOT NOT\"");
   std::string many = "a = :one";
   for (int i = 0; i < 150; ++i) many += " OR a = :one";  // 151 comparisons + 150 ORs
   EXPECT_EQ(FilterError(many), "Invalid FilterExpression: The expression contains more than 300 operators and functions");

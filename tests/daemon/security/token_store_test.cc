@@ -99,6 +99,32 @@ TEST_F(TokenStoreTest, AuthenticatesEachTokenAsItsEntry) {
   EXPECT_EQ(store->size(), 2u);
 }
 
+// The DynamoDB endpoint's SigV4 check looks an entry up by name (the access key id) and signs
+// with its token; a reload changes what the name finds.
+TEST_F(TokenStoreTest, FindsAnEntryByNameWithItsToken) {
+  Write(kTwoTokens);
+  std::shared_ptr<TokenStore> store = Open();
+  std::optional<TokenStore::NamedToken> orders = store->FindByName("orders-api");
+  ASSERT_TRUE(orders.has_value());
+  EXPECT_EQ(orders->token, kOrders);
+  EXPECT_EQ(orders->principal.name, "orders-api");
+  EXPECT_THAT(orders->principal.views, ElementsAre("by_customer", "votes_by_day"));
+  std::optional<TokenStore::NamedToken> admin = store->FindByName("admin.ops_1");
+  ASSERT_TRUE(admin.has_value());
+  EXPECT_EQ(admin->token, kAdmin);
+  EXPECT_TRUE(admin->principal.all_views);
+  EXPECT_FALSE(store->FindByName("orders").has_value());
+  EXPECT_FALSE(store->FindByName("").has_value());
+  EXPECT_FALSE(store->FindByName(kOrders).has_value());
+
+  Write("tokens:\n  - { name: orders-api, token: \"another-token-of-orders\", views: all }\n");
+  orders = store->FindByName("orders-api");
+  ASSERT_TRUE(orders.has_value());
+  EXPECT_EQ(orders->token, "another-token-of-orders");
+  EXPECT_TRUE(orders->principal.all_views);
+  EXPECT_FALSE(store->FindByName("admin.ops_1").has_value());
+}
+
 TEST_F(TokenStoreTest, RefusesMissingAndUnknownTokensWithTheExactMessages) {
   Write(kTwoTokens);
   std::shared_ptr<TokenStore> store = Open();

@@ -1,0 +1,742 @@
+#include "daemon/dynamodb/http_server.h"
+
+#include <fcntl.h>
+#include <openssl/ssl.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+#include <boost/crc.hpp>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <optional>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "daemon/dynamodb/sigv4_verify.h"
+#include "daemon/log/log.h"
+#include "daemon/server/listen_address.h"
+
+namespace cdcview::dynamodb {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr char kJsonType[] = "application/x-amz-json-1.0";
+constexpr size_t kReadChunk = 16 * 1024;
+
+std::string Crc32(std::string_view body) {
+  boost::crc_32_type crc;
+  crc.process_bytes(body.data(), body.size());
+  return std::to_string(crc.checksum());
+}
+
+// 52 characters of [A-Z0-9], the shape of DynamoDB's request ids.
+std::string RequestId() {
+  thread_local std::mt19937_64 random(std::random_device{}());
+  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  std::string id(52, 'A');
+  for (char& c : id) c = kAlphabet[random() % 36];
+  return id;
+}
+
+// "DynamoDB_20120810.Query" -> "Query"; the metrics keep only DynamoDB's names.
+std::string_view OperationOf(std::string_view target) {
+  const size_t dot = target.rfind('.');
+  return dot == std::string_view::npos ? std::string_view() : target.substr(dot + 1);
+}
+
+std::string_view View(beast::string_view s) { return std::string_view(s.data(), s.size()); }
+
+int OpenSpare() { return open("/dev/null", O_RDONLY | O_CLOEXEC); }
+
+absl::StatusOr<int> ListenOn(const std::string& address) {
+  absl::StatusOr<AddressList> found = ListenAddresses(address, "8000");
+  if (!found.ok()) return found.status();
+  std::string why = "no address";
+  int fd = -1;
+  for (addrinfo* a = found->get(); a != nullptr && fd < 0; a = a->ai_next) {
+    fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) {
+      why = std::strerror(errno);
+      continue;
+    }
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, SOMAXCONN) != 0) {
+      why = std::strerror(errno);
+      close(fd);
+      fd = -1;
+    }
+  }
+  if (fd < 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", address, ": ", why));
+  return fd;
+}
+
+// Threads for the requests that may wait: made as needed, up to `max` at once, each running
+// one request at a time; TrySubmit refuses past `max` requests in flight.
+class WaitPool {
+ public:
+  explicit WaitPool(uint32_t max) : max_(max) {}
+  ~WaitPool() { Stop(); }
+
+  bool TrySubmit(std::function<void()> task) {
+    absl::MutexLock lock(&mu_);
+    if (stop_ || in_flight_ >= max_) return false;
+    ++in_flight_;
+    queue_.push_back(std::move(task));
+    if (queue_.size() > idle_) threads_.emplace_back([this] { Run(); });
+    return true;
+  }
+  uint32_t max() const { return max_; }
+
+  void Stop() {
+    std::vector<std::thread> threads;
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+      threads.swap(threads_);
+    }
+    for (std::thread& t : threads) t.join();
+  }
+
+ private:
+  void Run() {
+    pthread_setname_np(pthread_self(), "dynamodb-wait");
+    absl::MutexLock lock(&mu_);
+    for (;;) {
+      ++idle_;
+      mu_.Await(absl::Condition(this, &WaitPool::HasWorkOrStops));
+      --idle_;
+      if (queue_.empty()) return;  // stopping, nothing left
+      std::function<void()> task = std::move(queue_.front());
+      queue_.pop_front();
+      mu_.Unlock();
+      task();
+      task = nullptr;  // what it holds goes before the slot is given back
+      mu_.Lock();
+      --in_flight_;
+    }
+  }
+
+  bool HasWorkOrStops() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stop_ || !queue_.empty();
+  }
+
+  const uint32_t max_;
+  mutable absl::Mutex mu_;
+  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
+  uint32_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t idle_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// What Shutdown needs of a connection, whatever its stream.
+class SessionBase : public std::enable_shared_from_this<SessionBase> {
+ public:
+  virtual ~SessionBase() = default;
+  virtual void CloseIfIdle() = 0;  // both post to the connection's strand
+  virtual void Close() = 0;
+};
+
+}  // namespace
+
+class HttpServer::Impl {
+ public:
+  Impl(const ServerConfig& limits, Handler handler, Options options)
+      : limits_(limits),
+        handler_(std::move(handler)),
+        options_(std::move(options)),
+        waits_(limits.dynamodb_max_waits),
+        max_connections_(limits.dynamodb_max_connections),
+        ioc_(static_cast<int>(limits.dynamodb_threads)),
+        accept_strand_(asio::make_strand(ioc_)),
+        acceptor_(accept_strand_),
+        retry_timer_(accept_strand_) {
+    if (options_.connections != nullptr) options_.connections->SetMax(max_connections_);
+  }
+  ~Impl() { Shutdown(0); }
+
+  absl::Status Listen() {
+    absl::StatusOr<int> fd = ListenOn(limits_.dynamodb);
+    if (!fd.ok()) return fd.status();
+    sockaddr_storage bound{};
+    socklen_t length = sizeof bound;
+    getsockname(*fd, reinterpret_cast<sockaddr*>(&bound), &length);
+    const bool v6 = bound.ss_family == AF_INET6;
+    port_ = ntohs(v6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                     : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+    boost::system::error_code ec;
+    acceptor_.assign(v6 ? tcp::v6() : tcp::v4(), *fd, ec);
+    spare_fd_ = OpenSpare();
+    if (ec || spare_fd_ < 0) {
+      if (!ec) close(*fd);
+      return absl::UnavailableError(absl::StrCat("cannot listen on ", limits_.dynamodb, ": ",
+                                                 ec ? ec.message() : std::strerror(errno)));
+    }
+    asio::post(accept_strand_, [this] { Accept(); });
+    for (uint32_t i = 0; i < limits_.dynamodb_threads; ++i) {
+      threads_.emplace_back([this] {
+        pthread_setname_np(pthread_self(), "dynamodb-io");
+        ioc_.run();
+      });
+    }
+    return absl::OkStatus();
+  }
+
+  int port() const { return port_; }
+
+  void SetMaxConnections(uint32_t max) {
+    max_connections_ = max;
+    if (options_.connections != nullptr) options_.connections->SetMax(max);
+  }
+
+  void Shutdown(int grace_ms) {
+    if (shut_down_.exchange(true)) return;
+    stopping_ = true;
+    if (threads_.empty()) return;  // never listened
+    asio::post(accept_strand_, [this] {
+      boost::system::error_code ec;
+      acceptor_.close(ec);
+      retry_timer_.cancel();
+    });
+    // Idle connections go now; those with a request in flight as soon as it is answered.
+    const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(grace_ms);
+    do {
+      ForEachSession([](SessionBase& s) { s.CloseIfIdle(); });
+      if (open_.load() == 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    } while (Clock::now() < deadline);
+    ForEachSession([](SessionBase& s) { s.Close(); });
+    const Clock::time_point closing = Clock::now() + std::chrono::seconds(1);
+    while (open_.load() > 0 && Clock::now() < closing) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ioc_.stop();
+    for (std::thread& t : threads_) t.join();
+    // Waits still running end by their own deadline (server.max_wait_ms at most).
+    waits_.Stop();
+    if (spare_fd_ >= 0) close(spare_fd_);
+    spare_fd_ = -1;
+  }
+
+  // ---- used by the sessions ----
+  const ServerConfig& limits() const { return limits_; }
+  const Options& options() const { return options_; }
+  const Handler& handler() const { return handler_; }
+  WaitPool& waits() { return waits_; }
+  bool stopping() const { return stopping_.load(); }
+
+  void Ended(uint64_t id, std::string_view reason) {
+    {
+      absl::MutexLock lock(&mu_);
+      sessions_.erase(id);
+    }
+    open_.fetch_sub(1);
+    if (options_.connections != nullptr) options_.connections->Closed(reason);
+  }
+
+ private:
+  void Accept() {
+    acceptor_.async_accept(asio::make_strand(ioc_),
+                           [this](boost::system::error_code ec, tcp::socket socket) {
+                             OnAccept(ec, std::move(socket));
+                           });
+  }
+
+  void OnAccept(boost::system::error_code ec, tcp::socket socket) {
+    if (stopping_ || ec == asio::error::operation_aborted) return;
+    if (ec) {
+      if (ec.value() == EMFILE || ec.value() == ENFILE) {
+        OutOfDescriptors();
+      } else {
+        Accept();  // ECONNABORTED and the like: that client is gone
+      }
+      return;
+    }
+    if (open_.load() >= max_connections_.load()) {
+      RefuseAtCap(std::move(socket));
+      Accept();
+      return;
+    }
+    refusing_ = false;
+    open_.fetch_add(1);
+    if (options_.connections != nullptr) options_.connections->Opened();
+    StartSession(std::move(socket));
+    Accept();
+  }
+
+  // The connection that could not be taken is accepted through the spare descriptor and closed,
+  // so that its client learns at once; without a spare, accepting waits a moment instead of
+  // spinning on EMFILE.
+  void OutOfDescriptors() {
+    if (!out_of_fds_) {
+      out_of_fds_ = true;
+      LogWarning(absl::StrCat("server.dynamodb: out of file descriptors (", std::strerror(EMFILE),
+                              "); refusing connections until some are free (raise the open-files "
+                              "limit or lower server.dynamodb_max_connections)"));
+    }
+    if (spare_fd_ >= 0) {
+      close(spare_fd_);
+      int excess = accept4(acceptor_.native_handle(), nullptr, nullptr, SOCK_CLOEXEC);
+      if (excess >= 0) {
+        if (options_.connections != nullptr) options_.connections->Refused("fd_limit");
+        close(excess);
+      }
+      spare_fd_ = OpenSpare();
+    }
+    if (spare_fd_ >= 0) {
+      Accept();
+      return;
+    }
+    retry_timer_.expires_after(std::chrono::milliseconds(100));
+    retry_timer_.async_wait([this](boost::system::error_code wait_ec) {
+      if (wait_ec || stopping_) return;
+      if (spare_fd_ < 0) spare_fd_ = OpenSpare();
+      Accept();
+    });
+  }
+
+  void RefuseAtCap(tcp::socket socket) {
+    if (options_.connections != nullptr) options_.connections->Refused("max_connections");
+    if (!refusing_) {
+      refusing_ = true;
+      LogWarning(absl::StrCat("server.dynamodb: ", max_connections_.load(),
+                              " connections open (server.dynamodb_max_connections); closing new "
+                              "ones until some end"));
+    }
+    if (options_.tls == nullptr) {
+      // Best effort, never blocking: what a client that reads first sees.
+      ApiResponse refusal = ErrorResponse(
+          503, "ThrottlingException",
+          absl::StrCat("too many connections: the DynamoDB endpoint holds at most ",
+                       max_connections_.load(),
+                       " (server.dynamodb_max_connections); retry later"),
+          "unknown");
+      const std::string answer = absl::StrCat(
+          "HTTP/1.1 503 Service Unavailable\r\nContent-Type: ", kJsonType,
+          "\r\nx-amzn-RequestId: ", RequestId(), "\r\nx-amz-crc32: ", Crc32(refusal.body),
+          "\r\nContent-Length: ", refusal.body.size(), "\r\nConnection: close\r\n\r\n",
+          refusal.body);
+      [[maybe_unused]] ssize_t sent =
+          send(socket.native_handle(), answer.data(), answer.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    }
+    boost::system::error_code ec;
+    socket.close(ec);
+  }
+
+  void StartSession(tcp::socket socket);
+
+  template <typename F>
+  void ForEachSession(F f) {
+    std::vector<std::shared_ptr<SessionBase>> live;
+    {
+      absl::MutexLock lock(&mu_);
+      for (auto& [id, weak] : sessions_) {
+        if (auto s = weak.lock()) live.push_back(std::move(s));
+      }
+    }
+    for (auto& s : live) f(*s);
+  }
+
+  const ServerConfig limits_;
+  const Handler handler_;
+  const Options options_;
+  WaitPool waits_;
+  std::atomic<uint32_t> max_connections_;
+  std::atomic<uint32_t> open_{0};
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> shut_down_{false};
+  int port_ = 0;
+  int spare_fd_ = -1;
+  // On the accept strand only.
+  bool refusing_ = false;
+  bool out_of_fds_ = false;
+  absl::Mutex mu_;
+  std::map<uint64_t, std::weak_ptr<SessionBase>> sessions_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::thread> threads_;
+  // Destroyed before the members above: its pending handlers hold sessions, whose ends use them.
+  asio::io_context ioc_;
+  asio::strand<asio::io_context::executor_type> accept_strand_;
+  tcp::acceptor acceptor_;
+  asio::steady_timer retry_timer_;
+};
+
+namespace {
+
+template <typename Stream>
+constexpr bool kTls = !std::is_same_v<Stream, beast::tcp_stream>;
+
+}  // namespace
+
+// One connection: its stream, read buffer, the request being handled and its answer. Runs on
+// its strand; a request on a wait thread holds a reference and posts its answer back.
+template <typename Stream>
+class Session : public SessionBase {
+ public:
+  Session(HttpServer::Impl& server, uint64_t id, Stream stream)
+      : server_(server), id_(id), stream_(std::move(stream)) {}
+  ~Session() override { server_.Ended(id_, reason_); }
+
+  void Start() {
+    if constexpr (kTls<Stream>) {
+      Lowest().expires_after(RequestTimeout());
+      stream_.async_handshake(asio::ssl::stream_base::server,
+                              [self = Self()](boost::system::error_code ec) {
+                                if (ec) {
+                                  self->reason_ = ec == beast::error::timeout ? "request_timeout"
+                                                  : self->closing_            ? "shutdown"
+                                                                              : "tls_handshake";
+                                  return;
+                                }
+                                self->ReadFirst();
+                              });
+    } else {
+      ReadFirst();
+    }
+  }
+
+  void CloseIfIdle() override {
+    asio::post(stream_.get_executor(), [self = Self()] {
+      if (!self->idle_) return;
+      self->closing_ = true;
+      self->Lowest().cancel();
+    });
+  }
+
+  void Close() override {
+    asio::post(stream_.get_executor(), [self = Self()] {
+      self->closing_ = true;
+      self->Lowest().close();
+    });
+  }
+
+ private:
+  std::shared_ptr<Session> Self() {
+    return std::static_pointer_cast<Session>(shared_from_this());
+  }
+  beast::tcp_stream& Lowest() { return beast::get_lowest_layer(stream_); }
+  std::chrono::milliseconds RequestTimeout() const {
+    return std::chrono::milliseconds(server_.limits().dynamodb_request_timeout_ms);
+  }
+
+  const char* ReasonOf(const boost::system::error_code& ec) const {
+    if (ec == beast::error::timeout) return "request_timeout";
+    if (closing_ || server_.stopping()) return "shutdown";
+    if (ec == asio::error::eof || ec == http::error::end_of_stream ||
+        ec == asio::error::connection_reset || ec == asio::ssl::error::stream_truncated) {
+      return "client";
+    }
+    return "error";
+  }
+
+  // Waits for the next request's first bytes: the idle timeout runs until they come.
+  void ReadFirst() {
+    if (server_.stopping() || closing_) {
+      reason_ = "shutdown";
+      return;
+    }
+    if (buffer_.size() > 0) {
+      ReadRequest();
+      return;
+    }
+    idle_ = true;
+    Lowest().expires_after(std::chrono::milliseconds(server_.limits().dynamodb_idle_timeout_ms));
+    stream_.async_read_some(buffer_.prepare(kReadChunk),
+                            [self = Self()](boost::system::error_code ec, size_t n) {
+                              self->idle_ = false;
+                              if (ec) {
+                                self->reason_ = ec == beast::error::timeout ? "idle"
+                                                                             : self->ReasonOf(ec);
+                                return;
+                              }
+                              self->buffer_.commit(n);
+                              self->ReadRequest();
+                            });
+  }
+
+  // The rest of the request, head and body, within the request timeout of its first byte.
+  void ReadRequest() {
+    parser_.emplace();
+    parser_->header_limit(HttpServer::kMaxHeaderBytes);
+    parser_->body_limit(server_.limits().dynamodb_max_request_bytes);
+    Lowest().expires_after(RequestTimeout());
+    http::async_read(stream_, buffer_, *parser_,
+                     [self = Self()](boost::system::error_code ec, size_t) {
+                       self->OnRequest(ec);
+                     });
+  }
+
+  void OnRequest(boost::system::error_code ec) {
+    started_ = Clock::now();
+    if (ec == http::error::body_limit || ec == http::error::header_limit) {
+      const bool body = ec == http::error::body_limit;
+      if (server_.options().connections != nullptr) {
+        server_.options().connections->RequestRefused(body ? "body_limit" : "header_limit");
+      }
+      std::string_view operation;
+      if (parser_->is_header_done()) operation = OperationOf(View(parser_->get()["X-Amz-Target"]));
+      linger_ = true;
+      keep_alive_ = false;
+      Reply(ErrorResponse(
+          body ? 413 : 431, "ValidationException",
+          body ? absl::StrCat("the request body is larger than ",
+                              server_.limits().dynamodb_max_request_bytes,
+                              " bytes (server.dynamodb_max_request_bytes)")
+               : absl::StrCat("the request head is larger than ", HttpServer::kMaxHeaderBytes,
+                              " bytes"),
+          std::string(operation)));
+      return;
+    }
+    if (ec) {
+      if (ec.category() == http::make_error_code(http::error::bad_target).category()) {
+        // Not HTTP/1.1 as a client sends it: say so once and close.
+        linger_ = true;
+        keep_alive_ = false;
+        Reply(ErrorResponse(400, "SerializationException",
+                            absl::StrCat("malformed HTTP request: ", ec.message()), ""));
+        return;
+      }
+      reason_ = ReasonOf(ec);
+      return;
+    }
+    Handle(parser_->release());
+  }
+
+  void Handle(http::request<http::string_body> request) {
+    request_ = std::move(request);
+    keep_alive_ = request_.keep_alive();
+    const std::string_view target = View(request_["X-Amz-Target"]);
+    const std::string operation(OperationOf(target));
+    const std::string_view path = View(request_.target());
+    if (path != "/") {
+      Reply(ErrorResponse(404, "UnknownOperationException",
+                          "cdcview's DynamoDB endpoint answers POST / (the DynamoDB JSON 1.0 "
+                          "protocol) and GET / (health)",
+                          operation));
+      return;
+    }
+    if (request_.method() == http::verb::get) {
+      ApiResponse health;
+      health.body = "healthy: cdcview";
+      health.operation = "health";
+      Reply(std::move(health), "text/plain; charset=utf-8");
+      return;
+    }
+    if (request_.method() != http::verb::post) {
+      Reply(ErrorResponse(405, "UnknownOperationException",
+                          "cdcview's DynamoDB endpoint answers POST / (the DynamoDB JSON 1.0 "
+                          "protocol) and GET / (health)",
+                          operation));
+      return;
+    }
+    const std::string_view type = View(request_[http::field::content_type]);
+    const std::string_view media = type.substr(0, type.find(';'));
+    if (!type.empty() && media != "application/x-amz-json-1.0" &&
+        media != "application/x-amz-json-1.1") {
+      Reply(ErrorResponse(400, "SerializationException",
+                          "Content-Type must be application/x-amz-json-1.0 (or 1.1)", operation));
+      return;
+    }
+    if (server_.options().tokens != nullptr) {
+      SignedRequest signed_request;
+      signed_request.method = View(request_.method_string());
+      signed_request.target = path;
+      for (const auto& field : request_) {
+        signed_request.headers.emplace_back(View(field.name_string()), View(field.value()));
+      }
+      signed_request.body = request_.body();
+      SigV4Verdict verdict =
+          VerifySigV4(signed_request, *server_.options().tokens, server_.options().now());
+      if (!verdict.ok) {
+        if (security::AuthProbe* probe = server_.options().auth_probe) {
+          probe->RecordRefusal(absl::UnauthenticatedError(
+              verdict.error_type == "MissingAuthenticationTokenException"
+                  ? security::kNoTokenMessage
+                  : verdict.message));
+        }
+        Reply(ErrorResponse(400, verdict.error_type, verdict.message, operation));
+        return;
+      }
+      who_ = std::move(verdict.who);
+    }
+    api_ = ApiRequest{};
+    api_.target = target;
+    api_.body = request_.body();
+    api_.min_position = View(request_["x-cdcview-min-position"]);
+    api_.min_kafka_offsets = View(request_["x-cdcview-min-kafka-offsets"]);
+    api_.max_staleness_seconds = View(request_["x-cdcview-max-staleness-seconds"]);
+    api_.who = who_ ? &*who_ : nullptr;
+    if (server_.options().offload_all || MayWait(api_)) {
+      auto self = Self();
+      const bool taken = server_.waits().TrySubmit([self] {
+        ApiResponse response = self->server_.handler()(self->api_);
+        asio::post(self->stream_.get_executor(), [self, response = std::move(response)]() mutable {
+          self->Reply(std::move(response));
+        });
+      });
+      if (!taken) {
+        if (server_.options().connections != nullptr) {
+          server_.options().connections->RequestRefused("max_waits");
+        }
+        Reply(ErrorResponse(
+            400, "ThrottlingException",
+            absl::StrCat("too many requests with a consistency header at once: ",
+                         server_.waits().max(),
+                         " are running (server.dynamodb_max_waits); retry later"),
+            operation));
+      }
+      return;
+    }
+    Reply(server_.handler()(api_));
+  }
+
+  void Reply(ApiResponse answer, const char* content_type = kJsonType) {
+    if (DynamoDbApiProbe* probe = server_.options().probe;
+        probe != nullptr && content_type == kJsonType) {
+      probe->Observe(answer.operation, answer.error_type.empty() ? "ok" : answer.error_type,
+                     std::chrono::duration<double>(Clock::now() - started_).count());
+    }
+    if (answer.error_type == "AccessDeniedException") {
+      if (security::AuthProbe* auth = server_.options().auth_probe) {
+        auth->RecordRefusal(absl::PermissionDeniedError(""));
+      }
+    }
+    response_.emplace();
+    response_->version(11);
+    response_->result(static_cast<unsigned>(answer.http_status));
+    response_->set(http::field::content_type, content_type);
+    response_->set("x-amzn-RequestId", RequestId());
+    response_->set("x-amz-crc32", Crc32(answer.body));
+    if (!answer.applied_position.empty()) {
+      response_->set("x-cdcview-applied-position", answer.applied_position);
+    }
+    response_->body() = std::move(answer.body);
+    response_->keep_alive(keep_alive_ && !server_.stopping() && !closing_);
+    response_->prepare_payload();
+    // What is held: this one answer; a client that does not read it has the request timeout.
+    Lowest().expires_after(RequestTimeout());
+    http::async_write(stream_, *response_,
+                      [self = Self()](boost::system::error_code ec, size_t) {
+                        self->OnWritten(ec);
+                      });
+  }
+
+  void OnWritten(boost::system::error_code ec) {
+    const bool keep = response_->keep_alive();
+    response_.reset();
+    request_ = {};
+    who_.reset();
+    if (ec) {
+      reason_ = ec == beast::error::timeout ? "write_timeout" : ReasonOf(ec);
+      return;
+    }
+    if (keep) {
+      ReadFirst();
+      return;
+    }
+    reason_ = linger_ ? "request_refused" : server_.stopping() || closing_ ? "shutdown" : "client";
+    boost::system::error_code ignored;
+    Lowest().socket().shutdown(tcp::socket::shutdown_send, ignored);
+    if (linger_) {
+      // What the client still sends (the rest of a body over the limit) is read and dropped, so
+      // that closing does not reset the connection before the client read the answer.
+      Lowest().expires_after(HttpServer::kLingerTime);
+      Discard();
+    }
+  }
+
+  void Discard() {
+    Lowest().async_read_some(asio::buffer(discard_),
+                             [self = Self()](boost::system::error_code ec, size_t) {
+                               if (!ec) self->Discard();
+                             });
+  }
+
+  HttpServer::Impl& server_;
+  const uint64_t id_;
+  Stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  http::request<http::string_body> request_;
+  std::optional<security::Principal> who_;
+  ApiRequest api_;
+  std::optional<http::response<http::string_body>> response_;
+  Clock::time_point started_ = Clock::now();
+  bool keep_alive_ = true;
+  bool idle_ = false;
+  bool closing_ = false;
+  bool linger_ = false;
+  const char* reason_ = "error";
+  std::array<char, 4096> discard_;
+};
+
+void HttpServer::Impl::StartSession(tcp::socket socket) {
+  uint64_t id;
+  {
+    absl::MutexLock lock(&mu_);
+    id = next_id_++;
+  }
+  std::shared_ptr<SessionBase> session;
+  if (options_.tls != nullptr) {
+    // Asio's context takes ownership of a handle: it gets a reference of its own, which it drops
+    // when it goes at the end of this block; the connection's SSL keeps the context alive.
+    std::shared_ptr<SSL_CTX> current = options_.tls->Current();
+    SSL_CTX_up_ref(current.get());
+    asio::ssl::context context(current.get());
+    using TlsStream = beast::ssl_stream<beast::tcp_stream>;
+    session = std::make_shared<Session<TlsStream>>(*this, id,
+                                                   TlsStream(std::move(socket), context));
+  } else {
+    session = std::make_shared<Session<beast::tcp_stream>>(*this, id,
+                                                           beast::tcp_stream(std::move(socket)));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    sessions_.emplace(id, session);
+  }
+  if (options_.tls != nullptr) {
+    std::static_pointer_cast<Session<beast::ssl_stream<beast::tcp_stream>>>(session)->Start();
+  } else {
+    std::static_pointer_cast<Session<beast::tcp_stream>>(session)->Start();
+  }
+}
+
+HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+HttpServer::~HttpServer() { Shutdown(0); }
+
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const ServerConfig& limits,
+                                                               Handler handler, Options options) {
+  auto impl = std::make_unique<Impl>(limits, std::move(handler), std::move(options));
+  if (absl::Status s = impl->Listen(); !s.ok()) return s;
+  return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
+}
+
+int HttpServer::port() const { return impl_->port(); }
+
+void HttpServer::SetMaxConnections(uint32_t max) { impl_->SetMaxConnections(max); }
+
+void HttpServer::Shutdown(int grace_ms) { impl_->Shutdown(grace_ms); }
+
+}  // namespace cdcview::dynamodb

@@ -1,0 +1,105 @@
+// HttpServer: the DynamoDB endpoint (server.dynamodb): the DynamoDB JSON 1.0 protocol over
+// HTTP/1.1 with keep-alive, on Boost.Beast and Asio, handing each request to DynamoDbApi.
+//
+// Why Beast: a parser whose header and body limits are set per request, per-connection timers,
+// asynchronous I/O on a fixed number of threads, and Asio's OpenSSL streams for TLS. No
+// hand-written HTTP parsing.
+//
+// Requests: POST / with X-Amz-Target and Content-Type application/x-amz-json-1.0 or 1.1 (or
+// none). GET / answers "healthy: cdcview" (200, text/plain, no token needed), as DynamoDB
+// answers "healthy: dynamodb.<region>.amazonaws.com": what load balancers probe; it says the
+// process serves, not that the views are caught up (that is the gRPC health service's). Any
+// other path 404, any other method 405, both in DynamoDB's error shape. Every answer carries
+// Content-Type application/x-amz-json-1.0, x-amzn-RequestId, x-amz-crc32 (the CRC32 of the body,
+// which botocore checks) and, when the read reported one, x-cdcview-applied-position.
+//
+// Threads: `dynamodb_threads` I/O threads read requests, answer those without a consistency
+// header (x-cdcview-min-position, x-cdcview-min-kafka-offsets, x-cdcview-max-staleness-seconds)
+// on the spot and write answers. A request with one (MayWait) runs on a wait thread: threads
+// are made as needed up to dynamodb_max_waits, one per such request while it runs, so a wait
+// never holds up a request behind it; one more answers ThrottlingException naming the field
+// (SDKs retry it with back-off). With `offload_all` (a cluster member, whose reads ask the other
+// members over the network) every request runs there.
+//
+// Limits (ServerConfig's dynamodb_* fields; every refusal counted, see Options):
+// - a request head at most kMaxHeaderBytes (431), a body at most dynamodb_max_request_bytes
+//   (413), both a ValidationException naming the limit, then the connection is closed (after
+//   reading what the client still sends for up to kLingerTime, so that it sees the answer);
+// - a request's head and body must arrive within dynamodb_request_timeout_ms of its first byte,
+//   an answer be written within it, a TLS handshake finish within it: else the connection is
+//   closed (a client that does not read its answers holds one answer and no thread);
+// - a keep-alive connection without a request for dynamodb_idle_timeout_ms is closed;
+// - at most dynamodb_max_connections (lowered to the descriptor budget by SetMaxConnections):
+//   one more is accepted and closed at once (plaintext: after a best-effort 503
+//   ThrottlingException naming the field). Out of descriptors (EMFILE), a spare descriptor is
+//   given up to accept and close the connection, so the listener never spins or hangs.
+// One answer per connection is held at a time: pipelined requests are read after it is sent.
+//
+// Security: with `tls`, HTTPS only, each connection with the TlsServerContext current at accept
+// (a rotated certificate serves new connections; open ones keep theirs; client certificates
+// as its context requires). With `tokens`, every POST must carry an AWS SigV4 signature by a
+// token (sigv4_verify.h), whose principal the API checks views against; without, signatures
+// are not checked (as DynamoDB Local does).
+//
+// Shutdown: stops accepting, closes idle connections, lets requests in flight be answered
+// (with Connection: close) for up to the grace period, then closes the rest.
+//
+// Thread-safety: Start, port, SetMaxConnections and Shutdown from any thread; the handler is
+// called from many threads at once. The probes and the token store must outlive the server.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "daemon/config/config.h"
+#include "daemon/dynamodb/api.h"
+#include "daemon/metrics/connection_probe.h"
+#include "daemon/metrics/dynamodb_api_probe.h"
+#include "daemon/security/auth_probe.h"
+#include "daemon/security/tls_context.h"
+#include "daemon/security/token_store.h"
+
+namespace cdcview::dynamodb {
+
+class HttpServer {
+ public:
+  // What answers a request: DynamoDbApi::Handle in the daemon, a fake in tests.
+  using Handler = std::function<ApiResponse(const ApiRequest&)>;
+
+  struct Options {
+    std::shared_ptr<security::TlsServerContext> tls;  // null: plaintext
+    std::shared_ptr<security::TokenStore> tokens;     // null: signatures not checked
+    ConnectionProbe* connections = nullptr;           // port="dynamodb"; may be null
+    security::AuthProbe* auth_probe = nullptr;        // may be null
+    DynamoDbApiProbe* probe = nullptr;                // may be null
+    bool offload_all = false;  // every request on the wait threads (a cluster member)
+    std::function<absl::Time()> now = absl::Now;  // the SigV4 clock; tests set it
+  };
+
+  static constexpr size_t kMaxHeaderBytes = 16 * 1024;
+  static constexpr std::chrono::seconds kLingerTime{2};
+
+  // Listens on limits.dynamodb (host:port; port 0 picks one). INVALID_ARGUMENT for an address
+  // that does not parse, UNAVAILABLE naming it when it cannot listen.
+  static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const ServerConfig& limits,
+                                                           Handler handler, Options options);
+  ~HttpServer();  // Shutdown(0)
+
+  int port() const;
+  // Lowers (or restores) the connection cap; connections open stay.
+  void SetMaxConnections(uint32_t max);
+  void Shutdown(int grace_ms);
+
+  class Impl;  // the listener, its threads and connections (http_server.cc)
+
+ private:
+  explicit HttpServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cdcview::dynamodb

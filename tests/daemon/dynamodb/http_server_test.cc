@@ -1,0 +1,443 @@
+// HttpServer against a fake handler (the API's answers are api_test's): what a request passes
+// on, the headers of every answer, and each limit with its exact refusal and counter.
+#include "daemon/dynamodb/http_server.h"
+
+#include <prometheus/registry.h>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/crc.hpp>
+#include <fstream>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "daemon/aws/sigv4.h"
+#include "daemon/metrics/metrics.h"
+#include "gtest/gtest.h"
+#include "tests/fakes/temp_dir.h"
+
+namespace cdcview::dynamodb {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using Response = http::response<http::string_body>;
+
+double Value(prometheus::Registry& registry, const std::string& name,
+             const std::map<std::string, std::string>& labels) {
+  for (const auto& family : registry.Collect()) {
+    if (family.name != name) continue;
+    for (const auto& m : family.metric) {
+      std::map<std::string, std::string> got;
+      for (const auto& l : m.label) got[l.name] = l.value;
+      if (got != labels) continue;
+      if (family.type == prometheus::MetricType::Histogram) {
+        return static_cast<double>(m.histogram.sample_count);
+      }
+      return m.counter.value + m.gauge.value;
+    }
+  }
+  return -1;
+}
+
+std::string Crc32(const std::string& body) {
+  boost::crc_32_type crc;
+  crc.process_bytes(body.data(), body.size());
+  return std::to_string(crc.checksum());
+}
+
+// A client connection speaking HTTP/1.1 with Beast's own parser.
+class Client {
+ public:
+  explicit Client(int port) : socket_(ioc_) {
+    socket_.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
+  }
+  Response Post(const std::string& body, std::map<std::string, std::string> headers = {}) {
+    http::request<http::string_body> request(http::verb::post, "/", 11);
+    request.set(http::field::host, "localhost");
+    request.set(http::field::content_type, "application/x-amz-json-1.0");
+    request.set("X-Amz-Target", "DynamoDB_20120810.Query");
+    for (const auto& [name, value] : headers) request.set(name, value);
+    request.body() = body;
+    request.prepare_payload();
+    return Send(request);
+  }
+  Response Send(http::request<http::string_body>& request) {
+    http::write(socket_, request);
+    return Read();
+  }
+  Response Read() {
+    Response response;
+    beast::error_code ec;
+    http::read(socket_, buffer_, response, ec);
+    EXPECT_FALSE(ec) << ec.message();
+    return response;
+  }
+  void Raw(const std::string& bytes) { asio::write(socket_, asio::buffer(bytes)); }
+  // Reads until the server closes; what arrived.
+  std::string ReadToClose() {
+    std::string out(static_cast<const char*>(buffer_.data().data()), buffer_.size());
+    buffer_.consume(buffer_.size());
+    char chunk[4096];
+    for (;;) {
+      beast::error_code ec;
+      size_t n = socket_.read_some(asio::buffer(chunk), ec);
+      if (ec) break;
+      out.append(chunk, n);
+    }
+    return out;
+  }
+  tcp::socket& socket() { return socket_; }
+
+ private:
+  asio::io_context ioc_;
+  tcp::socket socket_;
+  beast::flat_buffer buffer_;
+};
+
+class HttpServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    limits_.dynamodb = "127.0.0.1:0";
+    limits_.dynamodb_threads = 2;
+  }
+  void Start(HttpServer::Handler handler = nullptr, HttpServer::Options options = {}) {
+    if (!handler) {
+      handler = [this](const ApiRequest& request) {
+        absl::MutexLock lock(&mu_);
+        seen_.push_back({std::string(request.target), std::string(request.body),
+                         std::string(request.min_position), std::string(request.min_kafka_offsets),
+                         std::string(request.max_staleness_seconds),
+                         request.who != nullptr ? request.who->name : "-"});
+        ApiResponse response;
+        response.body = "{\"Count\":0,\"Items\":[],\"ScannedCount\":0}";
+        response.applied_position = "Y3AB";
+        response.operation = "Query";
+        return response;
+      };
+    }
+    options.connections = &connections_;
+    options.probe = &probe_;
+    auto server = HttpServer::Start(limits_, std::move(handler), std::move(options));
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+  }
+  double Metric(const std::string& name, const std::map<std::string, std::string>& labels) {
+    return Value(metrics_->registry(), name, labels);
+  }
+
+  struct Seen {
+    std::string target, body, min_position, min_kafka_offsets, max_staleness, who;
+  };
+  ServerConfig limits_;
+  std::unique_ptr<MetricsRegistry> metrics_ = MetricsRegistry::Create();
+  ConnectionProbe connections_{*metrics_, "dynamodb", {"client", "idle", "request_timeout"}};
+  DynamoDbApiProbe probe_{*metrics_};
+  std::unique_ptr<HttpServer> server_;
+  absl::Mutex mu_;
+  std::vector<Seen> seen_ ABSL_GUARDED_BY(mu_);
+};
+
+TEST_F(HttpServerTest, PassesTheRequestOnAndAnswersWithDynamoDbsHeadersOnOneConnection) {
+  Start();
+  Client client(server_->port());
+  Response first = client.Post("{\"TableName\":\"App\"}",
+                               {{"x-cdcview-min-kafka-offsets", "t/0=5"},
+                                {"x-cdcview-max-staleness-seconds", "2.5"}});
+  EXPECT_EQ(first.result_int(), 200);
+  EXPECT_EQ(first.body(), "{\"Count\":0,\"Items\":[],\"ScannedCount\":0}");
+  EXPECT_EQ(first[http::field::content_type], "application/x-amz-json-1.0");
+  EXPECT_EQ(first["x-amz-crc32"], Crc32(first.body()));
+  EXPECT_EQ(first["x-amz-crc32"], "3413411624");  // zlib.crc32 of the body
+  EXPECT_EQ(first["x-cdcview-applied-position"], "Y3AB");
+  const std::string id(first["x-amzn-RequestId"]);
+  EXPECT_EQ(id.size(), 52u);
+  EXPECT_EQ(id.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"), std::string::npos);
+  EXPECT_TRUE(first.keep_alive());
+  // The same connection serves the next request (keep-alive).
+  Response second = client.Post("{}", {{"x-cdcview-min-position", "Y3AB"}});
+  EXPECT_EQ(second.result_int(), 200);
+  EXPECT_NE(second["x-amzn-RequestId"], first["x-amzn-RequestId"]);
+  {
+    absl::MutexLock lock(&mu_);
+    ASSERT_EQ(seen_.size(), 2u);
+    EXPECT_EQ(seen_[0].target, "DynamoDB_20120810.Query");
+    EXPECT_EQ(seen_[0].body, "{\"TableName\":\"App\"}");
+    EXPECT_EQ(seen_[0].min_position, "");
+    EXPECT_EQ(seen_[0].min_kafka_offsets, "t/0=5");
+    EXPECT_EQ(seen_[0].max_staleness, "2.5");
+    EXPECT_EQ(seen_[0].who, "-");
+    EXPECT_EQ(seen_[1].min_position, "Y3AB");
+  }
+  EXPECT_EQ(Metric("cdcview_connections_opened_total", {{"port", "dynamodb"}}), 1);
+  EXPECT_EQ(Metric("cdcview_dynamodb_api_requests_total",
+                   {{"operation", "Query"}, {"outcome", "ok"}}),
+            2);
+  EXPECT_EQ(Metric("cdcview_dynamodb_api_request_duration_seconds", {{"operation", "Query"}}), 2);
+}
+
+TEST_F(HttpServerTest, HealthOtherPathsMethodsAndContentTypes) {
+  Start();
+  Client client(server_->port());
+  http::request<http::string_body> get(http::verb::get, "/", 11);
+  Response health = client.Send(get);
+  EXPECT_EQ(health.result_int(), 200);
+  EXPECT_EQ(health.body(), "healthy: cdcview");
+  EXPECT_EQ(health[http::field::content_type], "text/plain; charset=utf-8");
+
+  http::request<http::string_body> other(http::verb::post, "/tables", 11);
+  Response missing = client.Send(other);
+  EXPECT_EQ(missing.result_int(), 404);
+  EXPECT_EQ(missing.body(),
+            "{\"__type\":\"com.amazon.coral.service#UnknownOperationException\",\"message\":"
+            "\"cdcview's DynamoDB endpoint answers POST / (the DynamoDB JSON 1.0 protocol) and "
+            "GET / (health)\"}");
+  http::request<http::string_body> put(http::verb::put, "/", 11);
+  EXPECT_EQ(client.Send(put).result_int(), 405);
+  Response form = client.Post("{}", {{"Content-Type", "application/x-www-form-urlencoded"}});
+  EXPECT_EQ(form.result_int(), 400);
+  EXPECT_EQ(form.body(),
+            "{\"__type\":\"com.amazon.coral.service#SerializationException\",\"message\":"
+            "\"Content-Type must be application/x-amz-json-1.0 (or 1.1)\"}");
+  EXPECT_EQ(client.Post("{}", {{"Content-Type", "application/x-amz-json-1.1"}}).result_int(), 200);
+  absl::MutexLock lock(&mu_);
+  EXPECT_EQ(seen_.size(), 1u);
+}
+
+TEST_F(HttpServerTest, ABodyOverTheLimitIsRefusedNamingTheFieldAndTheServerGoesOn) {
+  limits_.dynamodb_max_request_bytes = 1000;
+  Start();
+  Client client(server_->port());
+  // Only the head is sent: the refusal comes from Content-Length, before any body byte.
+  client.Raw("POST / HTTP/1.1\r\nHost: x\r\nX-Amz-Target: DynamoDB_20120810.Scan\r\n"
+             "Content-Type: application/x-amz-json-1.0\r\nContent-Length: 1001\r\n\r\n");
+  Response refused = client.Read();
+  EXPECT_EQ(refused.result_int(), 413);
+  EXPECT_EQ(refused.body(),
+            "{\"__type\":\"com.amazonaws.dynamodb.v20120810#ValidationException\",\"message\":"
+            "\"the request body is larger than 1000 bytes (server.dynamodb_max_request_bytes)\"}");
+  EXPECT_FALSE(refused.keep_alive());
+  EXPECT_EQ(client.ReadToClose(), "");
+  EXPECT_EQ(Metric("cdcview_requests_refused_total", {{"port", "dynamodb"}, {"reason", "body_limit"}}),
+            1);
+  EXPECT_EQ(Metric("cdcview_dynamodb_api_requests_total",
+                   {{"operation", "Scan"}, {"outcome", "ValidationException"}}),
+            1);
+  // Exactly the limit passes.
+  Client again(server_->port());
+  EXPECT_EQ(again.Post(std::string(1000, ' ')).result_int(), 200);
+}
+
+TEST_F(HttpServerTest, AHeadOverSixteenKibIsRefused) {
+  Start();
+  Client client(server_->port());
+  client.Raw("POST / HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(HttpServer::kMaxHeaderBytes, 'a') +
+             "\r\n\r\n");
+  Response refused = client.Read();
+  EXPECT_EQ(refused.result_int(), 431);
+  EXPECT_EQ(refused.body(),
+            "{\"__type\":\"com.amazonaws.dynamodb.v20120810#ValidationException\",\"message\":"
+            "\"the request head is larger than 16384 bytes\"}");
+  EXPECT_EQ(Metric("cdcview_requests_refused_total",
+                   {{"port", "dynamodb"}, {"reason", "header_limit"}}),
+            1);
+}
+
+TEST_F(HttpServerTest, OneConnectionOverTheCapIsClosedAtOnceWithThrottling) {
+  limits_.dynamodb_max_connections = 1;
+  Start();
+  Client first(server_->port());
+  EXPECT_EQ(first.Post("{}").result_int(), 200);  // accepted and counted
+  Client second(server_->port());
+  const std::string refusal = second.ReadToClose();
+  EXPECT_NE(refusal.find("HTTP/1.1 503 Service Unavailable\r\n"), std::string::npos) << refusal;
+  EXPECT_NE(refusal.find("{\"__type\":\"com.amazonaws.dynamodb.v20120810#ThrottlingException\","
+                         "\"message\":\"too many connections: the DynamoDB endpoint holds at "
+                         "most 1 (server.dynamodb_max_connections); retry later\"}"),
+            std::string::npos)
+      << refusal;
+  EXPECT_EQ(Metric("cdcview_connections_refused_total",
+                   {{"port", "dynamodb"}, {"reason", "max_connections"}}),
+            1);
+  EXPECT_EQ(Metric("cdcview_connections_max", {{"port", "dynamodb"}}), 1);
+  // The first one still serves; raising the cap admits more.
+  EXPECT_EQ(first.Post("{}").result_int(), 200);
+  server_->SetMaxConnections(2);
+  Client third(server_->port());
+  EXPECT_EQ(third.Post("{}").result_int(), 200);
+}
+
+TEST_F(HttpServerTest, SlowRequestsAndIdleConnectionsAreClosed) {
+  limits_.dynamodb_request_timeout_ms = 300;
+  limits_.dynamodb_idle_timeout_ms = 600;
+  Start();
+  Client slow(server_->port());
+  const auto start = std::chrono::steady_clock::now();
+  slow.Raw("POST / HTTP/1.1\r\nHost: x\r\n");  // half a head, then nothing
+  EXPECT_EQ(slow.ReadToClose(), "");
+  const auto slow_took = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(slow_took, std::chrono::milliseconds(290));
+  EXPECT_LT(slow_took, std::chrono::milliseconds(550));
+
+  Client idle(server_->port());
+  EXPECT_EQ(idle.Post("{}").result_int(), 200);
+  const auto answered = std::chrono::steady_clock::now();
+  EXPECT_EQ(idle.ReadToClose(), "");
+  const auto idle_took = std::chrono::steady_clock::now() - answered;
+  EXPECT_GE(idle_took, std::chrono::milliseconds(590));
+  EXPECT_LT(idle_took, std::chrono::milliseconds(1000));
+  // Counted once each connection object is gone.
+  for (int i = 0; i < 100 && Metric("cdcview_connections_open", {{"port", "dynamodb"}}) != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(Metric("cdcview_connections_closed_total",
+                   {{"port", "dynamodb"}, {"reason", "request_timeout"}}),
+            1);
+  EXPECT_EQ(Metric("cdcview_connections_closed_total", {{"port", "dynamodb"}, {"reason", "idle"}}),
+            1);
+}
+
+// A request with a consistency header runs on a wait thread: it holds up neither the requests
+// without one nor, up to dynamodb_max_waits, other waits; one more is refused.
+TEST_F(HttpServerTest, WaitsRunApartAndAreCapped) {
+  limits_.dynamodb_max_waits = 2;
+  absl::Notification release;
+  std::atomic<int> waiting{0};
+  Start([&](const ApiRequest& request) {
+    ApiResponse response;
+    response.operation = "GetItem";
+    if (!request.min_position.empty()) {
+      ++waiting;
+      release.WaitForNotification();
+      response.body = "{\"waited\":true}";
+    } else {
+      response.body = "{}";
+    }
+    return response;
+  });
+  Client a(server_->port()), b(server_->port()), c(server_->port()), d(server_->port());
+  http::request<http::string_body> wait(http::verb::post, "/", 11);
+  wait.set("x-cdcview-min-position", "Y3AB");
+  wait.set("X-Amz-Target", "DynamoDB_20120810.GetItem");
+  wait.prepare_payload();
+  http::write(a.socket(), wait);
+  http::write(b.socket(), wait);
+  for (int i = 0; i < 500 && waiting.load() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(waiting.load(), 2);
+  Response refused = c.Send(wait);
+  EXPECT_EQ(refused.result_int(), 400);
+  EXPECT_EQ(refused.body(),
+            "{\"__type\":\"com.amazonaws.dynamodb.v20120810#ThrottlingException\",\"message\":"
+            "\"too many requests with a consistency header at once: 2 are running "
+            "(server.dynamodb_max_waits); retry later\"}");
+  EXPECT_TRUE(refused.keep_alive());
+  EXPECT_EQ(d.Post("{}").body(), "{}");  // not held up
+  release.Notify();
+  EXPECT_EQ(a.Read().body(), "{\"waited\":true}");
+  EXPECT_EQ(b.Read().body(), "{\"waited\":true}");
+  EXPECT_EQ(c.Send(wait).body(), "{\"waited\":true}");  // a slot is free again
+  EXPECT_EQ(Metric("cdcview_requests_refused_total", {{"port", "dynamodb"}, {"reason", "max_waits"}}),
+            1);
+  EXPECT_EQ(Metric("cdcview_dynamodb_api_requests_total",
+                   {{"operation", "GetItem"}, {"outcome", "ThrottlingException"}}),
+            1);
+}
+
+// Shutdown closes idle connections at once and answers a request in flight before closing.
+TEST_F(HttpServerTest, ShutdownFinishesRequestsInFlight) {
+  absl::Notification entered, release;
+  Start([&](const ApiRequest& request) {
+    ApiResponse response;
+    response.operation = "Query";
+    response.body = "{\"late\":1}";
+    if (!request.min_position.empty()) {
+      entered.Notify();
+      release.WaitForNotification();
+    }
+    return response;
+  });
+  Client idle(server_->port());
+  EXPECT_EQ(idle.Post("{}").result_int(), 200);
+  Client busy(server_->port());
+  http::request<http::string_body> wait(http::verb::post, "/", 11);
+  wait.set("x-cdcview-min-position", "Y3AB");
+  wait.prepare_payload();
+  http::write(busy.socket(), wait);
+  entered.WaitForNotification();
+  std::thread stopper([&] { server_->Shutdown(5000); });
+  EXPECT_EQ(idle.ReadToClose(), "");  // closed without waiting for the grace period
+  release.Notify();
+  Response late = busy.Read();
+  EXPECT_EQ(late.body(), "{\"late\":1}");
+  EXPECT_FALSE(late.keep_alive());
+  stopper.join();
+  // No longer listening.
+  asio::io_context ioc;
+  tcp::socket probe(ioc);
+  beast::error_code ec;
+  probe.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), server_->port()), ec);
+  EXPECT_TRUE(ec);
+}
+
+// With a tokens file every request needs a SigV4 signature by one of its tokens.
+TEST_F(HttpServerTest, SignedRequestsCarryTheirPrincipal) {
+  test::TempDir dir;
+  const std::string path = dir.Sub("tokens.yaml");
+  std::ofstream(path) << "tokens:\n  - { name: reader, token: \"reader-secret-0123456\", "
+                         "views: [ByDay] }\n";
+  auto tokens = security::TokenStore::Open(path);
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  security::AuthProbe auth(metrics_->registry(), "dynamodb");
+  HttpServer::Options options;
+  options.tokens = *tokens;
+  options.auth_probe = &auth;
+  const absl::Time now = absl::FromUnixSeconds(1764680000);
+  options.now = [now] { return now; };
+  Start(nullptr, std::move(options));
+
+  Client client(server_->port());
+  Response unsigned_answer = client.Post("{}");
+  EXPECT_EQ(unsigned_answer.result_int(), 400);
+  EXPECT_EQ(unsigned_answer.body(),
+            "{\"__type\":\"com.amazonaws.dynamodb.v20120810#MissingAuthenticationTokenException\","
+            "\"message\":\"Request is missing Authentication Token\"}");
+
+  auto signed_post = [&](const std::string& secret, absl::Time at) {
+    aws::RequestToSign sign;
+    sign.headers = {{"Host", "localhost"},
+                    {"Content-Type", "application/x-amz-json-1.0"},
+                    {"X-Amz-Target", "DynamoDB_20120810.Query"}};
+    sign.body = "{\"TableName\":\"App\"}";
+    aws::SignedParts parts =
+        aws::Sign(sign, aws::SigningKey{"reader", secret, ""}, "eu-west-1", "dynamodb", at);
+    std::map<std::string, std::string> headers;
+    for (const auto& [name, value] : parts.added_headers) headers[name] = value;
+    return client.Post(sign.body, headers);
+  };
+  Response good = signed_post("reader-secret-0123456", now - absl::Minutes(14));
+  EXPECT_EQ(good.result_int(), 200) << good.body();
+  Response wrong = signed_post("reader-secret-0123457", now);
+  EXPECT_EQ(wrong.result_int(), 400);
+  EXPECT_EQ(wrong.body(),
+            "{\"__type\":\"com.amazonaws.dynamodb.v20120810#InvalidSignatureException\","
+            "\"message\":\"The request signature we calculated does not match the signature you "
+            "provided. Check your AWS Secret Access Key and signing method. Consult the service "
+            "documentation for details.\"}");
+  {
+    absl::MutexLock lock(&mu_);
+    ASSERT_EQ(seen_.size(), 1u);
+    EXPECT_EQ(seen_[0].who, "reader");
+  }
+  EXPECT_EQ(Metric("cdcview_auth_refused_total", {{"port", "dynamodb"}, {"reason", "no_token"}}),
+            1);
+  EXPECT_EQ(Metric("cdcview_auth_refused_total", {{"port", "dynamodb"}, {"reason", "bad_token"}}),
+            1);
+}
+
+}  // namespace
+}  // namespace cdcview::dynamodb
