@@ -46,7 +46,7 @@ sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
 from conftest import BUILD_DIR, Daemon  # noqa: E402
 
 LOAD_BIN = os.path.join(BUILD_DIR, "tests", "bench", "dynamodb_load")
-DYNAMODB_LINE = re.compile(r"cdcviewd serving the DynamoDB endpoint on port (\d+)", re.M)
+DYNAMODB_LINE = re.compile(r"cdcviewd serving the DynamoDB API \(HTTPS?\) on port (\d+)", re.M)
 
 
 def write_stream(path, events, seed):

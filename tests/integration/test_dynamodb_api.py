@@ -31,6 +31,7 @@ import os
 import random
 import re
 import subprocess
+import sys
 from decimal import Decimal
 
 import botocore.config
@@ -43,7 +44,7 @@ from test_dynamodb import wait_caught_up
 
 TABLE = "Shop"
 SEED = 20251202
-DYNAMODB_LINE = re.compile(r"cdcviewd serving the DynamoDB endpoint on port (\d+)", re.M)
+DYNAMODB_LINE = re.compile(r"cdcviewd serving the DynamoDB API \(HTTPS?\) on port (\d+)", re.M)
 
 
 def S(v):
@@ -921,8 +922,7 @@ class MotoServerView:
 
 # ---------------------------------------------------------------- the AWS CLI on the sample
 
-AWS = os.path.join(os.path.dirname(os.path.realpath(os.path.join(REPO, ".venv", "bin", "python"))),
-                   "aws")
+AWS = os.path.join(os.path.dirname(sys.executable), "aws")  # the venv's, tests/requirements.txt
 
 
 @pytest.fixture(scope="module")
