@@ -1,12 +1,14 @@
 """examples/dynamodb_read_your_writes.py against a real daemon fed from a real Kafka topic: the
 boto3 hooks make a query sent right after a write see it (x-cdcview-min-kafka-offsets from the
-producer's delivery report), and a second client given the first one's applied position
-(x-cdcview-min-position) never reads older data than the first one saw."""
+producer's delivery report; a query that names an offset before it is even written waits for
+it), and a second client given the first one's applied position (x-cdcview-min-position) never
+reads older data than the first one saw."""
 
 import base64
 import importlib.util
 import json
 import os
+import threading
 import time
 
 import pytest
@@ -90,6 +92,24 @@ def test_a_query_right_after_a_write_sees_it_with_the_hooks(daemon_factory, kafk
         assert query_day(ddb, "D1") == sorted(f"I{k}" for k in range(n + 1)), n
         # The answer's position covers the write: cdcview's AppliedPosition token, base64.
         assert session.position and base64.b64decode(session.position, validate=True)
+
+    # The wait is real: a read that names an offset not yet written (partition 1's next) is
+    # sent before the write happens, and its answer still has the write.
+    next_offset = session.kafka_offsets[(topic, 1)] + 1
+    late = []
+
+    def write_later():
+        time.sleep(0.5)
+        producer.produce(topic, key=b"late", value=record(99, "late", "D2").encode(),
+                         partition=1, on_delivery=lambda err, msg: late.append(msg.offset()))
+        producer.flush(30)
+
+    writer = threading.Thread(target=write_later)
+    writer.start()
+    session.wrote(topic, 1, next_offset)
+    assert query_day(ddb, "D2") == ["late"]
+    writer.join()
+    assert late == [next_offset]
 
     # The headers the hooks sent, as the server read them: a malformed one is refused by name.
     raw = client(url)
