@@ -789,7 +789,42 @@ def error_cases():
         # moto: "Validation Exception".
         ("get with a wrong key", "get_item", {"TableName": TABLE, "Key": {"PK": S("U#01")}},
          "The provided key element does not match the schema"),
+        # moto answers the query.
+        ("two conditions on the sort key", "query",
+         dict(q, KeyConditionExpression="GSI1PK = :p AND GSI1SK > :a AND GSI1SK < :b",
+              ExpressionAttributeValues={":p": S("G#1"), ":a": S("a"), ":b": S("b")}),
+         "KeyConditionExpressions must only contain one condition per key"),
+        # moto: HTTP 500.
+        ("OR in a key condition", "query",
+         dict(q, KeyConditionExpression="GSI1PK = :p OR GSI1SK > :a",
+              ExpressionAttributeValues={":p": S("G#1"), ":a": S("a")}),
+         "Invalid operator used in KeyConditionExpression: OR"),
+        # moto: HTTP 500.
+        ("begins_with on a number sort key", "query",
+         dict(TableName=TABLE, IndexName="ByScore",
+              KeyConditionExpression="board = :p AND begins_with(score, :a)",
+              ExpressionAttributeValues={":p": S("B1"), ":a": N("1")}),
+         "Invalid KeyConditionExpression: Incorrect operand type for operator or function; "
+         "operator or function: begins_with, operand type: N"),
+        ("partition key condition not an equality", "query",
+         dict(q, KeyConditionExpression="GSI1PK > :p", ExpressionAttributeValues=p), None),
+        ("empty string key value", "query",
+         dict(q, KeyConditionExpression="GSI1PK = :p", ExpressionAttributeValues={":p": S("")}),
+         None),
+        ("Select COUNT with a projection", "query",
+         dict(q, KeyConditionExpression="GSI1PK = :p", ExpressionAttributeValues=p,
+              Select="COUNT", ProjectionExpression="PK"), None),
+        ("Select ALL_ATTRIBUTES on a KEYS_ONLY index", "query",
+         dict(TableName=TABLE, IndexName="ByStamp", KeyConditionExpression="shelf = :p",
+              ExpressionAttributeValues={":p": S("K1")}, Select="ALL_ATTRIBUTES"), None),
+        # moto answers no item.
+        ("get with a key of the wrong type", "get_item",
+         {"TableName": TABLE, "Key": {"PK": S("U#01"), "SK": N("1")}},
+         "The provided key element does not match the schema"),
+        ("unknown table batch get", "batch_get_item",
+         {"RequestItems": {"Nope": {"Keys": [{"PK": S("a"), "SK": S("b")}]}}}, None),
         ("segment without total", "scan", dict(q, Segment=1), None),
+        ("total without segment", "scan", dict(q, TotalSegments=2), None),
         # moto leaves out the values (DynamoDB names them; this is cdcview's wording of them).
         ("segment out of range", "scan", dict(q, Segment=4, TotalSegments=4),
          "The Segment parameter is zero-based and must be less than parameter TotalSegments: "
@@ -827,6 +862,18 @@ def test_errors_moto_answers_differently_follow_the_documentation(endpoints):
         "error", "ValidationException",
         "cdcview serves Query and Scan on its views (IndexName); read the table by GetItem or "
         "BatchGetItem, or query it at DynamoDB", 400)
+    # A Scan of the table itself, likewise.
+    assert call(ours, "scan", TableName=TABLE) == (
+        "error", "ValidationException",
+        "cdcview serves Query and Scan on its views (IndexName); read the table by GetItem or "
+        "BatchGetItem, or query it at DynamoDB", 400)
+    # A projection of an attribute a KEYS_ONLY index does not hold (moto answers the index's
+    # attributes without it).
+    assert call(ours, "query", TableName=TABLE, IndexName="ByStamp",
+                KeyConditionExpression="shelf = :p", ExpressionAttributeValues={":p": S("K1")},
+                ProjectionExpression="price") == (
+        "error", "ValidationException", "One or more parameter values were invalid: Global "
+        "secondary index ByStamp does not project [price]", 400)
     # Writes: the endpoint is read-only (moto writes).
     for op, kwargs, name in [
             ("put_item", {"Item": {"PK": S("U#01"), "SK": S("new")}}, "PutItem"),
@@ -1075,3 +1122,22 @@ def test_aws_cli_describe_table_and_list_tables(sample):
     assert p.stderr.strip() == ("An error occurred (ResourceNotFoundException) when calling the "
                                 "DescribeTable operation: Requested resource not found: Table: "
                                 "Nope not found")
+
+
+def test_readme_boto3_snippet(sample):
+    """README's "Point your DynamoDB client at cdcview" snippet, as written there."""
+    import boto3
+    from boto3.dynamodb.conditions import Key
+
+    _, url = sample
+    ddb = boto3.resource("dynamodb", endpoint_url=url, region_name="us-east-1")
+    app = ddb.Table("App")
+    pending = app.query(IndexName="GSI1",
+                        KeyConditionExpression=Key("GSI1PK").eq("STATUS#PENDING")
+                        & Key("GSI1SK").begins_with("2025-03-05"))["Items"]
+    want = sorted((i for i in sample_items().values()
+                   if i.get("GSI1PK") == {"S": "STATUS#PENDING"}
+                   and i["GSI1SK"]["S"].startswith("2025-03-05")),
+                  key=lambda i: i["GSI1SK"]["S"])
+    assert [(i["PK"], i["SK"]) for i in pending] == [(i["PK"]["S"], i["SK"]["S"]) for i in want]
+    assert len(pending) > 7
