@@ -21,7 +21,7 @@ jobs="${CDCVIEW_JOBS:-$(nproc)}"
 clang="${CDCVIEW_CLANG:-clang++-14}"
 export CCACHE_DIR="${CCACHE_DIR:-$here/.cache/ccache}"
 targets=(dynamodb_streams_json debezium_json protobuf_event config_yaml page_token
-         consistency_token key_codec item_codec h2_framing)
+         consistency_token key_codec item_codec h2_framing dynamodb_expression)
 
 usage() {
   echo "usage: scripts/fuzz.sh TARGET|all SECONDS   (targets: ${targets[*]})" >&2

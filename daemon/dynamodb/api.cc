@@ -38,6 +38,7 @@ constexpr uint64_t kPageBytes = 1 << 20;
 // Entries asked of ViewQueries per call (its own page size cap).
 constexpr uint32_t kEntriesPerCall = 1000;
 constexpr size_t kMaxBatchGetKeys = 100;
+constexpr size_t kMaxJsonDepth = 256;
 constexpr size_t kMaxNameBytes = 255;  // DynamoDB's longest table and index names
 constexpr char kSyntheticPartition[] = "cdcview_pk";
 constexpr char kSyntheticSort[] = "cdcview_sk";
@@ -125,6 +126,18 @@ absl::Status CheckEnum(const RequestObject& request, std::string_view member,
 }
 
 // ---- Tables and views as DynamoDB sees them
+
+// A table ARN names the table after "table/" (DynamoDB takes ARNs as TableName); any other
+// name is itself.
+std::string_view TableNameOf(std::string_view name) {
+  if (name.starts_with("arn:")) {
+    if (size_t at = name.find(":table/");
+        at != std::string_view::npos && name.find('/', at + 7) == std::string_view::npos) {
+      return name.substr(at + 7);
+    }
+  }
+  return name;
+}
 
 struct IndexKey {
   std::string name;
@@ -687,6 +700,7 @@ class Operation {
   // DynamoDB source feeding it.
   absl::StatusOr<TableRef> FindTable(std::string_view name,
                                      std::string_view not_found = "Requested resource not found") const {
+    name = TableNameOf(name);
     int index = catalog_.FindTable(name);
     if (index < 0) {
       for (const SourceConfig& source : catalog_.config().sources) {
@@ -1256,7 +1270,8 @@ class Operation {
   }
 
   absl::StatusOr<Answer> DescribeTable(const RequestObject& r) {
-    API_ASSIGN_OR_RETURN(std::string_view name, RequiredString(r, "TableName", "tableName"));
+    API_ASSIGN_OR_RETURN(std::string_view given, RequiredString(r, "TableName", "tableName"));
+    const std::string_view name = TableNameOf(given);
     API_ASSIGN_OR_RETURN(
         TableRef table,
         FindTable(name, Cat("Requested resource not found: Table: ",
@@ -1444,10 +1459,19 @@ ApiResponse DynamoDbApi::Handle(const ApiRequest& request) const {
   }
   const std::string operation(op);
 
+  // Attribute values nest at most 32 levels (two JSON levels each) inside a few levels of
+  // request structure: deeper JSON is refused by the parser, before any recursion of ours.
   simdjson::dom::parser parser;
   simdjson::dom::element root;
-  if (parser.parse(request.body.data(), request.body.size()).get(root) != simdjson::SUCCESS ||
-      !root.is_object()) {
+  simdjson::error_code error = parser.allocate(request.body.size(), kMaxJsonDepth);
+  if (!error) error = parser.parse(request.body.data(), request.body.size()).get(root);
+  if (error == simdjson::DEPTH_ERROR) {
+    return ErrorResponse(400, "SerializationException",
+                         Cat("The request body nests more than ", kMaxJsonDepth,
+                             " levels deep"),
+                         operation);
+  }
+  if (error || !root.is_object()) {
     return ErrorResponse(400, "SerializationException",
                          "The request body is not a JSON object", operation);
   }

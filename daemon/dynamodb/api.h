@@ -8,6 +8,31 @@
 // DescribeTable, ListTables. Every other DynamoDB operation answers ValidationException naming
 // the endpoint read-only; an unknown target UnknownOperationException.
 //
+// As DynamoDB answers (its messages for the common mistakes):
+// - Query and Scan read the view through ViewQueries, up to 1,000 entries a call, until Limit
+//   entries are evaluated (before FilterExpression: Count vs ScannedCount), 1 MB of index
+//   items (ItemSize) is read, or the view ends. LastEvaluatedKey (table key + index key) comes
+//   only when the page stopped early and another entry follows; ExclusiveStartKey becomes the
+//   page token the store issues after that entry (a merged token for a write-sharded view
+//   queried by its logical key).
+// - An index key that is an attribute (the same in every rule) is named by it; a template key,
+//   or rules keyed by different attributes, by cdcview_pk / cdcview_sk, which every item of
+//   such an index carries. KEYS_ONLY and INCLUDE items hold the table key, the index key and
+//   the included attributes, as DynamoDB's index would.
+// - Scan's Segment / TotalSegments: an entry belongs to segment FNV-1a-64(enc(index partition
+//   key)) % TotalSegments, so a partition is in one segment; each segment walks the whole view
+//   and skips the others' entries, which count towards the 1 MB but not ScannedCount.
+// - ConsistentRead on GetItem / BatchGetItem is answered from the applied state; on an index
+//   it is DynamoDB's ValidationException. Consistency headers wait through ViewQueries'
+//   ReadConsistency; each read answer carries applied_position.
+// - Errors: INVALID_ARGUMENT ValidationException, unknown table ResourceNotFoundException, a
+//   view being built "Cannot read from backfilling global secondary index", PERMISSION_DENIED
+//   AccessDeniedException, RESOURCE_EXHAUSTED ThrottlingException, a consistency wait that ran
+//   out com.cdcview#PositionNotAppliedException, max staleness com.cdcview#StaleReadException
+//   (all 400), other UNAVAILABLE 503, anything else 500.
+// Bounded work: the body is parsed once (simdjson DOM); attribute values nest at most 32
+// levels; a page reads at most 1 MB of entries; BatchGetItem takes at most 100 keys.
+//
 // Thread-safe. Handle blocks only while a request with consistency headers waits for its
 // position (at most until `deadline`).
 #pragma once

@@ -25,7 +25,7 @@ import tempfile
 HERE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CORPUS = os.path.join(HERE, "tests", "fuzz", "corpus")
 CODE_SEEDED = ["protobuf_event", "page_token", "consistency_token", "key_codec", "item_codec",
-               "h2_framing"]
+               "h2_framing", "dynamodb_expression"]
 MAX_SEEDS = 40  # per target: the corpus is a start, libFuzzer grows its own from it
 
 

@@ -498,6 +498,43 @@ TEST_F(DynamoDbApiTest, AViewBeingBuiltIsABackfillingIndex) {
             Validation("Cannot read from backfilling global secondary index: GSI1"));
 }
 
+// Whatever the client sends is answered in bounded work and bounded words.
+TEST_F(DynamoDbApiTest, HostileRequestsStayBounded) {
+  Ready();
+  PutGsi1();
+  EXPECT_EQ(Ok("Query", Legacy("", R"(,"Limit":9223372036854775807,"Select":"COUNT")")),
+            R"({"Count":6,"ScannedCount":6})");
+  EXPECT_EQ(Call("Query", Legacy("", R"(,"Limit":9223372036854775808)")).error_type,
+            "SerializationException");
+  EXPECT_EQ(Ok("Scan", R"({"TableName":"App","IndexName":"GSI1","Segment":999999,"TotalSegments":1000000,"Select":"COUNT"})"),
+            R"({"Count":0,"ScannedCount":0})");
+  // A start key of 100,000 bytes resumes after it, like any other.
+  const std::string big(100000, 'z');
+  EXPECT_EQ(Ok("Query", Legacy("", absl::StrCat(R"(,"Select":"COUNT","ExclusiveStartKey":{"PK":{"S":")", big,
+                                                R"("},"SK":{"S":"X"},"GSI1PK":{"S":"G"},"GSI1SK":{"S":"b"}})"))),
+            R"({"Count":2,"ScannedCount":2})");
+  // Ten thousand unused placeholders: the message is cut, not ten thousand names long.
+  std::string values = R"(":p":{"S":"G"})";
+  for (int i = 0; i < 10000; ++i) absl::StrAppend(&values, R"(,":u)", i, R"(":{"S":"x"})");
+  ApiResponse r = Call("Query", Expression("GSI1PK = :p", values));
+  EXPECT_EQ(r.error_type, "ValidationException");
+  EXPECT_LT(r.body.size(), 1200u);
+  EXPECT_TRUE(r.body.starts_with(
+      R"({"__type":"com.amazonaws.dynamodb.v20120810#ValidationException","message":"Value provided in ExpressionAttributeValues unused in expressions: keys: {:u0, :u1, )"))
+      << r.body;
+  // Maps nested 40 levels in a key: refused at DynamoDB's 32; 1,000 levels: by the parser.
+  auto nested = [](int levels) {
+    std::string deep;
+    for (int i = 0; i < levels; ++i) deep += R"({"M":{"a":)";
+    deep += R"({"S":"x"})";
+    for (int i = 0; i < levels; ++i) deep += "}}";
+    return absl::StrCat(R"({"TableName":"App","Key":{"PK":)", deep, R"(,"SK":{"S":"X"}}})");
+  };
+  EXPECT_EQ(Err("GetItem", nested(40)), Validation("Nesting Levels have exceeded supported limits"));
+  EXPECT_EQ(Err("GetItem", nested(1000)),
+            R"(400 {"__type":"com.amazon.coral.service#SerializationException","message":"The request body nests more than 256 levels deep"})");
+}
+
 // ---- Scan
 
 TEST_F(DynamoDbApiTest, ScanPagesAndSegments) {
@@ -569,6 +606,8 @@ TEST_F(DynamoDbApiTest, GetItem) {
   EXPECT_EQ(Ok("GetItem", R"({"TableName":"prod-app","ConsistentRead":true,"ProjectionExpression":"n","Key":{"PK":{"S":"I#2"},"SK":{"S":"X"}}})"),
             R"({"Item":{"n":{"N":"2"}}})");
   EXPECT_EQ(Ok("GetItem", R"({"TableName":"App","Key":{"PK":{"S":"nope"},"SK":{"S":"X"}}})"), "{}");
+  EXPECT_EQ(Ok("GetItem", R"({"TableName":"arn:aws:dynamodb:eu-west-1:123456789012:table/App","ProjectionExpression":"n","Key":{"PK":{"S":"I#2"},"SK":{"S":"X"}}})"),
+            R"({"Item":{"n":{"N":"2"}}})");
   EXPECT_EQ(Ok("GetItem", R"({"TableName":"Other","Key":{"id":{"N":"7.0"}}})"),
             R"({"Item":{"id":{"N":"7"},"v":{"S":"seven"}}})");
   EXPECT_EQ(Err("GetItem", R"({"TableName":"App","Key":{"PK":{"S":"I#2"}}})"),
