@@ -99,5 +99,6 @@ if [ "${DYNAMODB_BENCH:-1}" != "0" ]; then
     ${DYNAMODB_BENCH_ARGS:-} | tee "$out/dynamodb.txt"
   echo
   echo "===== cdcview DynamoDB endpoint benchmark summary ====="
-  grep -E '^  (DynamoDB|gRPC)|^DynamoDB / gRPC|target p99' "$out/dynamodb.txt" || true
+  grep -E '^  (DynamoDB|gRPC)|^    (client woke|sent after|answered after)|^DynamoDB / gRPC|target p99' \
+    "$out/dynamodb.txt" || true
 fi

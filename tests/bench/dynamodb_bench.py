@@ -14,7 +14,10 @@ Prints figures, asserts nothing.
                     when the previous answered: max QPS;
        open loop    --qps queries/s (default 5,000), latency from the time each query was due
                     (no coordinated omission); target p99 < 2 ms on the DynamoDB endpoint.
-     and prints the ratios of the DynamoDB endpoint's figures to the gRPC port's.
+     and prints the ratios of the DynamoDB endpoint's figures to the gRPC port's. The open
+     loop's latency is split: how late the client woke for each query (its own scheduling on
+     a busy machine), how late it went out (also waiting for a free connection), and the time
+     from the actual send to the answer (the endpoint's and the loopback's share).
 
 Python and boto3 cannot send 5,000 queries/s on two cores (boto3 spends about 1 ms of CPU per
 call); the load generator is C++ and one thread. Client and daemon share the machine's cores:

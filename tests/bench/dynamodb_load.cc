@@ -13,6 +13,8 @@
 //     that stalls is charged for every query that waited (no coordinated omission).
 // The gRPC side sends the same queries as cdcview.v1 QueryRequests: closed loop with blocking
 // stubs on --connections threads, open loop with the lean HTTP/2 client (h2_client.h).
+// The DynamoDB open loop also prints how late the client woke for each query and how late it
+// went out (both in the latency), and the time from the actual send to the answer.
 // Each answer is checked: HTTP 200 with "Count":1 (DynamoDB), one entry (gRPC).
 // Prints figures and the DynamoDB/gRPC ratios; asserts nothing.
 #include <grpcpp/grpcpp.h>
@@ -66,6 +68,9 @@ struct Flags {
 
 struct Figures {
   std::vector<double> latency_us;
+  std::vector<double> send_late_us;  // open loop: how late each query went out
+  std::vector<double> wake_late_us;  // open loop: how late the client woke for it (its own share)
+  std::vector<double> from_send_us;  // open loop: from the actual send to the answer
   uint64_t errors = 0;
   double seconds = 0;
   double client_cpu_seconds = 0;
@@ -100,6 +105,17 @@ Row Print(const std::string& name, Figures f) {
          "  client cpu %.0f us/query\n",
          name.c_str(), n, r.qps, r.p50, r.p99, r.max, (unsigned long long)f.errors,
          n ? f.client_cpu_seconds * 1e6 / double(n) : 0.0);
+  if (!f.send_late_us.empty()) {
+    // Lateness past the due time, included in the latency above: the client waking late (its
+    // own scheduling on a busy machine), then waiting for a free connection (each is busy
+    // until the server answers: a server that stalls holds them all).
+    printf("  %-34s p50 %6.3f ms  p99 %6.3f ms\n", "  client woke after the due time",
+           Percentile(f.wake_late_us, 0.50) / 1000, Percentile(f.wake_late_us, 0.99) / 1000);
+    printf("  %-34s p50 %6.3f ms  p99 %6.3f ms\n", "  sent after the due time",
+           Percentile(f.send_late_us, 0.50) / 1000, Percentile(f.send_late_us, 0.99) / 1000);
+    printf("  %-34s p50 %6.3f ms  p99 %6.3f ms\n", "  answered after the send",
+           Percentile(f.from_send_us, 0.50) / 1000, Percentile(f.from_send_us, 0.99) / 1000);
+  }
   fflush(stdout);
   return r;
 }
@@ -148,6 +164,7 @@ struct Connection {
   beast::flat_buffer buffer;
   std::unique_ptr<http::response_parser<http::string_body>> parser;
   Clock::time_point due;
+  Clock::time_point sent;
   bool busy = false;
 };
 
@@ -203,6 +220,7 @@ class DynamoDbLoad {
         break;
       }
       backlog_.push_back(due);
+      figures_.wake_late_us.push_back(std::chrono::duration<double, std::micro>(now - due).count());
       ++next_;
     }
     for (auto& c : connections_) {
@@ -220,6 +238,11 @@ class DynamoDbLoad {
   void Send(Connection& c, Clock::time_point due) {
     c.busy = true;
     c.due = due;
+    c.sent = Clock::now();
+    if (qps_ > 0) {
+      figures_.send_late_us.push_back(
+          std::chrono::duration<double, std::micro>(Clock::now() - due).count());
+    }
     const std::string& request = requests_[sent_++ % requests_.size()];
     asio::async_write(c.stream.socket(), asio::buffer(request),
                       [this, &c](beast::error_code ec, size_t) {
@@ -238,6 +261,10 @@ class DynamoDbLoad {
     last_answer_ = Clock::now();
     figures_.latency_us.push_back(
         std::chrono::duration<double, std::micro>(last_answer_ - c.due).count());
+    if (qps_ > 0) {
+      figures_.from_send_us.push_back(
+          std::chrono::duration<double, std::micro>(last_answer_ - c.sent).count());
+    }
     const auto& res = c.parser->get();
     if (res.result_int() != 200 || res.body().find("\"Count\":1") == std::string::npos) {
       if (figures_.errors++ == 0) {
