@@ -48,19 +48,21 @@ main() {
   # queue, the file source's follow thread, the AWS HTTP client
   # against a local server, both servers (gRPC view service, fast read port) with watch and the
   # read-consistency waits, the TLS relay's thread beside the accepting one, hot keys, the
-  # published state, and the token store's and TLS context's reloads beside their readers.
+  # published state, the token store's and TLS context's reloads beside their readers, and the
+  # DynamoDB endpoint's I/O and wait threads (HttpServerTest, SigV4VerifyTest).
   # Not the cluster's suites (ClusterQueriesTest, ClusterWatchTest): their gRPC clients (async
   # completion queues, client streams) hand buffers between gRPC's own uninstrumented threads,
   # which TSan reports in every run (ProtoBufferReader::Next on a gpr_malloc'd slice); the ASan
   # stage runs them.
   # TSAN_TARGETS are their binaries, the only targets the tsan stage builds.
-  TSAN_TARGETS=(apply_test store_test sources_test server_test state_test aws_test security_test)
+  TSAN_TARGETS=(apply_test store_test sources_test server_test state_test aws_test security_test
+                dynamodb_test)
   suites=(ApplierTest CommitsDirectlyTest TombstoneTest WriterLingerTest ChangeLogTest
           StoreTest WriteBackTest RecordQueueTest FileSourceTest FollowTest
           HttpClientTest AggregateReaderTest GetStatusTest ReadConsistencyTest
           WaitDeadlineTest WatchHubTest WatchPositionTest ReadinessTest HotKeyTrackerTest
           PublishedStateTest SourceStateTest ConnectionRelayTest TokenStoreTest
-          TlsServerContextTest)
+          TlsServerContextTest HttpServerTest SigV4VerifyTest)
   TSAN_TESTS="^($(IFS='|'; echo "${suites[*]}"))\\."
   # Both servers' tests drive them with gRPC's own client in the same process. Debian's gRPC is
   # not built with TSan, and some of its internal hand-offs still reach TSan as reports now and

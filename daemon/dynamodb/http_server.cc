@@ -194,6 +194,9 @@ class HttpServer::Impl {
                                                  ec ? ec.message() : std::strerror(errno)));
     }
     asio::post(accept_strand_, [this] { Accept(); });
+    // A connection whose request is on a wait thread has no operation pending: without this, the
+    // threads would leave run() when every connection is there, and its answer never be sent.
+    work_.emplace(ioc_.get_executor());
     for (uint32_t i = 0; i < limits_.dynamodb_threads; ++i) {
       threads_.emplace_back([this] {
         pthread_setname_np(pthread_self(), "dynamodb-io");
@@ -231,6 +234,7 @@ class HttpServer::Impl {
     while (open_.load() > 0 && Clock::now() < closing) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
+    work_.reset();
     ioc_.stop();
     for (std::thread& t : threads_) t.join();
     // Waits still running end by their own deadline (server.max_wait_ms at most).
@@ -380,6 +384,7 @@ class HttpServer::Impl {
   asio::strand<asio::io_context::executor_type> accept_strand_;
   tcp::acceptor acceptor_;
   asio::steady_timer retry_timer_;
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;
 };
 
 namespace {
@@ -444,6 +449,7 @@ class Session : public SessionBase {
     if (ec == beast::error::timeout) return "request_timeout";
     if (closing_ || server_.stopping()) return "shutdown";
     if (ec == asio::error::eof || ec == http::error::end_of_stream ||
+        ec == http::error::partial_message ||
         ec == asio::error::connection_reset || ec == asio::ssl::error::stream_truncated) {
       return "client";
     }
@@ -494,8 +500,9 @@ class Session : public SessionBase {
       if (server_.options().connections != nullptr) {
         server_.options().connections->RequestRefused(body ? "body_limit" : "header_limit");
       }
-      std::string_view operation;
-      if (parser_->is_header_done()) operation = OperationOf(View(parser_->get()["X-Amz-Target"]));
+      // The fields read so far (a body over the limit is seen from Content-Length, once the
+      // head has been read, though the parser does not call it done).
+      const std::string_view operation = OperationOf(View(parser_->get()["X-Amz-Target"]));
       linger_ = true;
       keep_alive_ = false;
       Reply(ErrorResponse(
@@ -509,7 +516,8 @@ class Session : public SessionBase {
       return;
     }
     if (ec) {
-      if (ec.category() == http::make_error_code(http::error::bad_target).category()) {
+      if (ec.category() == http::make_error_code(http::error::bad_target).category() &&
+          ec != http::error::partial_message && ec != http::error::end_of_stream) {
         // Not HTTP/1.1 as a client sends it: say so once and close.
         linger_ = true;
         keep_alive_ = false;

@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/time/civil_time.h"
 #include "daemon/aws/sigv4.h"
 
 namespace cdcview::dynamodb {
@@ -103,6 +104,29 @@ std::string CanonicalUriAndQuery(std::string_view target) {
   return out;
 }
 
+// "20150830T123600Z" (absl::ParseTime's %Y would take all eight digits as the year).
+std::optional<absl::Time> ParseAmzDate(std::string_view text) {
+  if (text.size() != 16 || text[8] != 'T' || text[15] != 'Z') return std::nullopt;
+  auto number = [&](size_t at, size_t length) -> std::optional<int> {
+    int n = 0;
+    for (size_t i = at; i < at + length; ++i) {
+      if (!absl::ascii_isdigit(static_cast<unsigned char>(text[i]))) return std::nullopt;
+      n = n * 10 + (text[i] - '0');
+    }
+    return n;
+  };
+  auto year = number(0, 4), month = number(4, 2), day = number(6, 2), hour = number(9, 2),
+       minute = number(11, 2), second = number(13, 2);
+  if (!year || !month || !day || !hour || !minute || !second) return std::nullopt;
+  const absl::CivilSecond civil(*year, *month, *day, *hour, *minute, *second);
+  // CivilSecond normalizes out-of-range fields (month 13): such a date is malformed.
+  if (civil.year() != *year || civil.month() != *month || civil.day() != *day ||
+      civil.hour() != *hour || civil.minute() != *minute || civil.second() != *second) {
+    return std::nullopt;
+  }
+  return absl::FromCivil(civil, absl::UTCTimeZone());
+}
+
 struct Authorization {
   std::string credential;
   std::string signed_headers;
@@ -170,13 +194,11 @@ SigV4Verdict VerifySigV4(const SignedRequest& request, security::TokenStore& tok
     return Incomplete("Authorization header requires existence of a 'X-Amz-Date' header.");
   }
   const std::string& amz_date = date_header->second;
-  absl::Time signed_at;
-  std::string parse_error;
-  if (amz_date.size() != 16 ||
-      !absl::ParseTime("%Y%m%dT%H%M%SZ", amz_date, absl::UTCTimeZone(), &signed_at,
-                       &parse_error)) {
+  std::optional<absl::Time> parsed = ParseAmzDate(amz_date);
+  if (!parsed) {
     return Incomplete(absl::StrCat("X-Amz-Date must be yyyyMMddTHHmmssZ, got '", amz_date, "'"));
   }
+  const absl::Time signed_at = *parsed;
 
   // <access key id>/<date>/<region>/<service>/aws4_request
   std::vector<std::string> scope = absl::StrSplit(authorization->credential, '/');

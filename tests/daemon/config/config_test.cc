@@ -765,8 +765,8 @@ TEST(ConfigTest, DynamoDbEndpointLimitsHaveSafeDefaultsAndBounds) {
     return ErrorOf("server: { " + field + " }\ntables: [ { name: App, key: { partition: PK } } ]\n");
   };
   EXPECT_EQ(error("dynamodb: 8000"),
-            "t.yaml:1: server.dynamodb: expected host:port (e.g. 0.0.0.0:8000 or [::]:8000), "
-            "or \"\" to disable, got \"8000\"");
+            "t.yaml:1: server.dynamodb: expected host:port like 127.0.0.1:8000 (or \"\" to "
+            "disable), got \"8000\"");
   EXPECT_EQ(error("dynamodb_threads: 0"),
             "t.yaml:1: server.dynamodb_threads: expected a whole number from 1 to 64, got \"0\" "
             "(at most 64: one thread each)");

@@ -33,10 +33,7 @@ class SigV4VerifyTest : public ::testing::Test {
     auto tokens = security::TokenStore::Open(path_);
     ASSERT_TRUE(tokens.ok()) << tokens.status();
     tokens_ = *tokens;
-    absl::Time at;
-    std::string error;
-    ASSERT_TRUE(absl::ParseTime("%Y%m%dT%H%M%SZ", kDate, absl::UTCTimeZone(), &at, &error));
-    signed_at_ = at;
+    signed_at_ = absl::FromCivil(absl::CivilSecond(2026, 12, 2, 14, 24, 19), absl::UTCTimeZone());
   }
 
   SigV4Verdict Verify(std::string authorization, std::string target = "DynamoDB_20120810.GetItem",
@@ -123,6 +120,9 @@ TEST_F(SigV4VerifyTest, MissingUnknownAndMalformedCredentials) {
                 "IncompleteSignatureException",
                 "Authorization header requires 'Signature' parameter. Authorization header "
                 "requires 'SignedHeaders' parameter.");
+  ExpectRefused(Verify(kGetItemAuthorization, "DynamoDB_20120810.GetItem", kBody, "20261302T142419Z"),
+                "IncompleteSignatureException",
+                "X-Amz-Date must be yyyyMMddTHHmmssZ, got '20261302T142419Z'");
   ExpectRefused(Verify(kGetItemAuthorization, "DynamoDB_20120810.GetItem", kBody, ""),
                 "IncompleteSignatureException",
                 "Authorization header requires existence of a 'X-Amz-Date' header.");

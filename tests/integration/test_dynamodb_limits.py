@@ -1,0 +1,345 @@
+"""The DynamoDB endpoint (server.dynamodb) against careless and hostile clients on the real
+daemon: boto3 reads through it; a body over dynamodb_max_request_bytes is refused naming the
+field and the daemon keeps serving; connections past the cap are closed with a
+ThrottlingException; a client that sends its request slowly is cut at the request timeout, an
+idle one at the idle timeout; requests waiting for a position past dynamodb_max_waits get a
+ThrottlingException; HTTPS with a certificate rotated without a restart; SigV4 against the
+tokens file. Each refusal is counted, and the counters are checked exactly.
+"""
+
+import base64
+import http.client
+import re
+import socket
+import ssl
+import threading
+import time
+import urllib.request
+
+import boto3
+import botocore
+import pytest
+from botocore.config import Config as BotoConfig
+
+from conftest import expected_position, metric, parse_metrics, wait_for
+from test_fast_reads_limits import position_token, record
+from test_tls import mount_secret
+from tls_certs import SERVER2_SERIAL, SERVER_SERIAL, serial_of
+
+PORT_LINE = re.compile(r"serving the DynamoDB API \((HTTPS?)\) on port (\d+)")
+READER_TOKEN = "reader-token-0123456789"
+METRICS_TOKEN = "metrics-token-0123456789"
+TOKENS_YAML = f"""
+tokens:
+  - {{ name: reader, token: "{READER_TOKEN}", views: [ByDay] }}
+  - {{ name: prometheus, token: "{METRICS_TOKEN}", views: [], metrics: true }}
+"""
+MISMATCH = ("The request signature we calculated does not match the signature you provided. "
+            "Check your AWS Secret Access Key and signing method. Consult the service "
+            "documentation for details.")
+
+
+def config(tmp_path, **server):
+    stream = str(tmp_path / "a.ndjson")
+    with open(stream, "w") as f:
+        f.write("".join(record(n, f"I{n}", "D1") for n in range(3)))
+    return stream, {
+        "storage": {"path": str(tmp_path / "store"), "map_size": "64MiB"},
+        "server": {"grpc": "127.0.0.1:0", "metrics": "127.0.0.1:0", "dynamodb": "127.0.0.1:0",
+                   **server},
+        "sources": [{"name": "app", "table": "App", "file": {"path": stream, "follow": True}}],
+        "tables": [{"name": "App", "key": {"partition": "PK"},
+                    "views": [{"name": "ByDay",
+                               "partition_key": {"attribute": "day", "type": "S"}},
+                              {"name": "ByPk", "partition_key": {"attribute": "PK", "type": "S"}}]}],
+    }
+
+
+def start(daemon_factory, tmp_path, **server):
+    """A plaintext daemon with the endpoint and `server`'s fields, three records applied."""
+    stream, cfg = config(tmp_path, **server)
+    d = daemon_factory(cfg).start()
+    d.dynamodb_port = int(PORT_LINE.search(d.log()).group(2))
+    wait_for("the records to apply", lambda: d.positions("app").get("") == expected_position(stream))
+    return d
+
+
+def dynamodb(d, scheme="http", key="AKID", secret="any-secret", **kwargs):
+    return boto3.client("dynamodb", endpoint_url=f"{scheme}://localhost:{d.dynamodb_port}",
+                        region_name="eu-west-1", aws_access_key_id=key,
+                        aws_secret_access_key=secret,
+                        config=BotoConfig(retries={"total_max_attempts": 1}, **kwargs.pop("boto", {})),
+                        **kwargs)
+
+
+def raw(d):
+    return socket.create_connection(("127.0.0.1", d.dynamodb_port), timeout=10)
+
+
+def read_to_close(sock, timeout=10):
+    sock.settimeout(timeout)
+    out = b""
+    try:
+        while chunk := sock.recv(65536):
+            out += chunk
+    except ConnectionResetError:
+        pass
+    return out
+
+
+def quietly(read):
+    """`read`'s result, or None while it fails (the views are still being built)."""
+    try:
+        return read()
+    except botocore.exceptions.ClientError:
+        return None
+
+
+def error_of(call):
+    with pytest.raises(botocore.exceptions.ClientError) as err:
+        call()
+    e = err.value.response
+    return e["ResponseMetadata"]["HTTPStatusCode"], e["Error"]["Code"], e["Error"]["Message"]
+
+
+def day_query(client, view="ByDay"):
+    key = "day" if view == "ByDay" else "PK"
+    return client.query(TableName="App", IndexName=view, KeyConditionExpression="#k = :v",
+                        ExpressionAttributeNames={"#k": key},
+                        ExpressionAttributeValues={":v": {"S": "D1" if view == "ByDay" else "I1"}})
+
+
+def test_boto3_reads_and_oversized_bodies_are_refused_naming_the_field(daemon_factory, tmp_path):
+    d = start(daemon_factory, tmp_path, dynamodb_max_request_bytes=2048)
+    client = dynamodb(d)
+    got = client.get_item(TableName="App", Key={"PK": {"S": "I1"}})
+    assert got["Item"] == {"PK": {"S": "I1"}, "day": {"S": "D1"}}
+    headers = got["ResponseMetadata"]["HTTPHeaders"]
+    assert base64.b64decode(headers["x-cdcview-applied-position"])[:3] == b"cp\x01"
+    assert len(headers["x-amzn-requestid"]) == 52
+    query = day_query(client)
+    assert (query["Count"], query["ScannedCount"]) == (3, 3)
+    assert sorted(i["PK"]["S"] for i in query["Items"]) == ["I0", "I1", "I2"]
+
+    big = " OR ".join(f"#k = :v{n}" for n in range(200))
+    assert error_of(lambda: client.query(
+        TableName="App", IndexName="ByDay", KeyConditionExpression="#k = :v", FilterExpression=big,
+        ExpressionAttributeNames={"#k": "day"},
+        ExpressionAttributeValues={":v": {"S": "D1"}, **{f":v{n}": {"S": "x"} for n in range(200)}})) == (
+        413, "ValidationException",
+        "the request body is larger than 2048 bytes (server.dynamodb_max_request_bytes)")
+    # The daemon goes on serving, on a new connection.
+    assert dynamodb(d).get_item(TableName="App", Key={"PK": {"S": "I2"}})["Item"]["PK"] == {"S": "I2"}
+    m = d.metrics()
+    assert metric(m, "cdcview_requests_refused_total", port="dynamodb", reason="body_limit") == 1
+    assert metric(m, "cdcview_dynamodb_api_requests_total", operation="Query",
+                  outcome="ValidationException") == 1
+    assert metric(m, "cdcview_dynamodb_api_requests_total", operation="GetItem", outcome="ok") == 2
+    assert metric(m, "cdcview_dynamodb_api_requests_total", operation="Query", outcome="ok") == 1
+    assert metric(m, "cdcview_dynamodb_api_request_duration_seconds_count", operation="GetItem") == 2
+    d.stop()
+
+
+def test_connections_past_the_cap_are_closed_with_throttling(daemon_factory, tmp_path):
+    d = start(daemon_factory, tmp_path, dynamodb_max_connections=2)
+    held = [raw(d), raw(d)]
+    for s in held:  # both accepted and served
+        s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert s.recv(4096).endswith(b"\r\n\r\nhealthy: cdcview")
+    third = raw(d)
+    answer = read_to_close(third)
+    assert answer.startswith(b"HTTP/1.1 503 Service Unavailable\r\n"), answer
+    assert answer.endswith(
+        b'{"__type":"com.amazonaws.dynamodb.v20120810#ThrottlingException","message":"too many '
+        b'connections: the DynamoDB endpoint holds at most 2 (server.dynamodb_max_connections); '
+        b'retry later"}')
+    m = d.metrics()
+    assert metric(m, "cdcview_connections_refused_total", port="dynamodb", reason="max_connections") == 1
+    assert metric(m, "cdcview_connections_open", port="dynamodb") == 2
+    assert metric(m, "cdcview_connections_max", port="dynamodb") == 2
+    held[0].close()
+    wait_for("the slot freed", lambda: metric(d.metrics(), "cdcview_connections_open", port="dynamodb") == 1)
+    assert dynamodb(d).get_item(TableName="App", Key={"PK": {"S": "I0"}})["Item"]["PK"] == {"S": "I0"}
+    d.stop()
+
+
+def test_slow_and_idle_clients_are_cut_off(daemon_factory, tmp_path):
+    d = start(daemon_factory, tmp_path, dynamodb_request_timeout_ms=500,
+              dynamodb_idle_timeout_ms=1000)
+    slow = raw(d)
+    t = time.monotonic()
+    slow.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nX-Amz-Target: DynamoDB_20120810.GetItem\r\n")
+    assert read_to_close(slow) == b""
+    assert 0.45 <= time.monotonic() - t < 1.5
+    idle = raw(d)
+    idle.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert idle.recv(4096).endswith(b"healthy: cdcview")
+    t = time.monotonic()
+    assert read_to_close(idle) == b""
+    assert 0.95 <= time.monotonic() - t < 2.0
+    m = d.metrics()
+    assert metric(m, "cdcview_connections_closed_total", port="dynamodb", reason="request_timeout") == 1
+    assert metric(m, "cdcview_connections_closed_total", port="dynamodb", reason="idle") == 1
+    assert metric(m, "cdcview_connections_opened_total", port="dynamodb") == 2
+    d.stop()
+
+
+def post(d, target, body, headers=None):
+    c = http.client.HTTPConnection("127.0.0.1", d.dynamodb_port, timeout=30)
+    c.request("POST", "/", body=body, headers={"X-Amz-Target": f"DynamoDB_20120810.{target}",
+                                               "Content-Type": "application/x-amz-json-1.0",
+                                               **(headers or {})})
+    r = c.getresponse()
+    return r.status, r.read().decode(), dict(r.getheaders())
+
+
+def test_waits_past_the_cap_are_throttled_and_do_not_hold_up_other_reads(daemon_factory, tmp_path):
+    d = start(daemon_factory, tmp_path, dynamodb_max_waits=1, max_wait_ms=2000)
+    get = '{"TableName":"App","Key":{"PK":{"S":"I1"}}}'
+    status, _, headers = post(d, "GetItem", get)
+    assert status == 200
+    applied = base64.b64decode(headers["x-cdcview-applied-position"])
+    assert applied == position_token([("app", "", expected_position(str(tmp_path / "a.ndjson")))])
+    far = base64.b64encode(position_token([("app", "", "999999999:1000000")])).decode()
+    waiting = {}
+    waiter = threading.Thread(target=lambda: waiting.update(
+        answer=post(d, "GetItem", get, {"x-cdcview-min-position": far})))
+    t = time.monotonic()
+    waiter.start()
+    time.sleep(0.3)
+    status, body, _ = post(d, "GetItem", get, {"x-cdcview-min-position": far})
+    assert (status, body) == (400, '{"__type":"com.amazonaws.dynamodb.v20120810#ThrottlingException",'
+                                   '"message":"too many requests with a consistency header at once: 1 '
+                                   'are running (server.dynamodb_max_waits); retry later"}')
+    # A read without a consistency header is answered meanwhile.
+    assert post(d, "GetItem", get)[0] == 200
+    waiter.join()
+    assert 2.0 <= time.monotonic() - t < 3.5
+    assert waiting["answer"][0] == 400
+    assert "PositionNotAppliedException" in waiting["answer"][1]
+    # Applied already: answered from the wait threads at once.
+    status, _, _ = post(d, "GetItem", get, {"x-cdcview-min-position": base64.b64encode(applied).decode()})
+    assert status == 200
+    m = d.metrics()
+    assert metric(m, "cdcview_requests_refused_total", port="dynamodb", reason="max_waits") == 1
+    assert metric(m, "cdcview_dynamodb_api_requests_total", operation="GetItem",
+                  outcome="ThrottlingException") == 1
+    assert metric(m, "cdcview_dynamodb_api_requests_total", operation="GetItem", outcome="ok") == 3
+    d.stop()
+
+
+def peer_serial(d, pki):
+    context = ssl.create_default_context(cafile=pki.ca_cert)
+    with socket.create_connection(("127.0.0.1", d.dynamodb_port), timeout=10) as s:
+        with context.wrap_socket(s, server_hostname="localhost") as tls:
+            return serial_of(ssl.DER_cert_to_PEM_cert(tls.getpeercert(binary_form=True)).encode())
+
+
+def tls_metrics(d, ca, token=None):
+    scheme = "https" if token else "http"
+    request = urllib.request.Request(f"{scheme}://localhost:{d.metrics_port}/metrics",
+                                     headers={"Authorization": f"Bearer {token}"} if token else {})
+    context = ssl.create_default_context(cafile=ca) if token else None
+    with urllib.request.urlopen(request, timeout=10, context=context) as r:
+        return parse_metrics(r.read().decode())
+
+
+def start_tls(daemon_factory, tmp_path, server):
+    stream, cfg = config(tmp_path, **server)
+    d = daemon_factory(cfg).start(wait_serving=False)
+    d.dynamodb_port = int(PORT_LINE.search(d.log()).group(2))
+    assert PORT_LINE.search(d.log()).group(1) == "HTTPS"
+    return d
+
+
+def test_https_with_a_certificate_rotated_without_a_restart(daemon_factory, pki, tmp_path):
+    tls_dir = tmp_path / "tls"
+    mount_secret(tls_dir, pki.server_cert, pki.server_key)
+    d = start_tls(daemon_factory, tmp_path, {"tls_cert_file": str(tls_dir / "tls.crt"),
+                                             "tls_key_file": str(tls_dir / "tls.key"),
+                                             "tls_metrics": False})
+    client = dynamodb(d, "https", verify=pki.ca_cert)
+    wait_for("the records to apply",
+             lambda: (quietly(lambda: day_query(client)) or {}).get("Count") == 3)
+    assert peer_serial(d, pki) == SERVER_SERIAL
+    kept = http.client.HTTPSConnection("localhost", d.dynamodb_port, timeout=10,
+                                       context=ssl.create_default_context(cafile=pki.ca_cert))
+    kept.request("GET", "/")
+    assert kept.getresponse().read() == b"healthy: cdcview"
+    # A plaintext client fails the handshake and is counted.
+    plain = raw(d)
+    plain.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert not read_to_close(plain).startswith(b"HTTP/1.1")
+
+    mount_secret(tls_dir, pki.server2_cert, pki.server2_key)
+    wait_for("the new certificate served", lambda: peer_serial(d, pki) == SERVER2_SERIAL,
+             interval=0.2)
+    assert len(day_query(dynamodb(d, "https", verify=pki.ca_cert))["Items"]) == 3
+    kept.request("GET", "/")  # the connection opened before rotation still serves
+    assert kept.getresponse().read() == b"healthy: cdcview"
+    m = tls_metrics(d, pki.ca_cert)
+    assert metric(m, "cdcview_tls_reloads_total", port="dynamodb", result="ok") == 1
+    assert metric(m, "cdcview_connections_closed_total", port="dynamodb", reason="tls_handshake") == 1
+    kept.close()
+    d.stop()
+
+
+def test_sigv4_against_the_tokens_file(daemon_factory, pki, tmp_path):
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text(TOKENS_YAML)
+    d = start_tls(daemon_factory, tmp_path, {"tls_cert_file": pki.server_cert,
+                                             "tls_key_file": pki.server_key,
+                                             "tokens_file": str(tokens)})
+    reader = dynamodb(d, "https", key="reader", secret=READER_TOKEN, verify=pki.ca_cert)
+    wait_for("the records to apply",
+             lambda: (quietly(lambda: day_query(reader)) or {}).get("Count") == 3)
+    unsigned = dynamodb(d, "https", verify=pki.ca_cert,
+                        boto={"signature_version": botocore.UNSIGNED})
+    assert error_of(lambda: day_query(unsigned)) == (
+        400, "MissingAuthenticationTokenException", "Request is missing Authentication Token")
+    wrong = dynamodb(d, "https", key="reader", secret=READER_TOKEN + "x", verify=pki.ca_cert)
+    assert error_of(lambda: day_query(wrong)) == (400, "InvalidSignatureException", MISMATCH)
+    unknown = dynamodb(d, "https", key="nobody", secret=READER_TOKEN, verify=pki.ca_cert)
+    assert error_of(lambda: day_query(unknown)) == (
+        400, "UnrecognizedClientException", "The security token included in the request is invalid.")
+    status, code, message = error_of(lambda: day_query(reader, "ByPk"))
+    assert (status, code) == (400, "AccessDeniedException")
+    assert 'token "reader" may not read view "ByPk"' in message
+    m = tls_metrics(d, pki.ca_cert, METRICS_TOKEN)
+    assert metric(m, "cdcview_auth_refused_total", port="dynamodb", reason="no_token") == 1
+    assert metric(m, "cdcview_auth_refused_total", port="dynamodb", reason="bad_token") == 2
+    assert metric(m, "cdcview_auth_refused_total", port="dynamodb", reason="view_denied") == 1
+    d.stop()
+
+
+def test_mtls_and_a_handshake_that_never_finishes(daemon_factory, pki, tmp_path):
+    d = start_tls(daemon_factory, tmp_path, {"tls_cert_file": pki.server_cert,
+                                             "tls_key_file": pki.server_key,
+                                             "tls_client_ca_file": pki.ca_cert,
+                                             "tls_metrics": False,
+                                             "dynamodb_request_timeout_ms": 500})
+    # With the CA's client certificate: served.
+    with_cert = dynamodb(d, "https", verify=pki.ca_cert,
+                         boto={"client_cert": (pki.client_cert, pki.client_key)})
+    wait_for("the records to apply",
+             lambda: (quietly(lambda: day_query(with_cert)) or {}).get("Count") == 3)
+    # Without a certificate, or with another CA's: the handshake fails.
+    for cert in (None, (pki.other_client_cert, pki.other_client_key)):
+        context = ssl.create_default_context(cafile=pki.ca_cert)
+        if cert:
+            context.load_cert_chain(*cert)
+        with socket.create_connection(("127.0.0.1", d.dynamodb_port), timeout=10) as s:
+            with pytest.raises((ssl.SSLError, ConnectionResetError, BrokenPipeError)):
+                with context.wrap_socket(s, server_hostname="localhost") as tls:
+                    tls.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+                    assert tls.recv(4096) == b""  # TLS 1.3: the alert comes after the handshake
+                    raise ConnectionResetError
+    # A client that opens a connection and never says hello is closed at the request timeout.
+    silent = raw(d)
+    t = time.monotonic()
+    assert read_to_close(silent) == b""
+    assert 0.45 <= time.monotonic() - t < 1.5
+    m = tls_metrics(d, pki.ca_cert)
+    assert metric(m, "cdcview_connections_closed_total", port="dynamodb", reason="tls_handshake") == 2
+    assert metric(m, "cdcview_connections_closed_total", port="dynamodb", reason="request_timeout") == 1
+    d.stop()
