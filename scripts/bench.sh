@@ -83,3 +83,22 @@ if [ "${CLUSTER_BENCH:-1}" != "0" ]; then
   "$here/.venv/bin/python" "$here/tests/bench/cluster_bench.py" \
     --tmp "$bench_tmp" ${CLUSTER_BENCH_ARGS:-} | tee "$out/cluster.txt"
 fi
+
+# ---------------------------------------------------------------------------------------------
+# DynamoDB endpoint (tests/bench/dynamodb_bench.py): a cdcviewd with 200k items and its DynamoDB
+# endpoint on; point Query over the endpoint (tests/bench/dynamodb_load, a C++ HTTP/1.1 client)
+# closed loop and open loop at 5k QPS, beside the same queries on its gRPC port, and the ratio.
+# About 30 s more; DYNAMODB_BENCH=0 skips it.
+#   DYNAMODB_BENCH_ARGS  extra flags (e.g. "--qps 2000 --open-seconds 10")
+# ---------------------------------------------------------------------------------------------
+if [ "${DYNAMODB_BENCH:-1}" != "0" ]; then
+  "$here/scripts/build.sh" cdcviewd dynamodb_load
+  echo "[bench] dynamodb_bench --tmp $bench_tmp ${DYNAMODB_BENCH_ARGS:-}"
+  # shellcheck disable=SC2086
+  "$here/.venv/bin/python" "$here/tests/bench/dynamodb_bench.py" --tmp "$bench_tmp" \
+    ${DYNAMODB_BENCH_ARGS:-} | tee "$out/dynamodb.txt"
+  echo
+  echo "===== cdcview DynamoDB endpoint benchmark summary ====="
+  grep -E '^  (DynamoDB|gRPC)|^    (client woke|sent after|answered after)|^DynamoDB / gRPC|target p99' \
+    "$out/dynamodb.txt" || true
+fi
