@@ -21,7 +21,7 @@ import botocore
 import pytest
 from botocore.config import Config as BotoConfig
 
-from conftest import expected_position, metric, parse_metrics, wait_for
+from conftest import dashboard_metric_names, expected_position, metric, parse_metrics, wait_for
 from test_fast_reads_limits import position_token, record
 from test_tls import mount_secret
 from tls_certs import SERVER2_SERIAL, SERVER_SERIAL, serial_of
@@ -137,6 +137,11 @@ def test_boto3_reads_and_oversized_bodies_are_refused_naming_the_field(daemon_fa
     assert metric(m, "cdcview_dynamodb_api_requests_total", operation="GetItem", outcome="ok") == 2
     assert metric(m, "cdcview_dynamodb_api_requests_total", operation="Query", outcome="ok") == 1
     assert metric(m, "cdcview_dynamodb_api_request_duration_seconds_count", operation="GetItem") == 2
+    # Every endpoint metric a dashboard panel or alert names is in the real output.
+    api_metrics = dashboard_metric_names("cdcview_dynamodb_api_")
+    assert api_metrics == ["cdcview_dynamodb_api_request_duration_seconds_bucket",
+                           "cdcview_dynamodb_api_requests_total"]
+    assert [n for n in api_metrics if n not in {name for name, _ in m}] == []
     d.stop()
 
 
