@@ -1189,10 +1189,7 @@ class Operation {
     }
     for (const auto& [name, v] : key) {
       if (v.type() != AttrType::kN && v.scalar().empty()) {
-        return ValidationError(Cat(
-            "One or more parameter values are not valid. The AttributeValue for a key attribute "
-            "cannot contain an empty ", v.type() == AttrType::kS ? "string" : "binary",
-            " value. Key: ", name));
+        return ValidationError(EmptyKeyMessage(v.type(), name));
       }
     }
     return key;
