@@ -38,6 +38,10 @@ constexpr uint64_t kPageBytes = 1 << 20;
 // Entries asked of ViewQueries per call (its own page size cap).
 constexpr uint32_t kEntriesPerCall = 1000;
 constexpr size_t kMaxBatchGetKeys = 100;
+// DynamoDB's limit on a BatchGetItem answer: past it, the rest are UnprocessedKeys.
+constexpr uint64_t kMaxBatchGetBytes = 16 << 20;
+// AttributesToGet as a ProjectionExpression: DynamoDB's 4 KB expression limit.
+constexpr uint64_t kMaxAttributesToGetBytes = 4096;
 constexpr size_t kMaxJsonDepth = 256;
 constexpr size_t kMaxNameBytes = 255;  // DynamoDB's longest table and index names
 constexpr char kSyntheticPartition[] = "cdcview_pk";
@@ -47,24 +51,25 @@ constexpr char kInvalid[] = "One or more parameter values were invalid: ";
 constexpr char kBadStartKey[] =
     "The provided starting key is invalid: The provided key element does not match the schema";
 
-// The operations DynamoDB has that cdcview does not serve: all change tables or items, or
-// read what cdcview does not keep.
-constexpr std::string_view kNotServed[] = {
-    "BatchExecuteStatement", "BatchWriteItem", "CreateBackup", "CreateGlobalTable",
-    "CreateTable", "DeleteBackup", "DeleteItem", "DeleteResourcePolicy", "DeleteTable",
-    "DescribeBackup", "DescribeContinuousBackups", "DescribeContributorInsights",
-    "DescribeEndpoints", "DescribeExport", "DescribeGlobalTable", "DescribeGlobalTableSettings",
-    "DescribeImport", "DescribeKinesisStreamingDestination", "DescribeLimits",
-    "DescribeTableReplicaAutoScaling", "DescribeTimeToLive",
-    "DisableKinesisStreamingDestination", "EnableKinesisStreamingDestination",
-    "ExecuteStatement", "ExecuteTransaction", "ExportTableToPointInTime", "GetResourcePolicy",
-    "ImportTable", "ListBackups", "ListContributorInsights", "ListExports", "ListGlobalTables",
-    "ListImports", "ListTagsOfResource", "PutItem", "PutResourcePolicy",
-    "RestoreTableFromBackup", "RestoreTableToPointInTime", "TagResource", "TransactGetItems",
+// The operations DynamoDB has that cdcview does not serve. These change tables or items:
+constexpr std::string_view kWrites[] = {
+    "BatchWriteItem", "CreateBackup", "CreateGlobalTable", "CreateTable", "DeleteBackup",
+    "DeleteItem", "DeleteResourcePolicy", "DeleteTable", "DisableKinesisStreamingDestination",
+    "EnableKinesisStreamingDestination", "ExportTableToPointInTime", "ImportTable", "PutItem",
+    "PutResourcePolicy", "RestoreTableFromBackup", "RestoreTableToPointInTime", "TagResource",
     "TransactWriteItems", "UntagResource", "UpdateContinuousBackups",
     "UpdateContributorInsights", "UpdateGlobalTable", "UpdateGlobalTableSettings", "UpdateItem",
     "UpdateKinesisStreamingDestination", "UpdateTable", "UpdateTableReplicaAutoScaling",
     "UpdateTimeToLive"};
+// These read (or, PartiQL, read or write) what cdcview does not keep or serve:
+constexpr std::string_view kOtherReads[] = {
+    "BatchExecuteStatement", "DescribeBackup", "DescribeContinuousBackups",
+    "DescribeContributorInsights", "DescribeEndpoints", "DescribeExport", "DescribeGlobalTable",
+    "DescribeGlobalTableSettings", "DescribeImport", "DescribeKinesisStreamingDestination",
+    "DescribeLimits", "DescribeTableReplicaAutoScaling", "DescribeTimeToLive",
+    "ExecuteStatement", "ExecuteTransaction", "GetResourcePolicy", "ListBackups",
+    "ListContributorInsights", "ListExports", "ListGlobalTables", "ListImports",
+    "ListTagsOfResource", "TransactGetItems"};
 
 // What a successful operation answers.
 struct Answer {
@@ -89,10 +94,31 @@ struct Answer {
 #define API_ASSIGN_OR_RETURN(lhs, expr) \
   API_ASSIGN_OR_RETURN_IMPL(API_CONCAT(_api_or_, __LINE__), lhs, expr)
 
+// At most `n` bytes of `text`, never ending inside a UTF-8 sequence.
+std::string_view PrefixOnBoundary(std::string_view text, size_t n) {
+  if (text.size() <= n) return text;
+  size_t end = n;
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
+  return text.substr(0, end);
+}
+
 std::string ValueText(std::string_view value) {
-  // DynamoDB quotes a value in its constraint messages; a hostile one is cut.
-  return value.size() <= kQuotedValueBytes ? std::string(value)
-                                           : Cat(value.substr(0, kQuotedValueBytes), "...");
+  // DynamoDB quotes a value in its constraint messages; a hostile one is cut (on a UTF-8
+  // boundary: the error body stays valid UTF-8).
+  return value.size() <= kQuotedValueBytes
+             ? std::string(value)
+             : Cat(PrefixOnBoundary(value, kQuotedValueBytes), "...");
+}
+
+// A stored item or key that does not decode is cdcview's fault, not the caller's: 500.
+template <typename Proto>
+auto Stored(const Proto& proto, const std::string& what) -> decltype(FromProto(proto, what)) {
+  auto decoded = FromProto(proto, what);
+  if (!decoded.ok()) {
+    return absl::InternalError(Cat("A stored ", what, " does not decode: ",
+                                   StdView(decoded.status().message())));
+  }
+  return decoded;
 }
 
 absl::Status ConstraintError(std::string_view value, std::string_view member,
@@ -212,17 +238,17 @@ std::vector<std::pair<std::string, AttrType>> StartKeyNames(const ViewContext& v
 // The index item DynamoDB would hold for an entry: the projection's attributes and the
 // index's key attributes (synthetic ones from the entry's keys).
 absl::StatusOr<Item> IndexItem(const v1::ViewEntry& entry, const ViewContext& v) {
-  API_ASSIGN_OR_RETURN(Item item, FromProto(entry.item(), "item"));
+  API_ASSIGN_OR_RETURN(Item item, Stored(entry.item(), "item"));
   if (!v.projected.empty()) {
     for (auto it = item.begin(); it != item.end();) {
       it = v.projected.contains(it->first) ? std::next(it) : item.erase(it);
     }
   }
   if (v.pk.synthetic) {
-    API_ASSIGN_OR_RETURN(item[kSyntheticPartition], FromProto(entry.partition_key(), "partition_key"));
+    API_ASSIGN_OR_RETURN(item[kSyntheticPartition], Stored(entry.partition_key(), "partition_key"));
   }
   if (v.sk.has_value() && v.sk->synthetic) {
-    API_ASSIGN_OR_RETURN(item[kSyntheticSort], FromProto(entry.sort_key(), "sort_key"));
+    API_ASSIGN_OR_RETURN(item[kSyntheticSort], Stored(entry.sort_key(), "sort_key"));
   }
   return item;
 }
@@ -235,6 +261,13 @@ Item StartKeyOf(const Item& index_item, const ViewContext& v) {
   return key;
 }
 
+// DynamoDB's refusal of an empty S or B key value.
+std::string EmptyKeyMessage(AttrType type, std::string_view name) {
+  return Cat("One or more parameter values are not valid. The AttributeValue for a key attribute "
+             "cannot contain an empty ", type == AttrType::kS ? "string" : "binary",
+             " value. Key: ", name);
+}
+
 // An ExclusiveStartKey as the view entry key it names: enc(view pk)·enc(view sk)?·enc(table
 // pk)·enc(table sk)?. `*index_pk` gets the index partition key value.
 absl::StatusOr<std::string> EntryKeyOf(const Item& start, const ViewContext& v,
@@ -244,6 +277,9 @@ absl::StatusOr<std::string> EntryKeyOf(const Item& start, const ViewContext& v,
   for (const auto& [name, type] : names) {
     auto it = start.find(name);
     if (it == start.end() || it->second.type() != type) return ValidationError(kBadStartKey);
+    if (type != AttrType::kN && it->second.scalar().empty()) {
+      return ValidationError(EmptyKeyMessage(it->second.type(), name));
+    }
   }
   std::string key;
   EncodeKeyComponent(start.find(v.pk.name)->second, &key);
@@ -393,8 +429,17 @@ absl::StatusOr<std::optional<std::vector<Path>>> ReadProjection(const RequestObj
   if (!names.has_value()) return std::optional<std::vector<Path>>();
   std::vector<Path> paths;
   std::set<std::string_view> seen;
+  uint64_t bytes = 0;
   for (dom::element name : *names) {
     if (!name.is_string()) return WrongJsonType(name, "String");
+    // Counted as the ProjectionExpression it stands for ("a,b,c"), against its 4 KB.
+    bytes += (paths.empty() ? 0 : 1) + std::string_view(name).size();
+    if (bytes > kMaxAttributesToGetBytes) {
+      return ValidationError(Cat(
+          "AttributesToGet exceeds ", kMaxAttributesToGetBytes,
+          " bytes (the names joined by \",\", counted as the ProjectionExpression's 4 KB "
+          "limit); ask for fewer attributes"));
+    }
     if (!seen.insert(std::string_view(name)).second) {
       return ValidationError(Cat(kInvalid, "Duplicate value in attribute name: ",
                                           ValueText(std::string_view(name))));
@@ -466,7 +511,8 @@ absl::StatusOr<KeyCondition> ReadKeyConditions(dom::object conditions) {
 // The key condition checked against the index's key schema, as a partition key and an
 // optional sort condition of the v1 request.
 absl::Status ApplyKeyCondition(const KeyCondition& condition, const ViewContext& v,
-                               v1::QueryRequest* q, AttributeValue* partition) {
+                               v1::QueryRequest* q, AttributeValue* partition,
+                               const KeyCondition::Term** sort_term) {
   const KeyCondition::Term* pk = nullptr;
   const KeyCondition::Term* sk = nullptr;
   for (const KeyCondition::Term& term : condition.terms) {
@@ -500,6 +546,7 @@ absl::Status ApplyKeyCondition(const KeyCondition& condition, const ViewContext&
   }
   *partition = pk->value;
   ToProto(pk->value, q->mutable_partition_key());
+  *sort_term = sk;
   if (sk == nullptr) return absl::OkStatus();
   if (sk->value.type() != v.sk->type ||
       (sk->op == KeyCondition::SortOp::kBetween && sk->value2.type() != v.sk->type)) {
@@ -538,6 +585,34 @@ absl::Status ApplyKeyCondition(const KeyCondition& condition, const ViewContext&
   ToProto(sk->value, sort->mutable_value());
   return absl::OkStatus();
 }
+
+// Whether an index sort key value meets the key condition's sort term (the order of encoded
+// key components is the view's order).
+bool InSortRange(const AttributeValue& value, const KeyCondition::Term& term) {
+  if (term.op == KeyCondition::SortOp::kBeginsWith) {
+    return value.type() == term.value.type() && value.scalar().starts_with(term.value.scalar());
+  }
+  std::string x, bound;
+  EncodeKeyComponent(value, &x);
+  EncodeKeyComponent(term.value, &bound);
+  switch (term.op) {
+    case KeyCondition::SortOp::kEq: return x == bound;
+    case KeyCondition::SortOp::kLt: return x < bound;
+    case KeyCondition::SortOp::kLe: return x <= bound;
+    case KeyCondition::SortOp::kGt: return x > bound;
+    case KeyCondition::SortOp::kGe: return x >= bound;
+    case KeyCondition::SortOp::kBetween: {
+      std::string high;
+      EncodeKeyComponent(term.value2, &high);
+      return bound <= x && x <= high;
+    }
+    case KeyCondition::SortOp::kBeginsWith: break;
+  }
+  return false;
+}
+
+constexpr char kStartOutside[] =
+    "The provided starting key is outside query boundaries based on provided conditions";
 
 // ---- Consistency headers
 
@@ -788,12 +863,10 @@ class Operation {
                                      const ViewContext& v) {
     if (!paths.has_value() || v.projected.empty()) return absl::OkStatus();
     std::vector<std::string_view> missing;
+    std::set<std::string_view> seen;
     for (const Path& path : *paths) {
       const std::string& top = path.front().name;
-      if (!v.projected.contains(top) &&
-          std::find(missing.begin(), missing.end(), top) == missing.end()) {
-        missing.push_back(top);
-      }
+      if (!v.projected.contains(top) && seen.insert(top).second) missing.push_back(top);
     }
     if (missing.empty()) return absl::OkStatus();
     return ValidationError(Cat(kInvalid, "Global secondary index ", v.spec->name,
@@ -833,7 +906,7 @@ class Operation {
   // whether the page is complete; `in_segment` picks the entries that count (Scan segments).
   template <typename Entries, typename InSegment>
   absl::Status Evaluate(const Entries& entries, bool more_after, const ViewContext& v,
-                        const Condition* filter, const std::optional<std::vector<Path>>& paths,
+                        const Condition* filter, const Projection* projection,
                         bool count_only, std::optional<uint64_t> limit, InSegment in_segment,
                         Page* page) const {
     for (int i = 0; i < entries.size(); ++i) {
@@ -846,7 +919,7 @@ class Operation {
           ++page->count;
           if (!count_only) {
             if (!page->items.empty()) page->items.push_back(',');
-            page->items.append(EncodeDynamoDbJson(paths.has_value() ? Project(item, *paths) : item));
+            page->items.append(EncodeDynamoDbJson(projection != nullptr ? projection->Apply(item) : item));
           }
         }
       }
@@ -927,7 +1000,21 @@ class Operation {
     q.set_view(v.spec->name);
     q.set_scan_backward(!forward.value_or(true));
     AttributeValue partition;
-    API_RETURN_IF_ERROR(ApplyKeyCondition(condition, v, &q, &partition));
+    const KeyCondition::Term* sort_term = nullptr;
+    API_RETURN_IF_ERROR(ApplyKeyCondition(condition, v, &q, &partition, &sort_term));
+    if (filter != nullptr) {
+      // DynamoDB filters a Query on attributes other than the table's and the index's keys.
+      const auto keys = StartKeyNames(v);
+      for (const std::string& name : filter->TopLevelNames()) {
+        for (const auto& key : keys) {
+          if (key.first == name) {
+            return ValidationError(Cat(
+                "Filter Expression can only contain non-primary key attributes: Primary key "
+                "attribute: ", name));
+          }
+        }
+      }
+    }
     API_ASSIGN_OR_RETURN(std::string_view select, ReadSelect(r, v, paths.has_value()));
     API_RETURN_IF_ERROR(CheckProjected(paths, v));
 
@@ -938,12 +1025,13 @@ class Operation {
       API_ASSIGN_OR_RETURN(std::string entry_key, EntryKeyOf(start_key, v, &start_pk));
       std::string encoded_pk;
       EncodeKeyComponent(start_pk, &encoded_pk);
+      if (sort_term != nullptr && !InSortRange(start_key.find(v.sk->name)->second, *sort_term)) {
+        return ValidationError(kStartOutside);
+      }
       if (merged) {
         auto split = v.spec->shards.Split(start_pk.scalar());
         if (!split.has_value() || split->first != partition.scalar()) {
-          return ValidationError(
-              "The provided starting key is outside query boundaries based on provided "
-              "conditions");
+          return ValidationError(kStartOutside);
         }
         std::string logical_key;
         EncodeKeyComponent(partition, &logical_key);
@@ -951,11 +1039,7 @@ class Operation {
                                                v.spec->shards, logical_key,
                                                std::string_view(entry_key).substr(encoded_pk.size())));
       } else {
-        if (start_pk != partition) {
-          return ValidationError(
-              "The provided starting key is outside query boundaries based on provided "
-              "conditions");
-        }
+        if (start_pk != partition) return ValidationError(kStartOutside);
         q.set_page_token(EncodePageToken(v.ref->fingerprint, q.scan_backward(), entry_key));
       }
     }
@@ -966,6 +1050,9 @@ class Operation {
     API_RETURN_IF_ERROR(Permit(q));
 
     const bool count_only = select == "COUNT";
+    std::optional<Projection> projection;
+    if (paths.has_value()) projection.emplace(*paths);
+    const Projection* projection_ptr = projection.has_value() ? &*projection : nullptr;
     Page page;
     for (;;) {
       uint64_t want = kEntriesPerCall;
@@ -976,7 +1063,7 @@ class Operation {
       q.clear_consistency();  // waited for once; the later calls read later states
       page.applied_token = response->applied().token();
       const bool more = !response->next_page_token().empty();
-      API_RETURN_IF_ERROR(Evaluate(response->entries(), more, v, filter.get(), paths, count_only,
+      API_RETURN_IF_ERROR(Evaluate(response->entries(), more, v, filter.get(), projection_ptr, count_only,
                                    limit, [](const v1::ViewEntry&) { return true; }, &page));
       if (page.stopped || !more) break;
       q.set_page_token(response->next_page_token());
@@ -1067,6 +1154,9 @@ class Operation {
       return Fnv1a64(encoded) % segments == mine;
     };
     const bool count_only = select == "COUNT";
+    std::optional<Projection> projection;
+    if (paths.has_value()) projection.emplace(*paths);
+    const Projection* projection_ptr = projection.has_value() ? &*projection : nullptr;
     Page page;
     for (;;) {
       uint64_t want = kEntriesPerCall;
@@ -1077,7 +1167,7 @@ class Operation {
       s.clear_consistency();
       page.applied_token = response->applied().token();
       const bool more = !response->next_page_token().empty();
-      API_RETURN_IF_ERROR(Evaluate(response->entries(), more, v, filter.get(), paths, count_only,
+      API_RETURN_IF_ERROR(Evaluate(response->entries(), more, v, filter.get(), projection_ptr, count_only,
                                    limit, in_segment, &page));
       if (page.stopped || !more) break;
       s.set_page_token(response->next_page_token());
@@ -1099,10 +1189,7 @@ class Operation {
     }
     for (const auto& [name, v] : key) {
       if (v.type() != AttrType::kN && v.scalar().empty()) {
-        return ValidationError(Cat(
-            "One or more parameter values are not valid. The AttributeValue for a key attribute "
-            "cannot contain an empty ", v.type() == AttrType::kS ? "string" : "binary",
-            " value. Key: ", name));
+        return ValidationError(EmptyKeyMessage(v.type(), name));
       }
     }
     return key;
@@ -1136,7 +1223,7 @@ class Operation {
     JsonWriter w;
     w.BeginObject();
     if (response.found()) {
-      API_ASSIGN_OR_RETURN(Item item, FromProto(response.item(), "item"));
+      API_ASSIGN_OR_RETURN(Item item, Stored(response.item(), "item"));
       w.Key("Item");
       w.ItemValue(paths.has_value() ? Project(item, *paths) : item);
     }
@@ -1156,8 +1243,9 @@ class Operation {
     struct TableRead {
       std::string_view name;  // as the caller named it
       TableRef table;
+      dom::object spec;       // as the caller gave it (UnprocessedKeys repeats its members)
       std::vector<Item> keys;
-      std::optional<std::vector<Path>> paths;
+      std::optional<Projection> projection;
     };
     std::vector<TableRead> reads;
     size_t total = 0;
@@ -1181,7 +1269,16 @@ class Operation {
       RequestObject spec{dom::object(field.value)};
       TableRead read;
       read.name = field.key;
+      read.spec = dom::object(field.value);
       API_ASSIGN_OR_RETURN(read.table, FindTable(field.key));
+      for (const TableRead& earlier : reads) {
+        if (earlier.table.index == read.table.index) {
+          return ValidationError(Cat(
+              "RequestItems names table ", read.table.spec->name, " more than once (as ",
+              QuoteBounded(AbslView(earlier.name)), " and ", QuoteBounded(AbslView(read.name)),
+              "); name each table once"));
+        }
+      }
       API_ASSIGN_OR_RETURN(std::optional<bool> consistent, spec.Bool("ConsistentRead"));
       (void)consistent;
       API_ASSIGN_OR_RETURN(std::optional<dom::array> keys, spec.Array("Keys"));
@@ -1196,8 +1293,9 @@ class Operation {
       Expressions e;
       API_RETURN_IF_ERROR(ReadExpressionAttributes(spec, {"ProjectionExpression"}, {},
                                                    {"AttributesToGet"}, &e));
-      API_ASSIGN_OR_RETURN(read.paths, ReadProjection(spec, &e));
+      API_ASSIGN_OR_RETURN(std::optional<std::vector<Path>> paths, ReadProjection(spec, &e));
       API_RETURN_IF_ERROR(CheckUnused(e));
+      if (paths.has_value()) read.projection.emplace(*paths);
       reads.push_back(std::move(read));
     }
     API_ASSIGN_OR_RETURN(std::optional<v1::ReadConsistency> consistency,
@@ -1212,25 +1310,56 @@ class Operation {
     w.BeginObject();
     w.Key("Responses");
     w.BeginObject();
-    for (const TableRead& read : reads) {
+    // DynamoDB answers at most 16 MB of items; the keys past that are UnprocessedKeys, in the
+    // request's shape: (read, first unprocessed key).
+    uint64_t bytes = 0;
+    std::optional<std::pair<size_t, size_t>> unprocessed;
+    for (size_t t = 0; t < reads.size() && !unprocessed.has_value(); ++t) {
+      const TableRead& read = reads[t];
       w.Key(read.name);
       w.BeginArray();
-      for (const Item& key : read.keys) {
+      for (size_t k = 0; k < read.keys.size(); ++k) {
         v1::GetItemRequest g;
         g.set_table(read.table.spec->name);
-        ToProto(key, g.mutable_key());
+        ToProto(read.keys[k], g.mutable_key());
         if (consistency.has_value()) *g.mutable_consistency() = *consistency;
         API_ASSIGN_OR_RETURN(v1::GetItemResponse response, queries_.GetItem(g, request_.deadline));
         answer.applied_token = response.applied().token();
         if (!response.found()) continue;
-        API_ASSIGN_OR_RETURN(Item item, FromProto(response.item(), "item"));
-        w.ItemValue(read.paths.has_value() ? Project(item, *read.paths) : item);
+        API_ASSIGN_OR_RETURN(Item item, Stored(response.item(), "item"));
+        if (read.projection.has_value()) item = read.projection->Apply(item);
+        const uint64_t size = ItemSize(item);
+        if (bytes + size > kMaxBatchGetBytes) {
+          unprocessed.emplace(t, k);
+          break;
+        }
+        bytes += size;
+        w.ItemValue(item);
       }
       w.EndArray();
     }
     w.EndObject();
     w.Key("UnprocessedKeys");
     w.BeginObject();
+    if (unprocessed.has_value()) {
+      for (size_t t = unprocessed->first; t < reads.size(); ++t) {
+        const TableRead& read = reads[t];
+        w.Key(read.name);
+        w.BeginObject();
+        w.Key("Keys");
+        w.BeginArray();
+        for (size_t k = t == unprocessed->first ? unprocessed->second : 0; k < read.keys.size(); ++k) {
+          w.ItemValue(read.keys[k]);
+        }
+        w.EndArray();
+        for (dom::key_value_pair member : read.spec) {
+          if (std::string_view(member.key) == "Keys" || member.value.is_null()) continue;
+          w.Key(member.key);
+          w.RawValue(simdjson::minify(member.value));
+        }
+        w.EndObject();
+      }
+    }
     w.EndObject();
     w.EndObject();
     answer.body = w.Take();
@@ -1448,11 +1577,19 @@ ApiResponse DynamoDbApi::Handle(const ApiRequest& request) const {
   static constexpr std::string_view kServed[] = {"Query",        "Scan",          "GetItem",
                                                  "BatchGetItem", "DescribeTable", "ListTables"};
   if (std::find(std::begin(kServed), std::end(kServed), op) == std::end(kServed)) {
-    if (std::find(std::begin(kNotServed), std::end(kNotServed), op) != std::end(kNotServed)) {
+    if (std::find(std::begin(kWrites), std::end(kWrites), op) != std::end(kWrites)) {
       return ErrorResponse(
           400, "ValidationException",
           Cat("cdcview's DynamoDB endpoint is read-only: ", op,
                        " is not served; write to the table itself (its stream feeds cdcview)"),
+          std::string(op));
+    }
+    if (std::find(std::begin(kOtherReads), std::end(kOtherReads), op) != std::end(kOtherReads)) {
+      return ErrorResponse(
+          400, "ValidationException",
+          Cat("cdcview's DynamoDB endpoint does not serve ", op,
+              "; it serves Query and Scan on indexes, GetItem, BatchGetItem, DescribeTable and "
+              "ListTables"),
           std::string(op));
     }
     return ErrorResponse(400, "UnknownOperationException", "", "unknown");

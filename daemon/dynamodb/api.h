@@ -5,8 +5,9 @@
 // Tables are cdcview's tables, found by their own name or by the `table_name` of a DynamoDB
 // source feeding them; each view is a global secondary index of its table (IndexName = the
 // view's name). Served: Query and Scan on an index, GetItem and BatchGetItem on the table,
-// DescribeTable, ListTables. Every other DynamoDB operation answers ValidationException naming
-// the endpoint read-only; an unknown target UnknownOperationException.
+// DescribeTable, ListTables. Every other DynamoDB operation answers ValidationException: a
+// write names the endpoint read-only, another read names what is served; an unknown target
+// UnknownOperationException.
 //
 // As DynamoDB answers (its messages for the common mistakes):
 // - Query and Scan read the view through ViewQueries, up to 1,000 entries a call, until Limit
@@ -30,8 +31,14 @@
 //   AccessDeniedException, RESOURCE_EXHAUSTED ThrottlingException, a consistency wait that ran
 //   out com.cdcview#PositionNotAppliedException, max staleness com.cdcview#StaleReadException
 //   (all 400), other UNAVAILABLE 503, anything else 500.
+// - A Query's ExclusiveStartKey must meet the key condition (partition and sort), with no
+//   empty key value; a Query's FilterExpression names no key attribute of the table or index.
 // Bounded work: the body is parsed once (simdjson DOM); attribute values nest at most 32
-// levels; a page reads at most 1 MB of entries; BatchGetItem takes at most 100 keys.
+// levels; the request's expressions substitute at most 2 MB of names and values, counting
+// every reference (kMaxSubstitutedBytes); AttributesToGet counts as a 4 KB ProjectionExpression;
+// a projection is compiled once per request; a page reads at most 1 MB of entries;
+// BatchGetItem takes at most 100 keys, names each table once, and answers at most 16 MB of
+// items (the rest in UnprocessedKeys, in the request's shape).
 //
 // Thread-safe. Handle blocks only while a request with consistency headers waits for its
 // position (at most until `deadline`).

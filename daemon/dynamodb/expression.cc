@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -40,6 +41,14 @@
 #include "index_builders/number.h"
 
 namespace cdcview::dynamodb {
+
+// Projection: the paths as a tree, applied to one value.
+struct ProjectionNode {
+  bool whole = false;  // a path ends here: the value is kept whole
+  std::map<std::string, ProjectionNode, std::less<>> names;
+  std::map<int64_t, ProjectionNode> indexes;
+};
+
 namespace {
 
 // Concatenation of text and numbers (this Abseil's StrCat does not take std::string_view).
@@ -217,7 +226,9 @@ struct Node {
   Kind kind;
   Path path;                    // kPath, placeholders resolved
   bool defined = true;          // kValue: false when the placeholder is not defined
-  AttributeValue value;         // kValue
+  // kValue: the placeholder's value, shared by every reference to it (never copied per
+  // reference: a large value used many times costs its size once).
+  std::shared_ptr<const AttributeValue> shared_value;
   std::optional<Decimal> number;  // kValue of type N, parsed once
   const FnInfo* fn = nullptr;   // kFunction (null for an unknown name)
   std::string fn_name;          // kFunction as written
@@ -228,6 +239,11 @@ struct Node {
   bool wrapped = false;
   size_t end_token = 0;
   size_t op_token = 0;
+
+  const AttributeValue& value() const {
+    static const AttributeValue* const kNone = new AttributeValue();
+    return shared_value != nullptr ? *shared_value : *kNone;
+  }
 
   bool IsOperand() const {
     return kind == Kind::kPath || kind == Kind::kValue || kind == Kind::kFunction;
@@ -301,6 +317,8 @@ std::optional<int> Order(const AttributeValue& a, const AttributeValue& b, const
 // ---------------------------------------------------------------------------------------------
 // Evaluation
 
+uint64_t ValueSize(const AttributeValue& v);
+
 const AttributeValue* Resolve(const Item& item, const Path& path) {
   if (path.empty() || path[0].index >= 0) return nullptr;
   auto it = item.find(path[0].name);
@@ -333,7 +351,7 @@ Evaluated EvalOperand(const Node& n, const Item& item, AttributeValue* scratch, 
     case Node::Kind::kPath:
       return {Resolve(item, n.path), nullptr};
     case Node::Kind::kValue:
-      return {&n.value, n.number ? &*n.number : nullptr};
+      return {&n.value(), n.number ? &*n.number : nullptr};
     case Node::Kind::kFunction: {
       if (n.fn == nullptr || n.fn->fn != Fn::kSize || n.args.empty()) return {};
       AttributeValue inner_scratch;
@@ -498,8 +516,25 @@ class ParsedCondition final : public Condition {
  public:
   explicit ParsedCondition(std::unique_ptr<Node> root) : root_(std::move(root)) {}
   bool Matches(const Item& item) const override { return EvalCondition(*root_, item); }
+  std::vector<std::string> TopLevelNames() const override {
+    std::vector<std::string> out;
+    std::set<std::string_view> seen;
+    CollectNames(*root_, &seen, &out);
+    return out;
+  }
 
  private:
+  static void CollectNames(const Node& n, std::set<std::string_view>* seen,
+                           std::vector<std::string>* out) {
+    if (n.kind == Node::Kind::kPath) {
+      if (!n.path.empty() && n.path[0].index < 0 && seen->insert(n.path[0].name).second) {
+        out->push_back(n.path[0].name);
+      }
+      return;
+    }
+    for (const auto& a : n.args) CollectNames(*a, seen, out);
+  }
+
   std::unique_ptr<Node> root_;
 };
 
@@ -549,6 +584,7 @@ class Parser {
       if (Peek() != Tok::kEof) SyntaxError(pos_);
       break;
     }
+    if (limit_) return Invalid(*limit_);
     if (syntax_) return Invalid(*syntax_);
     if (first_[kReserved]) return Invalid(*first_[kReserved]);
     if (sub_[kNameVal]) return Invalid(*sub_[kNameVal]);
@@ -667,6 +703,19 @@ class Parser {
       }
     }
   }
+  // One more reference substitutes `bytes`: false (and the limit's error) past the request's
+  // kMaxSubstitutedBytes.
+  bool Substitute(uint64_t bytes) {
+    placeholders_->substituted_bytes += bytes;
+    if (placeholders_->substituted_bytes > kMaxSubstitutedBytes && !limit_) {
+      limit_ = Cat("The expression attribute names and values substituted in the request's "
+                   "expressions exceed ", kMaxSubstitutedBytes,
+                   " bytes (DynamoDB's limit on the size of all substitution variables; each "
+                   "reference counts)");
+    }
+    return !limit_;
+  }
+
   bool CountOperator() {
     if (++operators_ > kMaxOperators && !limit_) {
       limit_ = Cat("The expression contains more than ", kMaxOperators,
@@ -902,11 +951,18 @@ class Parser {
                                            "attribute value: ", name));
         } else {
           placeholders_->used_values.insert(std::string(name));
-          n->value = it->second;
-          if (n->value.type() == AttrType::kN) {
-            absl::StatusOr<Decimal> d = ParseDecimal(n->value.scalar());
-            if (d.ok()) n->number = *std::move(d);
+          auto [cached, added] = values_.try_emplace(name);
+          if (added) {
+            cached->second.value = std::make_shared<const AttributeValue>(it->second);
+            cached->second.size = ValueSize(it->second);
+            if (it->second.type() == AttrType::kN) {
+              absl::StatusOr<Decimal> d = ParseDecimal(it->second.scalar());
+              if (d.ok()) cached->second.number = *std::move(d);
+            }
           }
+          if (!Substitute(cached->second.size)) return nullptr;
+          n->shared_value = cached->second.value;
+          n->number = cached->second.number;
         }
         return n;
       }
@@ -964,7 +1020,7 @@ class Parser {
 
   // The type an operand has whatever the item: a constant's, N for size(); nullopt for paths.
   static std::optional<AttrType> StaticType(const Node& n) {
-    if (n.kind == Node::Kind::kValue && n.defined) return n.value.type();
+    if (n.kind == Node::Kind::kValue && n.defined) return n.value().type();
     if (n.kind == Node::Kind::kFunction && n.fn != nullptr) {
       switch (n.fn->fn) {
         case Fn::kSize: return AttrType::kN;
@@ -1021,9 +1077,9 @@ class Parser {
           return;
         }
         AttrType parsed;
-        if (!ParseAttrType(n.args[1]->value.scalar(), &parsed)) {
+        if (!ParseAttrType(n.args[1]->value().scalar(), &parsed)) {
           RecordSub(kFunctionType, Cat("Invalid attribute type name found; type: ",
-                                                n.args[1]->value.scalar(),
+                                                n.args[1]->value().scalar(),
                                                 ", valid types: {B,NULL,SS,BOOL,L,BS,N,NS,S,M}"));
         }
         return;
@@ -1042,14 +1098,14 @@ class Parser {
 
   void CheckBetweenBounds(const Node& lo, const Node& hi) {
     if (lo.kind != Node::Kind::kValue || hi.kind != Node::Kind::kValue || !lo.defined || !hi.defined) return;
-    const std::string bounds = Cat("lower bound operand: AttributeValue: ", ValueText(lo.value),
-                                            ", upper bound operand: AttributeValue: ", ValueText(hi.value));
-    if (lo.value.type() != hi.value.type()) {
+    const std::string bounds = Cat("lower bound operand: AttributeValue: ", ValueText(lo.value()),
+                                            ", upper bound operand: AttributeValue: ", ValueText(hi.value()));
+    if (lo.value().type() != hi.value().type()) {
       RecordSub(kFunctionType, Cat("The BETWEEN operator requires same data type for lower and upper "
                                             "bounds; ", bounds));
       return;
     }
-    const std::optional<int> c = Order(lo.value, hi.value, lo.number ? &*lo.number : nullptr,
+    const std::optional<int> c = Order(lo.value(), hi.value(), lo.number ? &*lo.number : nullptr,
                                        hi.number ? &*hi.number : nullptr);
     if (c && *c > 0) {
       RecordSub(kFunctionType, Cat("The BETWEEN operator requires upper bound to be greater than or "
@@ -1080,6 +1136,7 @@ class Parser {
           n->path.push_back({std::string(ph), -1});
         } else {
           placeholders_->used_names.insert(std::string(ph));
+          if (!Substitute(it->second.size())) return false;
           n->path.push_back({it->second, -1});
         }
       } else {
@@ -1136,6 +1193,13 @@ class Parser {
   std::optional<std::string> limit_;
   std::array<std::optional<std::string>, kSlots> first_;
   std::array<std::optional<std::string>, kSubs> sub_;
+  // Each value placeholder's value, copied once for all its references.
+  struct CachedValue {
+    std::shared_ptr<const AttributeValue> value;
+    std::optional<Decimal> number;
+    uint64_t size = 0;
+  };
+  std::map<std::string_view, CachedValue> values_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -1210,14 +1274,14 @@ class KeyConditionBuilder {
         case Cmp::kGe: term.op = swapped ? Op::kLe : Op::kGe; break;
         case Cmp::kNe: break;  // rejected above
       }
-      term.value = n.args[swapped ? 0 : 1]->value;
+      term.value = n.args[swapped ? 0 : 1]->value();
     } else if (n.kind == K::kBetween) {
       term.op = Op::kBetween;
-      term.value = n.args[1]->value;
-      term.value2 = n.args[2]->value;
+      term.value = n.args[1]->value();
+      term.value2 = n.args[2]->value();
     } else {
       term.op = Op::kBeginsWith;
-      term.value = n.args[1]->value;
+      term.value = n.args[1]->value();
     }
     out_.terms.push_back(std::move(term));
     return absl::OkStatus();
@@ -1236,14 +1300,8 @@ class KeyConditionBuilder {
   KeyCondition out_;
 };
 
-// Projection: the paths as a tree, applied to one value.
-struct ProjectionTree {
-  bool whole = false;  // a path ends here: the value is kept whole
-  std::map<std::string, ProjectionTree, std::less<>> names;
-  std::map<int64_t, ProjectionTree> indexes;
-};
 
-std::optional<AttributeValue> ApplyProjection(const AttributeValue& v, const ProjectionTree& t) {
+std::optional<AttributeValue> ApplyProjection(const AttributeValue& v, const ProjectionNode& t) {
   if (t.whole) return v;
   if (v.type() == AttrType::kM && !t.names.empty()) {
     Item out;
@@ -1336,19 +1394,35 @@ absl::StatusOr<std::vector<Path>> ParseProjection(std::string_view text, Placeho
   return parser.ParseProjectionText();
 }
 
-Item Project(const Item& item, const std::vector<Path>& paths) {
-  ProjectionTree root;
+Item Project(const Item& item, const std::vector<Path>& paths) { return Projection(paths).Apply(item); }
+
+Projection::Projection(const std::vector<Path>& paths) {
+  auto root = std::make_shared<ProjectionNode>();
   for (const Path& path : paths) {
     if (path.empty() || path[0].index >= 0) continue;
-    ProjectionTree* t = &root;
+    ProjectionNode* t = root.get();
     for (const PathStep& s : path) {
       t = s.index >= 0 ? &t->indexes[s.index] : &t->names[s.name];
       if (t->whole) break;
     }
     t->whole = true;
   }
+  root_ = std::move(root);
+}
+
+Item Projection::Apply(const Item& item) const {
   Item out;
-  for (const auto& [name, sub] : root.names) {
+  // The smaller side drives: an item's few attributes against many projected names, or few
+  // names against a wide item.
+  if (item.size() < root_->names.size()) {
+    for (const auto& [name, value] : item) {
+      auto sub = root_->names.find(name);
+      if (sub == root_->names.end()) continue;
+      if (std::optional<AttributeValue> p = ApplyProjection(value, sub->second)) out.emplace(name, *std::move(p));
+    }
+    return out;
+  }
+  for (const auto& [name, sub] : root_->names) {
     auto it = item.find(name);
     if (it == item.end()) continue;
     if (std::optional<AttributeValue> p = ApplyProjection(it->second, sub)) out.emplace(name, *std::move(p));

@@ -35,7 +35,15 @@ struct Placeholders {
   const ValueMap* values = nullptr;  // null: the request has none
   std::set<std::string, std::less<>> used_names;
   std::set<std::string, std::less<>> used_values;
+  // Bytes substituted so far by every reference to a placeholder (a name's bytes, a value's
+  // ItemSize-rule size), over all the request's expressions: at most kMaxSubstitutedBytes.
+  uint64_t substituted_bytes = 0;
 };
+
+// DynamoDB's limit on the size of all substitution variables of a request (2 MB). cdcview
+// counts each reference, so a placeholder used N times counts N times: the parsed expressions
+// hold no more than this of substituted names, whatever the references.
+inline constexpr uint64_t kMaxSubstitutedBytes = 2 << 20;
 
 // One step of a document path: an attribute name, or a list index ("a.b[2]").
 struct PathStep {
@@ -68,6 +76,9 @@ class Condition {
   // DynamoDB's semantics: a path that does not resolve, or operands of different types,
   // make a comparison false (never an error at evaluation time).
   virtual bool Matches(const Item& item) const = 0;
+  // The top-level attribute names the condition's document paths start with (placeholders
+  // resolved), each once, in the order written.
+  virtual std::vector<std::string> TopLevelNames() const { return {}; }
 };
 absl::StatusOr<std::unique_ptr<const Condition>> ParseCondition(std::string_view text,
                                                                 Placeholders* placeholders);
@@ -78,6 +89,18 @@ absl::StatusOr<std::vector<Path>> ParseProjection(std::string_view text,
 // The item reduced to `paths` as DynamoDB returns it: nested maps keep only the named members,
 // list elements picked by index keep their order, paths that do not resolve are left out.
 Item Project(const Item& item, const std::vector<Path>& paths);
+
+// `paths` compiled once (a tree of the named members) and applied to many items: what Project
+// does, without rebuilding the tree for each item. Immutable; copies share the tree.
+struct ProjectionNode;
+class Projection {
+ public:
+  explicit Projection(const std::vector<Path>& paths);
+  Item Apply(const Item& item) const;
+
+ private:
+  std::shared_ptr<const ProjectionNode> root_;
+};
 
 // DynamoDB's item size (the 1 MB page limit, Count vs ScannedCount): attribute names' UTF-8
 // bytes plus each value's size by DynamoDB's documented rules.

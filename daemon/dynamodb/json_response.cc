@@ -79,4 +79,9 @@ void JsonWriter::RawArray(std::string_view elements) {
   out_.push_back(']');
 }
 
+void JsonWriter::RawValue(std::string_view json) {
+  Separate();
+  out_.append(json);
+}
+
 }  // namespace cdcview::dynamodb

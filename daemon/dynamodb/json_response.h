@@ -30,6 +30,8 @@ class JsonWriter {
   void ItemValue(const Item& item);
   // An array whose elements are already JSON text joined by ",".
   void RawArray(std::string_view elements);
+  // A value that is already JSON text.
+  void RawValue(std::string_view json);
 
   const std::string& text() const { return out_; }
   std::string Take() { return std::move(out_); }

@@ -800,5 +800,263 @@ TEST_F(DynamoDbApiTest, Permissions) {
   EXPECT_EQ(body.find(R"("IndexName":"ByStatus")"), std::string::npos);
 }
 
+// ---- Bounds on what one request may make cdcview do
+
+constexpr char kSubstitutionLimit[] =
+    "The expression attribute names and values substituted in the request's expressions exceed "
+    "2097152 bytes (DynamoDB's limit on the size of all substitution variables; each reference "
+    "counts)";
+
+// A 120 KB value referenced 300 times made 300 copies (1.7 GB): each reference now counts
+// against DynamoDB's 2 MB of substitution variables, and the parsed value is shared.
+TEST_F(DynamoDbApiTest, PlaceholderReferencesAreBounded) {
+  Ready();
+  PutGsi1();
+  std::string list = R"({"L":[)";
+  for (int i = 0; i < 60000; ++i) absl::StrAppend(&list, i ? "," : "", R"({"NULL":true})");
+  list += "]}";
+  auto scan = [&](int refs) {
+    std::string filter;
+    for (int done = 0; done < refs;) {
+      absl::StrAppend(&filter, filter.empty() ? "" : " OR ", "a IN (");
+      for (int k = 0; k < 100 && done < refs; ++k, ++done) absl::StrAppend(&filter, k ? "," : "", ":b");
+      filter += ")";
+    }
+    return absl::StrCat(R"({"TableName":"App","IndexName":"GSI1","Select":"COUNT","FilterExpression":")",
+                        filter, R"(","ExpressionAttributeValues":{":b":)", list, "}}");
+  };
+  EXPECT_EQ(Ok("Scan", scan(17)), R"({"Count":0,"ScannedCount":7})");
+  EXPECT_EQ(Err("Scan", scan(300)), Validation(absl::StrCat("Invalid FilterExpression: ", kSubstitutionLimit)));
+  EXPECT_EQ(Err("Scan", scan(1300)).substr(0, 200),
+            Validation(absl::StrCat("Invalid FilterExpression: ", kSubstitutionLimit)).substr(0, 200));
+  // An 800 KB name three times.
+  const std::string big(800000, 'n');
+  auto get = [&](const std::string& projection) {
+    return absl::StrCat(R"({"TableName":"App","Key":{"PK":{"S":"I#1"},"SK":{"S":"X"}},"ProjectionExpression":")",
+                        projection, R"(","ExpressionAttributeNames":{"#n":")", big, "\"}}");
+  };
+  EXPECT_EQ(Ok("GetItem", get("#n.a, #n.b")), R"({"Item":{}})");
+  EXPECT_EQ(Err("GetItem", get("#n.a, #n.b, #n.c")),
+            Validation(absl::StrCat("Invalid ProjectionExpression: ", kSubstitutionLimit)));
+}
+
+// AttributesToGet counts as the ProjectionExpression it stands for (4 KB): 100,000 names took
+// seconds (a projection rebuilt per item, a quadratic check of what a KEYS_ONLY index lacks).
+TEST_F(DynamoDbApiTest, AttributesToGetIsBounded) {
+  Ready();
+  PutGsi1();
+  auto names = [](int n) {
+    std::string out;
+    for (int i = 0; i < n; ++i) absl::StrAppend(&out, i ? "," : "", "\"a", 100 + i % 900, i / 900 ? "x" : "", "\"");
+    return out;
+  };
+  // 819 names of 4 bytes and 818 commas: 4094 bytes.
+  std::string fits;
+  for (int i = 0; i < 819; ++i) absl::StrAppend(&fits, i ? "," : "", "\"", 1000 + i, "\"");
+  EXPECT_EQ(Ok("Scan", absl::StrCat(R"({"TableName":"App","IndexName":"GSI1","Limit":1,"AttributesToGet":[)",
+                                    fits, R"(,"n"]})")),
+            R"({"Items":[{"n":{"N":"1"}}],"Count":1,"ScannedCount":1,"LastEvaluatedKey":{"GSI1PK":{"S":"G"},"GSI1SK":{"S":"a"},"PK":{"S":"I#1"},"SK":{"S":"X"}}})");
+  const std::string refused = Validation(
+      "AttributesToGet exceeds 4096 bytes (the names joined by \\\",\\\", counted as the "
+      "ProjectionExpression's 4 KB limit); ask for fewer attributes");
+  EXPECT_EQ(Err("Scan", absl::StrCat(R"({"TableName":"App","IndexName":"GSI1","AttributesToGet":[)",
+                                     fits, R"(,"n0"]})")),
+            refused);
+  for (const char* index : {"GSI1", "ByStatus"}) {
+    EXPECT_EQ(Err("Scan", absl::StrCat(R"({"TableName":"App","IndexName":")", index,
+                                       R"(","AttributesToGet":[)", names(100000), "]}")),
+              refused)
+        << index;
+  }
+  EXPECT_EQ(Err("GetItem", absl::StrCat(R"({"TableName":"App","Key":{"PK":{"S":"I#1"},"SK":{"S":"X"}},"AttributesToGet":[)",
+                                        names(100000), "]}")),
+            refused);
+  // What a KEYS_ONLY index lacks is named once each, in order.
+  EXPECT_EQ(Err("Scan", R"({"TableName":"App","IndexName":"ByStatus","AttributesToGet":["x","PK","y","z"]})"),
+            Validation("One or more parameter values were invalid: Global secondary index ByStatus does not project [x, y, z]"));
+  EXPECT_EQ(Err("Scan", R"({"TableName":"App","IndexName":"ByStatus","ProjectionExpression":"x.a, PK, y, x.b"})"),
+            Validation("One or more parameter values were invalid: Global secondary index ByStatus does not project [x, y]"));
+}
+
+TEST_F(DynamoDbApiTest, StartKeyWithinTheKeyCondition) {
+  Ready();
+  PutGsi1();  // G: a(I#1) ab(I#2) abc(I#4) b(I#5) ba(I#3) c(I#0)
+  auto query = [](const std::string& sort, const std::string& values, const std::string& start_sk,
+                  const std::string& start_pk, bool forward) {
+    return absl::StrCat(R"({"TableName":"App","IndexName":"GSI1","KeyConditionExpression":"GSI1PK = :p AND )", sort,
+                        R"(","ExpressionAttributeValues":{":p":{"S":"G"},)", values,
+                        R"(},"ExclusiveStartKey":{"PK":{"S":")", start_pk, R"("},"SK":{"S":"X"},"GSI1PK":{"S":"G"},"GSI1SK":{"S":")",
+                        start_sk, R"("}},"ScanIndexForward":)", forward ? "true" : "false",
+                        R"(,"ProjectionExpression":"GSI1SK"})");
+  };
+  const std::string outside = Validation(
+      "The provided starting key is outside query boundaries based on provided conditions");
+  EXPECT_EQ(Err("Query", query("GSI1SK < :s", R"(":s":{"S":"b"})", "zzz", "I#0", false)), outside);
+  EXPECT_EQ(Err("Query", query("GSI1SK < :s", R"(":s":{"S":"b"})", "b", "I#5", true)), outside);
+  EXPECT_EQ(Err("Query", query("GSI1SK <= :s", R"(":s":{"S":"b"})", "ba", "I#3", true)), outside);
+  EXPECT_EQ(Err("Query", query("GSI1SK > :s", R"(":s":{"S":"b"})", "b", "I#5", true)), outside);
+  EXPECT_EQ(Err("Query", query("GSI1SK >= :s", R"(":s":{"S":"b"})", "abc", "I#4", true)), outside);
+  EXPECT_EQ(Err("Query", query("GSI1SK = :s", R"(":s":{"S":"b"})", "ba", "I#3", true)), outside);
+  EXPECT_EQ(Err("Query", query("GSI1SK BETWEEN :s AND :t", R"(":s":{"S":"ab"},":t":{"S":"b"})", "a", "I#1", true)),
+            outside);
+  EXPECT_EQ(Err("Query", query("begins_with(GSI1SK, :s)", R"(":s":{"S":"a"})", "b", "I#5", true)), outside);
+  // Inside: the page continues after the start key.
+  EXPECT_EQ(Ok("Query", query("GSI1SK < :s", R"(":s":{"S":"b"})", "ab", "I#2", true)),
+            R"({"Items":[{"GSI1SK":{"S":"abc"}}],"Count":1,"ScannedCount":1})");
+  EXPECT_EQ(Ok("Query", query("GSI1SK < :s", R"(":s":{"S":"b"})", "ab", "I#2", false)),
+            R"({"Items":[{"GSI1SK":{"S":"a"}}],"Count":1,"ScannedCount":1})");
+  EXPECT_EQ(Ok("Query", query("GSI1SK BETWEEN :s AND :t", R"(":s":{"S":"ab"},":t":{"S":"b"})", "ab", "I#2", true)),
+            R"({"Items":[{"GSI1SK":{"S":"abc"}},{"GSI1SK":{"S":"b"}}],"Count":2,"ScannedCount":2})");
+  EXPECT_EQ(Ok("Query", query("begins_with(GSI1SK, :s)", R"(":s":{"S":"a"})", "a", "I#1", true)),
+            R"({"Items":[{"GSI1SK":{"S":"ab"}},{"GSI1SK":{"S":"abc"}}],"Count":2,"ScannedCount":2})");
+  // Empty key values: DynamoDB's refusal, as for a Key.
+  EXPECT_EQ(Err("Query", query("GSI1SK < :s", R"(":s":{"S":"b"})", "", "", true)),
+            Validation("One or more parameter values are not valid. The AttributeValue for a key "
+                       "attribute cannot contain an empty string value. Key: PK"));
+  EXPECT_EQ(Err("Scan", R"({"TableName":"App","IndexName":"GSI1","ExclusiveStartKey":{"PK":{"S":"I#1"},"SK":{"S":"X"},"GSI1PK":{"S":"G"},"GSI1SK":{"S":""}}})"),
+            Validation("One or more parameter values are not valid. The AttributeValue for a key "
+                       "attribute cannot contain an empty string value. Key: GSI1SK"));
+}
+
+TEST_F(DynamoDbApiTest, QueryFilterOnKeysIsRefused) {
+  Ready();
+  PutGsi1();
+  for (const char* key : {"GSI1SK", "GSI1PK", "PK", "SK"}) {
+    EXPECT_EQ(Err("Query", Expression("GSI1PK = :p", R"(":p":{"S":"G"},":x":{"S":"b"})",
+                                      absl::StrCat(R"(,"FilterExpression":"n > :x OR #k = :x","ExpressionAttributeNames":{"#k":")",
+                                                   key, "\"}"))),
+              Validation(absl::StrCat("Filter Expression can only contain non-primary key "
+                                      "attributes: Primary key attribute: ", key)))
+        << key;
+  }
+  // cdcview_pk of a template-keyed index is its key too; Scan filters on keys as DynamoDB's does.
+  EXPECT_EQ(Err("Query", R"({"TableName":"App","IndexName":"ByEntity","KeyConditionExpression":"cdcview_pk = :p","FilterExpression":"cdcview_sk > :p","ExpressionAttributeValues":{":p":{"S":"STATUS#x"}}})"),
+            Validation("Filter Expression can only contain non-primary key attributes: Primary "
+                       "key attribute: cdcview_sk"));
+  EXPECT_EQ(Ok("Scan", R"({"TableName":"App","IndexName":"GSI1","Select":"COUNT","FilterExpression":"GSI1SK > :x","ExpressionAttributeValues":{":x":{"S":"b"}}})"),
+            R"({"Count":2,"ScannedCount":7})");
+}
+
+TEST_F(DynamoDbApiTest, BatchGetItemNamesATableOnce) {
+  Ready();
+  PutGsi1();
+  EXPECT_EQ(Err("BatchGetItem", R"J({"RequestItems":{"App":{"Keys":[{"PK":{"S":"I#1"},"SK":{"S":"X"}}]},"prod-app":{"Keys":[{"PK":{"S":"I#2"},"SK":{"S":"X"}}]}}})J"),
+            Validation(R"(RequestItems names table App more than once (as \"App\" and \"prod-app\"); name each table once)"));
+  EXPECT_EQ(Err("BatchGetItem", R"J({"RequestItems":{"App":{"Keys":[{"PK":{"S":"I#1"},"SK":{"S":"X"}}]},"App":{"Keys":[{"PK":{"S":"I#1"},"SK":{"S":"X"}}]}}})J"),
+            Validation(R"(RequestItems names table App more than once (as \"App\" and \"App\"); name each table once)"));
+}
+
+// DynamoDB answers at most 16 MB; the keys past it come back in UnprocessedKeys, as asked.
+TEST_F(DynamoDbApiTest, BatchGetItemStopsAtSixteenMegabytes) {
+  Ready();
+  const std::string blob(399000, 'x');
+  std::string keys;
+  for (int i = 0; i < 45; ++i) {
+    const std::string pk = absl::StrCat("B#", i < 10 ? "0" : "", i);
+    Put({{"PK", S(pk)}, {"SK", S("X")}, {"blob", S(blob)}, {"other", S("o")}});
+    absl::StrAppend(&keys, i ? "," : "", R"({"PK":{"S":")", pk, R"("},"SK":{"S":"X"}})");
+  }
+  Put({{"id", N("7")}, {"v", S("seven")}}, 1);
+  // Each answered item: PK 2+4, SK 2+1, blob 4+399000 = 399013 bytes; 42 fit in 16 MB.
+  const std::string body = Ok(
+      "BatchGetItem",
+      absl::StrCat(R"({"RequestItems":{"App":{"Keys":[)", keys,
+                   R"(],"ProjectionExpression":"PK, SK, #b","ExpressionAttributeNames":{"#b":"blob"},"ConsistentRead":true},"Other":{"Keys":[{"id":{"N":"7"}}]}}})"));
+  simdjson::dom::parser parser;
+  simdjson::dom::element root = Parse(parser, body);
+  simdjson::dom::array answered;
+  ASSERT_EQ(root["Responses"]["App"].get(answered), simdjson::SUCCESS) << body.substr(0, 200);
+  EXPECT_EQ(answered.size(), 42u);
+  simdjson::dom::object other;
+  EXPECT_NE(root["Responses"]["Other"].get(other), simdjson::SUCCESS);
+  EXPECT_EQ(simdjson::minify(root["UnprocessedKeys"]),
+            R"({"App":{"Keys":[{"PK":{"S":"B#42"},"SK":{"S":"X"}},{"PK":{"S":"B#43"},"SK":{"S":"X"}},{"PK":{"S":"B#44"},"SK":{"S":"X"}}],"ProjectionExpression":"PK, SK, #b","ExpressionAttributeNames":{"#b":"blob"},"ConsistentRead":true},"Other":{"Keys":[{"id":{"N":"7"}}]}})");
+}
+
+TEST_F(DynamoDbApiTest, ReadsNotServedNameWhatIs) {
+  for (const char* op : {"DescribeTimeToLive", "DescribeContinuousBackups", "DescribeLimits",
+                         "DescribeEndpoints", "ListTagsOfResource", "TransactGetItems"}) {
+    EXPECT_EQ(Err(op, "{}"),
+              Validation(absl::StrCat("cdcview's DynamoDB endpoint does not serve ", op,
+                                      "; it serves Query and Scan on indexes, GetItem, "
+                                      "BatchGetItem, DescribeTable and ListTables")));
+  }
+  EXPECT_EQ(Err("UpdateTimeToLive", "{}"),
+            Validation("cdcview's DynamoDB endpoint is read-only: UpdateTimeToLive is not served; "
+                       "write to the table itself (its stream feeds cdcview)"));
+}
+
+TEST_F(DynamoDbApiTest, QuotedValuesAreCutOnACharacterBoundary) {
+  std::string value = "x";
+  for (int i = 0; i < 40; ++i) value += "é";
+  std::string cut = "x";
+  for (int i = 0; i < 31; ++i) cut += "é";  // 63 bytes: the 64th is inside a character
+  EXPECT_EQ(Err("Scan", absl::StrCat(R"({"TableName":"App","IndexName":"GSI1","Select":")", value, "\"}")),
+            Validation(absl::StrCat("1 validation error detected: Value '", cut,
+                                    "...' at 'select' failed to satisfy constraint: Member must "
+                                    "satisfy enum value set: [SPECIFIC_ATTRIBUTES, COUNT, "
+                                    "ALL_ATTRIBUTES, ALL_PROJECTED_ATTRIBUTES]")));
+}
+
+// ViewQueries whose stored items do not decode (an N that is not a number).
+class CorruptQueries : public ViewQueries {
+ public:
+  explicit CorruptQueries(const ViewQueries& inner) : inner_(inner) {}
+  absl::StatusOr<v1::QueryResponse> Query(const v1::QueryRequest& r, Deadline d) const override {
+    absl::StatusOr<v1::QueryResponse> out = inner_.Query(r, d);
+    if (out.ok()) {
+      for (v1::ViewEntry& e : *out->mutable_entries()) Corrupt(e.mutable_item());
+    }
+    return out;
+  }
+  absl::StatusOr<v1::ScanResponse> Scan(const v1::ScanRequest& r, Deadline d) const override {
+    return inner_.Scan(r, d);
+  }
+  absl::StatusOr<v1::GetItemResponse> GetItem(const v1::GetItemRequest& r, Deadline d) const override {
+    absl::StatusOr<v1::GetItemResponse> out = inner_.GetItem(r, d);
+    if (out.ok() && out->found()) Corrupt(out->mutable_item());
+    return out;
+  }
+  absl::StatusOr<v1::AggregateGroup> GetAggregate(const v1::GetAggregateRequest& r, Deadline d) const override {
+    return inner_.GetAggregate(r, d);
+  }
+  absl::StatusOr<v1::ListAggregatesResponse> ListAggregates(const v1::ListAggregatesRequest& r,
+                                                            Deadline d) const override {
+    return inner_.ListAggregates(r, d);
+  }
+  absl::StatusOr<v1::ListViewsResponse> ListViews() const override { return inner_.ListViews(); }
+  absl::StatusOr<v1::ViewDescription> DescribeView(const std::string& name) const override {
+    return inner_.DescribeView(name);
+  }
+  v1::StatusResponse GetStatus() const override { return inner_.GetStatus(); }
+  absl::StatusOr<v1::HotKeysResponse> GetHotKeys(const v1::GetHotKeysRequest& r) const override {
+    return inner_.GetHotKeys(r);
+  }
+
+ private:
+  static void Corrupt(v1::Item* item) { (*item->mutable_attributes())["n"].set_n("not a number"); }
+  const ViewQueries& inner_;
+};
+
+TEST_F(DynamoDbApiTest, AStoredItemThatDoesNotDecodeIsAnInternalError) {
+  Ready();
+  PutGsi1();
+  CorruptQueries corrupt(*reader_);
+  DynamoDbApi api(*catalog_, corrupt, kCreated);
+  auto call = [&](std::string_view op, std::string_view body) {
+    const std::string target = absl::StrCat("DynamoDB_20120810.", std::string(op));
+    ApiRequest request;
+    request.target = target;
+    request.body = body;
+    ApiResponse r = api.Handle(request);
+    return absl::StrCat(r.http_status, " ", r.body);
+  };
+  const std::string internal =
+      R"(500 {"__type":"com.amazonaws.dynamodb.v20120810#InternalServerError","message":"A stored item does not decode: item.n: number \"not a number\" is not a valid number"})";
+  EXPECT_EQ(call("GetItem", R"({"TableName":"App","Key":{"PK":{"S":"I#2"},"SK":{"S":"X"}}})"), internal);
+  EXPECT_EQ(call("BatchGetItem", R"({"RequestItems":{"App":{"Keys":[{"PK":{"S":"I#2"},"SK":{"S":"X"}}]}}})"), internal);
+  EXPECT_EQ(call("Query", Expression("GSI1PK = :p", R"(":p":{"S":"G"})")), internal);
+}
+
 }  // namespace
 }  // namespace cdcview::dynamodb

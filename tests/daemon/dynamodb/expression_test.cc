@@ -3,6 +3,7 @@
 // each expression uses, projections and item sizes.
 #include "daemon/dynamodb/expression.h"
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -545,6 +546,85 @@ TEST(ProjectionTest, ProjectKeepsNamedMembersAndPickedElementsInOrder) {
     p = ParseProjection(text, &r.ph);
     ASSERT_TRUE(p.ok()) << text;
     EXPECT_TRUE(Project(Sample(), *p).empty()) << text;
+  }
+}
+
+TEST(ProjectionTest, CompiledProjectionAppliesToManyItems) {
+  Request r({}, {});
+  absl::StatusOr<std::vector<Path>> p =
+      ParseProjection("s, m.nest.deep, l[2].k, l[0], gone, m.nope, ns", &r.ph);
+  ASSERT_TRUE(p.ok()) << p.status();
+  const Projection compiled(*p);
+  EXPECT_EQ(AttributeValue::Map(compiled.Apply(Sample())), AttributeValue::Map(Project(Sample(), *p)));
+  // More projected names than the item has attributes, and the other way round.
+  std::vector<Path> many;
+  for (int i = 0; i < 50; ++i) many.push_back(Path{PathStep{"x" + std::to_string(i), -1}});
+  many.push_back(Path{PathStep{"s", -1}});
+  const Projection wide(many);
+  EXPECT_EQ(AttributeValue::Map(wide.Apply({{"s", S("v")}, {"x7", N("7")}, {"y", N("1")}})),
+            AttributeValue::Map({{"s", S("v")}, {"x7", N("7")}}));
+  const Projection copy = wide;  // copies share the compiled tree
+  EXPECT_EQ(AttributeValue::Map(copy.Apply(Sample())), AttributeValue::Map({{"s", S("hello")}}));
+  EXPECT_TRUE(Projection({}).Apply(Sample()).empty());
+}
+
+TEST(ConditionTest, TopLevelNamesInOrderEachOnce) {
+  Request r({{"#n", "named"}}, {{":v", N("1")}});
+  absl::StatusOr<std::unique_ptr<const Condition>> c = ParseCondition(
+      "a.b = :v AND (#n[0] > :v OR size(c) > :v) AND a.c = :v AND NOT attribute_exists(d) AND "
+      ":v BETWEEN e AND f",
+      &r.ph);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ((*c)->TopLevelNames(), (std::vector<std::string>{"a", "named", "c", "d", "e", "f"}));
+}
+
+// A placeholder referenced many times counts each time against DynamoDB's 2 MB of
+// substitution variables, over all the request's expressions; the parsed value is shared.
+TEST(ExpressionErrorTest, SubstitutedBytesAreBounded) {
+  std::vector<AttributeValue> nulls(60000, AttributeValue::Null());
+  const AttributeValue big = AttributeValue::List(nulls);  // 3 + 60000 * 2 = 120003 bytes
+  auto in_list = [](int refs) {
+    std::string text = "a IN (";
+    for (int i = 0; i < refs; ++i) text += i ? ",:b" : ":b";
+    return text + ")";
+  };
+  {
+    Request r({}, {{":b", big}});
+    absl::StatusOr<std::unique_ptr<const Condition>> c = ParseCondition(in_list(17), &r.ph);
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(r.ph.substituted_bytes, 17u * 120003u);
+    EXPECT_TRUE((*c)->Matches({{"a", big}}));
+    EXPECT_FALSE((*c)->Matches({{"a", AttributeValue::List({})}}));
+  }
+  const std::string limit =
+      "The expression attribute names and values substituted in the request's expressions "
+      "exceed 2097152 bytes (DynamoDB's limit on the size of all substitution variables; each "
+      "reference counts)";
+  {
+    Request r({}, {{":b", big}});
+    absl::StatusOr<std::unique_ptr<const Condition>> c = ParseCondition(in_list(18), &r.ph);
+    EXPECT_EQ(c.status().message(), "Invalid FilterExpression: " + limit);
+    // 100 IN operands three times over (300 references of 120 KB): refused as early.
+    Request r2({}, {{":b", big}});
+    c = ParseCondition(in_list(100) + " OR " + in_list(100) + " OR " + in_list(100), &r2.ph);
+    EXPECT_EQ(c.status().message(), "Invalid FilterExpression: " + limit);
+    EXPECT_LE(r2.ph.substituted_bytes, 18u * 120003u);
+  }
+  {
+    // Names: an 800 KB name referenced three times.
+    Request r({{"#n", std::string(800000, 'n')}}, {});
+    absl::StatusOr<std::vector<Path>> p = ParseProjection("#n.a, #n.b", &r.ph);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ(r.ph.substituted_bytes, 1600000u);
+    Request r2({{"#n", std::string(800000, 'n')}}, {});
+    p = ParseProjection("#n.a, #n.b, #n.c", &r2.ph);
+    EXPECT_EQ(p.status().message(), "Invalid ProjectionExpression: " + limit);
+  }
+  {
+    // One request: its expressions share the budget.
+    Request r({{"#n", std::string(100000, 'n')}}, {{":b", big}});
+    ASSERT_TRUE(ParseCondition(in_list(17), &r.ph).ok());
+    EXPECT_EQ(ParseProjection("#n", &r.ph).status().message(), "Invalid ProjectionExpression: " + limit);
   }
 }
 
