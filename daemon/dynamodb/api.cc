@@ -830,8 +830,10 @@ class Operation {
   }
 
   // Select's checks; the effective Select.
+  // `query`: Query words the projection-with-COUNT refusal as a validation error list ("1
+  // validation error detected: ..."), Scan without that prefix, as DynamoDB does.
   absl::StatusOr<std::string_view> ReadSelect(const RequestObject& r, const ViewContext& v,
-                                              bool has_projection) const {
+                                              bool has_projection, bool query) const {
     std::optional<std::string_view> select;
     API_RETURN_IF_ERROR(CheckEnum(
         r, "Select", "select",
@@ -847,8 +849,9 @@ class Operation {
             "SPECIFIC_ATTRIBUTES");
       }
     } else if (has_projection) {
-      return ValidationError(Cat("Cannot specify the ", given, " when choosing to get ",
-                                          s == "COUNT" ? "only the Count" : s));
+      return ValidationError(Cat(query ? "1 validation error detected: " : "",
+                                 "Cannot specify the ", given, " when choosing to get ",
+                                 s == "COUNT" ? "only the Count" : s));
     }
     if (s == "ALL_ATTRIBUTES" && v.spec->projection.kind != ProjectionKind::kAll) {
       return ValidationError(Cat(
@@ -1003,11 +1006,12 @@ class Operation {
     const KeyCondition::Term* sort_term = nullptr;
     API_RETURN_IF_ERROR(ApplyKeyCondition(condition, v, &q, &partition, &sort_term));
     if (filter != nullptr) {
-      // DynamoDB filters a Query on attributes other than the table's and the index's keys.
-      const auto keys = StartKeyNames(v);
+      // DynamoDB filters a Query on attributes other than the queried index's keys, which
+      // belong in the key condition. The table's own keys are ordinary attributes of an index
+      // item (an inverted index has them as its keys).
       for (const std::string& name : filter->TopLevelNames()) {
-        for (const auto& key : keys) {
-          if (key.first == name) {
+        for (const std::string* key : {&v.pk.name, v.sk.has_value() ? &v.sk->name : nullptr}) {
+          if (key != nullptr && *key == name) {
             return ValidationError(Cat(
                 "Filter Expression can only contain non-primary key attributes: Primary key "
                 "attribute: ", name));
@@ -1015,7 +1019,8 @@ class Operation {
         }
       }
     }
-    API_ASSIGN_OR_RETURN(std::string_view select, ReadSelect(r, v, paths.has_value()));
+    API_ASSIGN_OR_RETURN(std::string_view select,
+                         ReadSelect(r, v, paths.has_value(), /*query=*/true));
     API_RETURN_IF_ERROR(CheckProjected(paths, v));
 
     const bool merged = v.spec->shards.enabled() && !v.spec->shards.Split(partition.scalar());
@@ -1094,7 +1099,7 @@ class Operation {
     if (segment.has_value() && !total.has_value()) {
       return ValidationError(
           "The TotalSegments parameter is required but was not present in the request when "
-          "parameter Segment is present");
+          "Segment parameter is present");
     }
     if (total.has_value() && !segment.has_value()) {
       return ValidationError(
@@ -1126,7 +1131,8 @@ class Operation {
     }
     API_ASSIGN_OR_RETURN(std::optional<std::vector<Path>> paths, ReadProjection(r, &e));
     API_RETURN_IF_ERROR(CheckUnused(e));
-    API_ASSIGN_OR_RETURN(std::string_view select, ReadSelect(r, v, paths.has_value()));
+    API_ASSIGN_OR_RETURN(std::string_view select,
+                         ReadSelect(r, v, paths.has_value(), /*query=*/false));
     API_RETURN_IF_ERROR(CheckProjected(paths, v));
 
     v1::ScanRequest s;
