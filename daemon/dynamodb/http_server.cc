@@ -68,28 +68,7 @@ std::string_view View(beast::string_view s) { return std::string_view(s.data(), 
 
 int OpenSpare() { return open("/dev/null", O_RDONLY | O_CLOEXEC); }
 
-absl::StatusOr<int> ListenOn(const std::string& address) {
-  absl::StatusOr<AddressList> found = ListenAddresses(address, "8000");
-  if (!found.ok()) return found.status();
-  std::string why = "no address";
-  int fd = -1;
-  for (addrinfo* a = found->get(); a != nullptr && fd < 0; a = a->ai_next) {
-    fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) {
-      why = std::strerror(errno);
-      continue;
-    }
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, SOMAXCONN) != 0) {
-      why = std::strerror(errno);
-      close(fd);
-      fd = -1;
-    }
-  }
-  if (fd < 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", address, ": ", why));
-  return fd;
-}
+absl::StatusOr<int> ListenOn(const std::string& address) { return ListenSocket(address, "8000"); }
 
 // Threads for the requests that may wait: made as needed, up to `max` at once, each running
 // one request at a time; TrySubmit refuses past `max` requests in flight.

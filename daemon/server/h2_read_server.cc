@@ -337,28 +337,7 @@ nghttp2_nv Header(std::string_view name, std::string_view value) {
 }
 
 // "host:port" or "[v6]:port" -> a bound, listening, non-blocking socket.
-absl::StatusOr<int> Listen(const std::string& address) {
-  absl::StatusOr<AddressList> found = ListenAddresses(address, "50052");
-  if (!found.ok()) return found.status();
-  std::string why = "no address";
-  int fd = -1;
-  for (addrinfo* a = found->get(); a != nullptr && fd < 0; a = a->ai_next) {
-    fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) {
-      why = std::strerror(errno);
-      continue;
-    }
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, SOMAXCONN) != 0) {
-      why = std::strerror(errno);
-      close(fd);
-      fd = -1;
-    }
-  }
-  if (fd < 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", address, ": ", why));
-  return fd;
-}
+absl::StatusOr<int> Listen(const std::string& address) { return ListenSocket(address, "50052"); }
 
 }  // namespace
 

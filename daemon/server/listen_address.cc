@@ -1,6 +1,10 @@
 #include "daemon/server/listen_address.h"
 
 #include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -27,6 +31,29 @@ absl::StatusOr<AddressList> ListenAddresses(const std::string& address,
     return absl::UnavailableError(absl::StrCat("cannot resolve ", address, ": ", gai_strerror(rv)));
   }
   return AddressList(found);
+}
+
+absl::StatusOr<int> ListenSocket(const std::string& address, const char* example_port) {
+  absl::StatusOr<AddressList> found = ListenAddresses(address, example_port);
+  if (!found.ok()) return found.status();
+  std::string why = "no address";
+  int fd = -1;
+  for (addrinfo* a = found->get(); a != nullptr && fd < 0; a = a->ai_next) {
+    fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) {
+      why = std::strerror(errno);
+      continue;
+    }
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, SOMAXCONN) != 0) {
+      why = std::strerror(errno);
+      close(fd);
+      fd = -1;
+    }
+  }
+  if (fd < 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", address, ": ", why));
+  return fd;
 }
 
 }  // namespace cdcview
