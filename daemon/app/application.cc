@@ -269,8 +269,9 @@ absl::Status Application::StartDynamoDb(const ViewQueries& queries) {
                                      "endpoint off"));
   }
   dynamodb_ = std::move(*server);
-  LogInfo(absl::StrCat("cdcviewd serving the DynamoDB API (", config_.server.TlsEnabled() ? "HTTPS" : "HTTP",
-                       ") on port ", dynamodb_->port()));
+  LogInfo(absl::StrCat("cdcviewd serving the DynamoDB API (",
+                       config_.server.TlsEnabled() ? "HTTPS" : "HTTP", ") on port ",
+                       dynamodb_->port()));
   return absl::OkStatus();
 }
 
