@@ -280,7 +280,9 @@ TEST_F(HttpServerTest, SlowRequestsAndIdleConnectionsAreClosed) {
   EXPECT_EQ(slow.ReadToClose(), "");
   const auto slow_took = std::chrono::steady_clock::now() - start;
   EXPECT_GE(slow_took, std::chrono::milliseconds(290));
-  EXPECT_LT(slow_took, std::chrono::milliseconds(550));
+  // Upper bounds leave room for a sanitizer-slowed, loaded machine: what they prove is that
+  // the timeout, not the client, ended the connection.
+  EXPECT_LT(slow_took, std::chrono::milliseconds(3000));
 
   Client idle(server_->port());
   EXPECT_EQ(idle.Post("{}").result_int(), 200);
@@ -288,7 +290,7 @@ TEST_F(HttpServerTest, SlowRequestsAndIdleConnectionsAreClosed) {
   EXPECT_EQ(idle.ReadToClose(), "");
   const auto idle_took = std::chrono::steady_clock::now() - answered;
   EXPECT_GE(idle_took, std::chrono::milliseconds(590));
-  EXPECT_LT(idle_took, std::chrono::milliseconds(1000));
+  EXPECT_LT(idle_took, std::chrono::milliseconds(3000));
   // Counted once each connection object is gone.
   for (int i = 0; i < 100 && Metric("cdcview_connections_open", {{"port", "dynamodb"}}) != 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
