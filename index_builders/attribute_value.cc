@@ -152,17 +152,17 @@ bool operator==(const AttributeValue& a, const AttributeValue& b) {
 
 namespace {
 
-// DynamoDB-like sizes: strings and binaries by length, numbers by about one byte per two
-// significant digits plus one, BOOL and NULL one byte, M and L 3 bytes plus one per element.
-size_t NumberSize(const std::string& canonical) {
-  size_t digits = 0;
-  for (char c : canonical) {
-    if (c >= '0' && c <= '9') ++digits;
-  }
-  return (digits + 1) / 2 + 1;
+uint64_t NumberSize(const std::string& canonical) {
+  absl::StatusOr<Decimal> d = ParseDecimal(canonical);
+  return ((d.ok() ? d->digits.size() : canonical.size()) + 1) / 2 + 1;
 }
 
-size_t ValueSize(const AttributeValue& v) {
+}  // namespace
+
+// DynamoDB's documented sizes: names and strings by UTF-8 bytes, binaries by length, numbers
+// one byte per two significant digits plus one, BOOL and NULL one byte, M and L 3 bytes plus
+// one per element, sets the sum of their members.
+uint64_t AttributeValueSize(const AttributeValue& v) {
   switch (v.type()) {
     case AttrType::kS:
     case AttrType::kB:
@@ -172,34 +172,35 @@ size_t ValueSize(const AttributeValue& v) {
     case AttrType::kBool:
     case AttrType::kNull:
       return 1;
-    case AttrType::kM:
-      return 3 + v.map().size() + ApproximateSize(v.map());
-    case AttrType::kL: {
-      size_t size = 3 + v.list().size();
-      for (const AttributeValue& e : v.list()) size += ValueSize(e);
-      return size;
-    }
     case AttrType::kSS:
     case AttrType::kBS: {
-      size_t size = 0;
-      for (const std::string& m : v.set()) size += m.size();
-      return size;
+      uint64_t n = 0;
+      for (const std::string& m : v.set()) n += m.size();
+      return n;
     }
     case AttrType::kNS: {
-      size_t size = 0;
-      for (const std::string& m : v.set()) size += NumberSize(m);
-      return size;
+      uint64_t n = 0;
+      for (const std::string& m : v.set()) n += NumberSize(m);
+      return n;
+    }
+    case AttrType::kL: {
+      uint64_t n = 3;
+      for (const AttributeValue& e : v.list()) n += 1 + AttributeValueSize(e);
+      return n;
+    }
+    case AttrType::kM: {
+      uint64_t n = 3;
+      for (const auto& [name, e] : v.map()) n += 1 + name.size() + AttributeValueSize(e);
+      return n;
     }
   }
   return 0;
 }
 
-}  // namespace
-
-size_t ApproximateSize(const Item& item) {
-  size_t size = 0;
-  for (const auto& [name, value] : item) size += name.size() + ValueSize(value);
-  return size;
+uint64_t ItemSize(const Item& item) {
+  uint64_t n = 0;
+  for (const auto& [name, v] : item) n += name.size() + AttributeValueSize(v);
+  return n;
 }
 
 }  // namespace cdcview

@@ -317,7 +317,6 @@ std::optional<int> Order(const AttributeValue& a, const AttributeValue& b, const
 // ---------------------------------------------------------------------------------------------
 // Evaluation
 
-uint64_t ValueSize(const AttributeValue& v);
 
 const AttributeValue* Resolve(const Item& item, const Path& path) {
   if (path.empty() || path[0].index >= 0) return nullptr;
@@ -954,7 +953,7 @@ class Parser {
           auto [cached, added] = values_.try_emplace(name);
           if (added) {
             cached->second.value = std::make_shared<const AttributeValue>(it->second);
-            cached->second.size = ValueSize(it->second);
+            cached->second.size = AttributeValueSize(it->second);
             if (it->second.type() == AttrType::kN) {
               absl::StatusOr<Decimal> d = ParseDecimal(it->second.scalar());
               if (d.ok()) cached->second.number = *std::move(d);
@@ -1325,47 +1324,6 @@ std::optional<AttributeValue> ApplyProjection(const AttributeValue& v, const Pro
   return std::nullopt;
 }
 
-uint64_t NumberSize(const std::string& canonical) {
-  absl::StatusOr<Decimal> d = ParseDecimal(canonical);
-  const uint64_t digits = d.ok() ? d->digits.size() : canonical.size();
-  return (digits + 1) / 2 + 1;
-}
-
-uint64_t ValueSize(const AttributeValue& v) {
-  switch (v.type()) {
-    case AttrType::kS:
-    case AttrType::kB:
-      return v.scalar().size();
-    case AttrType::kN:
-      return NumberSize(v.scalar());
-    case AttrType::kBool:
-    case AttrType::kNull:
-      return 1;
-    case AttrType::kSS:
-    case AttrType::kBS: {
-      uint64_t n = 0;
-      for (const std::string& m : v.set()) n += m.size();
-      return n;
-    }
-    case AttrType::kNS: {
-      uint64_t n = 0;
-      for (const std::string& m : v.set()) n += NumberSize(m);
-      return n;
-    }
-    case AttrType::kL: {
-      uint64_t n = 3;
-      for (const AttributeValue& e : v.list()) n += 1 + ValueSize(e);
-      return n;
-    }
-    case AttrType::kM: {
-      uint64_t n = 3;
-      for (const auto& [name, e] : v.map()) n += 1 + name.size() + ValueSize(e);
-      return n;
-    }
-  }
-  return 0;
-}
-
 }  // namespace
 
 absl::StatusOr<KeyCondition> ParseKeyCondition(std::string_view text, Placeholders* placeholders) {
@@ -1428,12 +1386,6 @@ Item Projection::Apply(const Item& item) const {
     if (std::optional<AttributeValue> p = ApplyProjection(it->second, sub)) out.emplace(name, *std::move(p));
   }
   return out;
-}
-
-uint64_t ItemSize(const Item& item) {
-  uint64_t n = 0;
-  for (const auto& [name, v] : item) n += name.size() + ValueSize(v);
-  return n;
 }
 
 }  // namespace cdcview::dynamodb

@@ -102,8 +102,4 @@ class Projection {
   std::shared_ptr<const ProjectionNode> root_;
 };
 
-// DynamoDB's item size (the 1 MB page limit, Count vs ScannedCount): attribute names' UTF-8
-// bytes plus each value's size by DynamoDB's documented rules.
-uint64_t ItemSize(const Item& item);
-
 }  // namespace cdcview::dynamodb

@@ -123,7 +123,7 @@ void Projection(std::string_view text) {
     for (const auto& [name, value] : projected) {
       fuzz::Require(item.count(name) == 1, "a projection keeps only the item's attributes");
     }
-    fuzz::Require(dynamodb::ItemSize(projected) <= dynamodb::ItemSize(item), "a projection is no larger than the item");
+    fuzz::Require(ItemSize(projected) <= ItemSize(item), "a projection is no larger than the item");
   }
 }
 

@@ -147,26 +147,26 @@ TEST(AttributeValueTest, EqualityIsDeep) {
             AttributeValue::List({AttributeValue::Null(), AttributeValue::Null()}));
 }
 
-TEST(AttributeValueTest, ApproximateSize) {
-  EXPECT_EQ(ApproximateSize(Item{}), 0u);
+TEST(AttributeValueTest, ItemSize) {
+  EXPECT_EQ(ItemSize(Item{}), 0u);
   Item item;
   item["name"] = AttributeValue::String("abcdef");
-  EXPECT_EQ(ApproximateSize(item), 4u + 6u);
+  EXPECT_EQ(ItemSize(item), 4u + 6u);
   item["bin"] = AttributeValue::Binary("xyz");
-  EXPECT_EQ(ApproximateSize(item), 10u + 3u + 3u);
-  const size_t before = ApproximateSize(item);
+  EXPECT_EQ(ItemSize(item), 10u + 3u + 3u);
+  const uint64_t before = ItemSize(item);
   item["n"] = N("12345");
   item["t"] = AttributeValue::Bool(true);
   item["z"] = AttributeValue::Null();
-  const size_t scalars = ApproximateSize(item);
+  const uint64_t scalars = ItemSize(item);
   EXPECT_GT(scalars, before + 3);
   item["m"] = AttributeValue::Map(item);
-  EXPECT_GT(ApproximateSize(item), 2 * scalars);
+  EXPECT_GT(ItemSize(item), 2 * scalars);
   // A long string dominates.
   Item big;
   big["s"] = AttributeValue::String(std::string(100000, 'x'));
-  EXPECT_GE(ApproximateSize(big), 100000u);
-  EXPECT_LE(ApproximateSize(big), 100100u);
+  EXPECT_GE(ItemSize(big), 100000u);
+  EXPECT_LE(ItemSize(big), 100100u);
 }
 
 }  // namespace
