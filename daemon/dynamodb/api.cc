@@ -955,13 +955,19 @@ class Operation {
     return Answer{w.Take(), page.applied_token};
   }
 
-  absl::StatusOr<Answer> Query(const RequestObject& r) {
+  // Query's and Scan's enumerated members, checked before anything else as DynamoDB does.
+  absl::Status CheckReadEnums(const RequestObject& r) const {
     API_RETURN_IF_ERROR(CheckEnum(r, "Select", "select",
                                   {"SPECIFIC_ATTRIBUTES", "COUNT", "ALL_ATTRIBUTES",
                                    "ALL_PROJECTED_ATTRIBUTES"}));
     API_RETURN_IF_ERROR(CheckEnum(r, "ReturnConsumedCapacity", "returnConsumedCapacity",
                                   {"INDEXES", "TOTAL", "NONE"}));
     API_RETURN_IF_ERROR(CheckEnum(r, "ConditionalOperator", "conditionalOperator", {"AND", "OR"}));
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<Answer> Query(const RequestObject& r) {
+    API_RETURN_IF_ERROR(CheckReadEnums(r));
     API_ASSIGN_OR_RETURN(std::optional<uint64_t> limit, ReadLimit(r));
     API_ASSIGN_OR_RETURN(std::optional<bool> forward, r.Bool("ScanIndexForward"));
     API_ASSIGN_OR_RETURN(std::optional<dom::object> key_conditions, r.Object("KeyConditions"));
@@ -1077,12 +1083,7 @@ class Operation {
   }
 
   absl::StatusOr<Answer> Scan(const RequestObject& r) {
-    API_RETURN_IF_ERROR(CheckEnum(r, "Select", "select",
-                                  {"SPECIFIC_ATTRIBUTES", "COUNT", "ALL_ATTRIBUTES",
-                                   "ALL_PROJECTED_ATTRIBUTES"}));
-    API_RETURN_IF_ERROR(CheckEnum(r, "ReturnConsumedCapacity", "returnConsumedCapacity",
-                                  {"INDEXES", "TOTAL", "NONE"}));
-    API_RETURN_IF_ERROR(CheckEnum(r, "ConditionalOperator", "conditionalOperator", {"AND", "OR"}));
+    API_RETURN_IF_ERROR(CheckReadEnums(r));
     API_ASSIGN_OR_RETURN(std::optional<uint64_t> limit, ReadLimit(r));
     API_ASSIGN_OR_RETURN(std::optional<int64_t> segment, r.Integer("Segment"));
     API_ASSIGN_OR_RETURN(std::optional<int64_t> total, r.Integer("TotalSegments"));
