@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "index_builders/item_size.h"
 #include "index_builders/number.h"
 
 namespace cdcview {
@@ -150,57 +151,6 @@ bool operator==(const AttributeValue& a, const AttributeValue& b) {
   return false;
 }
 
-namespace {
-
-uint64_t NumberSize(const std::string& canonical) {
-  absl::StatusOr<Decimal> d = ParseDecimal(canonical);
-  return ((d.ok() ? d->digits.size() : canonical.size()) + 1) / 2 + 1;
-}
-
-}  // namespace
-
-// DynamoDB's documented sizes: names and strings by UTF-8 bytes, binaries by length, numbers
-// one byte per two significant digits plus one, BOOL and NULL one byte, M and L 3 bytes plus
-// one per element, sets the sum of their members.
-uint64_t AttributeValueSize(const AttributeValue& v) {
-  switch (v.type()) {
-    case AttrType::kS:
-    case AttrType::kB:
-      return v.scalar().size();
-    case AttrType::kN:
-      return NumberSize(v.scalar());
-    case AttrType::kBool:
-    case AttrType::kNull:
-      return 1;
-    case AttrType::kSS:
-    case AttrType::kBS: {
-      uint64_t n = 0;
-      for (const std::string& m : v.set()) n += m.size();
-      return n;
-    }
-    case AttrType::kNS: {
-      uint64_t n = 0;
-      for (const std::string& m : v.set()) n += NumberSize(m);
-      return n;
-    }
-    case AttrType::kL: {
-      uint64_t n = 3;
-      for (const AttributeValue& e : v.list()) n += 1 + AttributeValueSize(e);
-      return n;
-    }
-    case AttrType::kM: {
-      uint64_t n = 3;
-      for (const auto& [name, e] : v.map()) n += 1 + name.size() + AttributeValueSize(e);
-      return n;
-    }
-  }
-  return 0;
-}
-
-uint64_t ItemSize(const Item& item) {
-  uint64_t n = 0;
-  for (const auto& [name, v] : item) n += name.size() + AttributeValueSize(v);
-  return n;
-}
+size_t ApproximateSize(const Item& item) { return ItemSize(item); }
 
 }  // namespace cdcview

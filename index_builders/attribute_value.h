@@ -75,9 +75,7 @@ class AttributeValue {
   std::unique_ptr<Item> map_;  // only for kM; deep-copied
 };
 
-// DynamoDB's item size (its 400 KB item and 1 MB page limits): attribute names' UTF-8 bytes
-// plus each value's size by DynamoDB's documented rules (AttributeValueSize).
-uint64_t AttributeValueSize(const AttributeValue& value);
-uint64_t ItemSize(const Item& item);
+// Approximate in-memory size in bytes, for DynamoDB-like item size accounting.
+size_t ApproximateSize(const Item& item);
 
 }  // namespace cdcview

@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "index_builders/attribute_value.h"
+#include "index_builders/item_size.h"  // ItemSize: the 1 MB page and 16 MB answer limits
 
 namespace cdcview::dynamodb {
 

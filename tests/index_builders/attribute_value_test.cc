@@ -1,4 +1,5 @@
 #include "index_builders/attribute_value.h"
+#include "index_builders/item_size.h"
 
 #include <algorithm>
 #include <string>
