@@ -10,6 +10,7 @@ import importlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -263,6 +264,14 @@ class Daemon:
             self.proc.wait(timeout=30)
         self._close_channel()
         _RUNNING.discard(self)
+
+    def discard(self):
+        """ensure_dead, then removes the work directory: what a module's fixture calls when it
+        ends. A store's data.mdb holds its whole map on disk (storage.map_size, reserved with
+        fallocate), so directories kept until the session ends would add up (pytest.ini removes
+        a passed test's tmp_path the same way)."""
+        self.ensure_dead()
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
     # -- observing
 

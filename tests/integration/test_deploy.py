@@ -186,7 +186,7 @@ def sampled(tmp_path_factory, pb, binaries):
         d.wait_finished("bad", str(bad))
         yield d
     finally:
-        d.ensure_dead()
+        d.discard()
 
 
 def metrics_text(d):

@@ -235,7 +235,7 @@ def endpoints(tmp_path_factory, pb, binaries):
         ours = client(f"http://127.0.0.1:{dynamodb_port(d)}")
         yield theirs, ours, d
     finally:
-        d.ensure_dead()
+        d.discard()
         moto.stop()
 
 
@@ -1025,7 +1025,7 @@ def sample(tmp_path_factory, pb, binaries):
         d.wait_finished("sample", SAMPLE)
         yield d, f"http://127.0.0.1:{dynamodb_port(d)}"
     finally:
-        d.ensure_dead()
+        d.discard()
 
 
 def aws(url, *args):

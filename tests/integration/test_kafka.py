@@ -187,7 +187,7 @@ def reference_scans(events, tmp_path_factory, pb, binaries):
         scans = d.scan_all(VIEWS)
         d.stop()
     finally:
-        d.ensure_dead()
+        d.discard()
     assert sum(len(e) for e in scans.values()) > 0
     return scans
 

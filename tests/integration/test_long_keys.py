@@ -103,7 +103,7 @@ def long_keys(tmp_path_factory, pb, binaries):
             d.ports = {"main": d.stub, "fast": pb.grpc.ViewServiceStub(channel)}
             yield d, lines, bad, model
     finally:
-        d.ensure_dead()
+        d.discard()
 
 
 def av(pb, typed):

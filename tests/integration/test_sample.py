@@ -38,7 +38,7 @@ def sample(tmp_path_factory, pb, binaries):
         d.wait_finished("sample", SAMPLE)
         yield d
     finally:
-        d.ensure_dead()
+        d.discard()
 
 
 def live_user(model):
