@@ -52,7 +52,8 @@ cpu_jitter_bench), KAFKA_BOOTSTRAP (use a running broker instead of starting one
 scripts/kafka.sh; KAFKA_BENCH_BROKER_PID then names its JVM for the CPU figures and --cpus
 split moves it to the lower half of the cores), KAFKA_BENCH_STORAGE (JSON
 merged into both daemons' storage section, e.g. '{"write_map": false}'),
-KAFKA_BENCH_PROPERTIES (JSON: librdkafka properties of the daemon's sources),
+KAFKA_BENCH_PROPERTIES (JSON: librdkafka properties of the daemon's sources), KAFKA_BENCH_APPLY
+(JSON: both daemons' apply section, e.g. '{"max_delay_ms": 0}'),
 KAFKA_BENCH_PERF (a directory: `perf record --call-graph dwarf` of cdcviewd during the bulk
 phases, kafka-<round>.data and file-<round>.data, and the half-load lag phase, lag.data; it
 slows the profiled daemon, so its figures are not the bench's), KAFKA_BENCH_LOGS (a directory
@@ -524,6 +525,12 @@ def main():
         shutil.rmtree(work, ignore_errors=True)  # on tmpfs it would hold gigabytes of memory
 
 
+def apply_section():
+    """KAFKA_BENCH_APPLY (JSON) as the daemons' apply section, or nothing (the defaults)."""
+    apply = json.loads(os.environ.get("KAFKA_BENCH_APPLY", "{}"))
+    return {"apply": apply} if apply else {}
+
+
 def file_phase(work, path, table, storage, stubs, args, broker_pid, round_):
     """cdcviewd applying the same events from a file (the storage ceiling), on an empty store:
     returns the seconds from its first applied batch to its last."""
@@ -531,8 +538,8 @@ def file_phase(work, path, table, storage, stubs, args, broker_pid, round_):
     os.makedirs(home)
     f = Daemon(home, config={
         "sources": [{"name": "file", "table": "App", "file": {"path": path}}], "tables": [table],
-        "storage": dict({"path": os.path.join(home, "store"), "map_size": "2GiB"}, **storage)},
-        stubs=stubs, prefix=pinned(args.daemon_cpus))
+        "storage": dict({"path": os.path.join(home, "store"), "map_size": "2GiB"}, **storage),
+        **apply_section()}, stubs=stubs, prefix=pinned(args.daemon_cpus))
     # Before the start: reading the whole file takes this script seconds, and the first stored
     # position seen after them would leave the events applied meanwhile out of the time (it
     # made the file source's rate 9-16% too high, every ratio to it 8-14% too low).
@@ -599,7 +606,7 @@ def run(kafka, work, args, broker_pid):
         daemon_storage = dict({"path": os.path.join(home, "store"), "map_size": "2GiB"},
                               **storage)
         daemon = Daemon(home, config={"sources": [source], "tables": [table],
-                                      "storage": daemon_storage},
+                                      "storage": daemon_storage, **apply_section()},
                         stubs=stubs, prefix=pinned(args.daemon_cpus))
         try:
             daemon.start()
@@ -636,7 +643,7 @@ def run(kafka, work, args, broker_pid):
         # The live source joins now, on the same store: an idle source with its short fetch
         # wait would have cost the broker CPU during the bulk phase (see live_fetch).
         d.write_config({"sources": [bulk_source, live_source], "tables": [table],
-                        "storage": kafka_storage})
+                        "storage": kafka_storage, **apply_section()})
         d.start()
 
         # How steady the daemon's core is (the daemon idle): a p99 in milliseconds is measured
