@@ -6,9 +6,9 @@
 #
 #   scripts/kafka-streams-peer.sh build
 #       compile with Maven (Java 17; kafka-streams and its RocksDB from Maven Central) into
-#       tests/bench/peers/kafka-streams/target; the local repository is .cache/m2, so a second
-#       build downloads nothing (and runs offline once everything is there). Skipped when the
-#       jar is newer than the sources.
+#       tests/bench/peers/kafka-streams/target (scripts/maven-build.sh: the local repository is
+#       .cache/m2, so a second build downloads nothing). Skipped when the jar is newer than the
+#       sources.
 #   scripts/kafka-streams-peer.sh run --bootstrap HOST:PORT --topics T[,T2] --state-dir DIR
 #                                     --port N [--application-id ID]
 #       build if needed, then run it in the foreground (exec: the pid is the JVM's). It logs
@@ -20,54 +20,9 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 project="$here/tests/bench/peers/kafka-streams"
-repo="$here/.cache/m2"
 jar="$project/target/kafka-streams-peer.jar"
 
-say() { echo "[kafka-streams-peer] $*" >&2; }
-
-need_tools() {
-  command -v mvn >/dev/null || { say "mvn not found: install Maven (scripts/install-deps.sh installs it)"; exit 3; }
-  command -v java >/dev/null || { say "java not found: install a JDK 17 (scripts/install-deps.sh installs it)"; exit 3; }
-  local v
-  v="$(java -XshowSettings:properties -version 2>&1 | sed -n 's/^ *java.specification.version = //p')"
-  if [ -n "$v" ] && [ "${v%%.*}" -lt 17 ] 2>/dev/null; then
-    say "java $v found, the peer needs 17 or later (scripts/install-deps.sh installs a JDK 17)"; exit 3
-  fi
-}
-
-up_to_date() {
-  [ -f "$jar" ] && [ -f "$project/target/lib/.complete" ] || return 1
-  [ -z "$(find "$project/pom.xml" "$project/src" -newer "$jar" -print -quit)" ]
-}
-
-build() {
-  need_tools
-  if up_to_date; then say "up to date: $jar"; return 0; fi
-  mkdir -p "$repo"
-  local offline=()
-  # Everything already downloaded (a previous build): no network at all.
-  if [ "${MAVEN_OFFLINE:-0}" = 1 ] || [ -f "$repo/.peer-complete" ]; then offline=(-o); fi
-  say "building with Maven${offline:+ (offline)} into $project/target (local repository $repo)"
-  local log="$project/target/build.log"
-  mkdir -p "$project/target"
-  rm -f "$project/target/lib/.complete"
-  if ! (cd "$project" && mvn -B -Dstyle.color=never -Dmaven.repo.local="$repo" \
-          ${offline[@]+"${offline[@]}"} -DskipTests package) >"$log" 2>&1; then
-    if [ ${#offline[@]} -gt 0 ] && [ "${MAVEN_OFFLINE:-0}" != 1 ] &&
-       grep -q "offline mode\|Could not resolve\|Cannot access" "$log"; then
-      say "offline build missed an artifact: trying again with the network"
-      rm -f "$repo/.peer-complete"
-      build
-      return
-    fi
-    grep -E "ERROR|BUILD" "$log" | head -40 >&2
-    say "Maven failed (full log: $log). A dependency that cannot be downloaded: check that" \
-        "Maven Central is reachable or that $repo holds it; a compile error: fix the sources."
-    exit 1
-  fi
-  touch "$repo/.peer-complete" "$project/target/lib/.complete"
-  say "built $jar ($(ls "$project/target/lib" | wc -l) jars in target/lib)"
-}
+build() { "$here/scripts/maven-build.sh" "$project" kafka-streams-peer; }
 
 classpath() { echo "$jar:$project/target/lib/*"; }
 

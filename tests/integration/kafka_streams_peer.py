@@ -13,41 +13,18 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+import maven_build
 from conftest import REPO
 
 SCRIPT = os.path.join(REPO, "scripts", "kafka-streams-peer.sh")
 SERVING = re.compile(r"\[peer\] serving HTTP on 127\.0\.0\.1:(\d+)")
-# What a Maven log says when an artifact cannot be had (no network, not in the local repository).
-UNRESOLVABLE = ("Could not resolve dependencies", "Could not transfer artifact",
-                "Cannot access", "in offline mode", "Could not resolve plugin",
-                "Plugin org.apache.maven.plugins", "Non-resolvable")
-
-
-class BuildUnavailable(Exception):
-    """Maven or Java is missing, or Maven cannot download what the peer needs."""
+PROJECT = os.path.join("tests", "bench", "peers", "kafka-streams")
+BuildUnavailable = maven_build.BuildUnavailable
 
 
 def build(timeout=1200):
-    """Builds the peer (a no-op when up to date). Raises BuildUnavailable when it cannot be
-    built for want of Maven, Java or the artifacts; RuntimeError for any other failure (a
-    compile error is a failure, not a reason to skip)."""
-    done = subprocess.run([SCRIPT, "build"], capture_output=True, text=True, timeout=timeout)
-    if done.returncode == 0:
-        return
-    log_path = os.path.join(REPO, "tests", "bench", "peers", "kafka-streams", "target",
-                            "build.log")
-    log = ""
-    if os.path.exists(log_path):
-        with open(log_path, encoding="utf-8", errors="replace") as f:
-            log = f.read()
-    if done.returncode == 3:  # the script's code for a missing mvn or java
-        raise BuildUnavailable(done.stderr.strip())
-    found = [marker for marker in UNRESOLVABLE if marker in log]
-    if found:
-        lines = [line for line in log.splitlines() if any(m in line for m in found)]
-        raise BuildUnavailable("Maven cannot download the peer's dependencies: "
-                               + " | ".join(lines[:3]))
-    raise RuntimeError(f"{SCRIPT} build failed ({done.returncode}):\n{done.stderr[-4000:]}")
+    """Builds the peer (a no-op when up to date): maven_build.build."""
+    maven_build.build(PROJECT, "kafka-streams-peer", timeout)
 
 
 class Peer:
