@@ -39,6 +39,11 @@ KAFKA_VERSION=3.9.1 "$here/scripts/kafka.sh" fetch
 echo "[test] the Kafka Streams peer (scripts/kafka-streams-peer.sh build; Maven, .cache/m2)"
 "$here/scripts/kafka-streams-peer.sh" build ||
   echo "[test] the peer did not build: test_kafka_streams_peer.py reports why"
+# The AWS SDK for Java client of the DynamoDB endpoint (tests/integration/test_dynamodb_sdks.py),
+# built the same way.
+echo "[test] the AWS SDK for Java client (scripts/maven-build.sh tests/integration/sdk/java)"
+"$here/scripts/maven-build.sh" "$here/tests/integration/sdk/java" dynamodb-java-client ||
+  echo "[test] the Java client did not build: test_dynamodb_sdks.py reports why"
 
 echo "[test] integration tests (pytest)"
 "$here/.venv/bin/python" -m pytest "$here/tests/integration" -p no:cacheprovider -q "$@"
