@@ -20,11 +20,15 @@ Prints figures, asserts nothing.
      from the actual send to the answer (the endpoint's and the loopback's share).
 
 Python and boto3 cannot send 5,000 queries/s on two cores (boto3 spends about 1 ms of CPU per
-call); the load generator is C++ and one thread. Client and daemon share the machine's cores:
-the ratio to the gRPC port in the same run is the figure to compare across machines.
+call); the load generator is C++ and one thread. With --cpus split (the default, as
+kafka_bench.py) the daemon runs on the upper half of the cores and the client on the lower half,
+as a service and its clients run on other machines: a client sharing the daemon's core delays
+its answers with its own timer wake-ups. --cpus shared lets both run anywhere. The ratio to the
+gRPC port in the same run is the figure to compare across machines.
 
 Usage: .venv/bin/python tests/bench/dynamodb_bench.py [--events N] [--qps Q]
            [--open-seconds S] [--closed-seconds S] [--connections C] [--tmp DIR]
+           [--cpus split|shared]
 Build first: scripts/build.sh cdcviewd dynamodb_load (scripts/bench.sh does both).
 Environment: CDCVIEW_BUILD_DIR (default <repo>/build).
 """
@@ -45,8 +49,10 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
+sys.path.insert(0, HERE)
 
 from conftest import BUILD_DIR, Daemon  # noqa: E402
+from kafka_bench import cpu_layout, pinned  # noqa: E402
 
 LOAD_BIN = os.path.join(BUILD_DIR, "tests", "bench", "dynamodb_load")
 DYNAMODB_LINE = re.compile(r"cdcviewd serving the DynamoDB API \(HTTPS?\) on port (\d+)", re.M)
@@ -84,7 +90,9 @@ def main():
     parser.add_argument("--closed-seconds", type=float, default=3)
     parser.add_argument("--connections", type=int, default=4)
     parser.add_argument("--tmp", default=tempfile.gettempdir())
+    parser.add_argument("--cpus", choices=("split", "shared"), default="split")
     args = parser.parse_args()
+    daemon_cpus, client_cpus = cpu_layout(args.cpus)
     for binary in (LOAD_BIN, os.path.join(BUILD_DIR, "daemon", "cdcviewd")):
         if not os.access(binary, os.X_OK):
             raise SystemExit(f"missing {binary}: scripts/build.sh cdcviewd dynamodb_load")
@@ -106,7 +114,8 @@ def main():
                         "views": [{"name": "GSI1",
                                    "partition_key": {"attribute": "GSI1PK", "type": "S"},
                                    "sort_key": {"attribute": "GSI1SK", "type": "S"},
-                                   "projection": "ALL"}]}]})
+                                   "projection": "ALL"}]}]},
+            prefix=pinned(daemon_cpus))
         started = time.monotonic()
         try:
             d.start()
@@ -119,12 +128,13 @@ def main():
         wait_applied(d, args.events)
         print(f"== dynamodb_bench: {args.events} items applied in "
               f"{time.monotonic() - started:.1f} s; cdcviewd DynamoDB endpoint 127.0.0.1:{port}, "
-              f"gRPC 127.0.0.1:{d.grpc_port} ==", flush=True)
+              f"gRPC 127.0.0.1:{d.grpc_port}; cores: daemon {daemon_cpus or 'any'}, client "
+              f"{client_cpus or 'any'} ==", flush=True)
         sample = random.Random(args.seed + 1).sample(keys, min(20000, len(keys)))
         keys_path = os.path.join(work, "keys.tsv")
         with open(keys_path, "w", encoding="utf-8") as f:
             f.writelines(f"{pk}\t{sk}\n" for pk, sk in sample)
-        subprocess.run([LOAD_BIN, "--port", str(port), "--grpc-port", str(d.grpc_port),
+        subprocess.run(pinned(client_cpus) + [LOAD_BIN, "--port", str(port), "--grpc-port", str(d.grpc_port),
                         "--keys", keys_path, "--qps", str(args.qps),
                         "--open-seconds", str(args.open_seconds),
                         "--closed-seconds", str(args.closed_seconds),
