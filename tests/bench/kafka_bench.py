@@ -27,7 +27,7 @@ six views. Prints figures, asserts nothing.
      Before the lag phase, cpu_jitter_bench times the same 0.25 ms of CPU work on cdcviewd's
      core, back to back and after 3 ms idle: how steady the machine itself is.
   6. The same lag at lower loads (--lag-sweep, default 10%, 20% and 30% of step 3's rate,
-     --sweep-seconds each): the highest of them whose p99 stays under 50 ms.
+     --sweep-seconds each): the highest of them whose p99 stays under the target.
 
 Where each process runs (--cpus): "split" (the default on a machine with two or more cores)
 gives cdcviewd, the bare consume loop and the bare follower the upper half of the cores, and the
@@ -87,6 +87,9 @@ import reference as ref  # noqa: E402
 import streams  # noqa: E402
 from conftest import BUILD_DIR, Daemon, Stubs, expected_position  # noqa: E402
 from kafka_fixture import SCRIPT, Kafka, partition_of  # noqa: E402
+
+# Replication lag p99 at half of the bulk rate, with the default settings (docs/PERFORMANCE.md).
+LAG_TARGET_MS = 10
 
 
 def log(text):
@@ -737,14 +740,15 @@ def run(kafka, work, args, broker_pid):
              f"{fetch['fetch.min.bytes']}" if fetch else ", librdkafka's fetch defaults")
     print(f"kafka: replication lag at {load} ({half.sent} events in {half.took:.1f}s = "
           f"{half.rate:.0f}/s): p50 {half.p50:.1f} ms, p99 {half.p99:.1f} ms, mean "
-          f"{lag_mean:.1f} ms (target p99 < 50 ms: {'met' if half.p99 < 50 else 'NOT met'})")
+          f"{lag_mean:.1f} ms (target p99 <= {LAG_TARGET_MS} ms: "
+          f"{'met' if half.p99 <= LAG_TARGET_MS else 'NOT met'})")
     print(f"kafka:   its parts: {half.parts}")
     for fraction, at in sweep:
         print(f"kafka: replication lag at {fraction:.0%} of the bulk rate ({at.rate:.0f}/s): "
               f"p50 {at.p50:.1f} ms, p99 {at.p99:.1f} ms; {at.parts}")
     if sweep:
-        held = [at.rate for _, at in sweep if at.p99 < 50]
-        print("kafka: highest swept rate with p99 < 50 ms: " +
+        held = [at.rate for _, at in sweep if at.p99 <= LAG_TARGET_MS]
+        print(f"kafka: highest swept rate with p99 <= {LAG_TARGET_MS} ms: " +
               (f"{max(held):.0f}/s ({max(held) / kafka_rate:.0%} of the bulk rate)" if held
                else "none"))
     if alone:
