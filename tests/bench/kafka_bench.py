@@ -407,12 +407,16 @@ class CpuWindow:
 
 
 def batch_sizes(before, after):
-    """'<n> commits, mean <m> events' between two metric snapshots."""
+    """'<n> commits, mean <m> events, <k> over 1024' between two metric snapshots. The last:
+    backlog batches (the writer found more than apply.batch_size waiting and took up to 8
+    times as many), a sign that it fell behind for a while."""
     def get(metrics, suffix):
         return metrics.get((f"cdcview_apply_batch_size_{suffix}", frozenset()), 0.0)
     n = get(after, "count") - get(before, "count")
     total = get(after, "sum") - get(before, "sum")
-    return f"{n:.0f} commits, mean {total / n if n else 0:.0f} events"
+    b0, b1 = (histogram(m, "cdcview_apply_batch_size") for m in (before, after))
+    over = n - (b1.get(1024.0, 0.0) - b0.get(1024.0, 0.0))
+    return f"{n:.0f} commits, mean {total / n if n else 0:.0f} events, {over:.0f} over 1024"
 
 
 def touch_memory(work, gib=4):
