@@ -19,7 +19,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "cdcview/v1/view_service.grpc.pb.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/security/auth_probe.h"
@@ -229,17 +231,39 @@ TEST_F(H2ReadServerSecurityTest, ManyHandshakesAtOnceAllComplete) {
   std::vector<std::unique_ptr<v1::ViewService::Stub>> stubs;
   for (int i = 0; i < kClients; ++i) stubs.push_back(TlsStub());
   std::vector<std::thread> threads;
-  std::atomic<int> ok{0};
+  std::atomic<int> ok{0}, retried{0};
+  absl::Mutex mu;
+  std::vector<std::string> failures;
   for (int i = 0; i < kClients; ++i) {
     threads.emplace_back([&, i] {
-      v1::QueryResponse got;
-      if (Query(*stubs[i], Day("ByDay"), "", &got).ok() && got.entries_size() == 1) ++ok;
+      // gRPC 1.51's client now and then (about one run in 50 here) gives up on one of many
+      // simultaneous TLS connections by itself: it closes with close_notify after the server
+      // finished the handshake (the server counts reason="client", no tls_handshake failure),
+      // reporting "failed to connect to all addresses ... No such file or directory". Such a
+      // client tries once more on a new channel; the server must still serve every one.
+      for (int attempt = 0; attempt < 2; ++attempt) {
+        v1::QueryResponse got;
+        std::unique_ptr<v1::ViewService::Stub> fresh;
+        if (attempt > 0) fresh = TlsStub();
+        grpc::Status s = Query(attempt == 0 ? *stubs[i] : *fresh, Day("ByDay"), "", &got);
+        if (s.ok() && got.entries_size() == 1) {
+          ++ok;
+          return;
+        }
+        absl::MutexLock lock(&mu);
+        failures.push_back(absl::StrCat("client ", i, " attempt ", attempt, ": code ",
+                                        s.error_code(), " \"", s.error_message(), "\", ",
+                                        got.entries_size(), " entries"));
+        if (s.error_code() != grpc::StatusCode::UNAVAILABLE) return;
+        ++retried;
+      }
     });
   }
   for (std::thread& t : threads) t.join();
-  EXPECT_EQ(ok.load(), kClients);
+  EXPECT_EQ(ok.load(), kClients) << absl::StrJoin(failures, "; ");
+  EXPECT_LE(retried.load(), 1) << absl::StrJoin(failures, "; ");
   EXPECT_EQ(Metric("cdcview_connections_opened_total", "{port=\"fast_reads\"}"),
-            std::to_string(kClients));
+            std::to_string(kClients + retried.load()));
   EXPECT_EQ(Closed("tls_handshake"), "");
 }
 
