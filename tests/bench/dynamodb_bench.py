@@ -134,11 +134,12 @@ def main():
         keys_path = os.path.join(work, "keys.tsv")
         with open(keys_path, "w", encoding="utf-8") as f:
             f.writelines(f"{pk}\t{sk}\n" for pk, sk in sample)
-        subprocess.run(pinned(client_cpus) + [LOAD_BIN, "--port", str(port), "--grpc-port", str(d.grpc_port),
-                        "--keys", keys_path, "--qps", str(args.qps),
-                        "--open-seconds", str(args.open_seconds),
-                        "--closed-seconds", str(args.closed_seconds),
-                        "--connections", str(args.connections)], check=True)
+        subprocess.run(pinned(client_cpus) + [
+                           LOAD_BIN, "--port", str(port), "--grpc-port", str(d.grpc_port),
+                           "--keys", keys_path, "--qps", str(args.qps),
+                           "--open-seconds", str(args.open_seconds),
+                           "--closed-seconds", str(args.closed_seconds),
+                           "--connections", str(args.connections)], check=True)
     finally:
         if d is not None:
             d.ensure_dead()

@@ -27,7 +27,7 @@ six views. Prints figures, asserts nothing.
      Before the lag phase, cpu_jitter_bench times the same 0.25 ms of CPU work on cdcviewd's
      core, back to back and after 3 ms idle: how steady the machine itself is.
   6. The same lag at lower loads (--lag-sweep, default 10%, 20% and 30% of step 3's rate,
-     --sweep-seconds each): the highest of them whose p99 stays under the target.
+     --sweep-seconds each): the highest of them whose p99 is within the target.
 
 Where each process runs (--cpus): "split" (the default on a machine with two or more cores)
 gives cdcviewd, the bare consume loop and the bare follower the upper half of the cores, and the
