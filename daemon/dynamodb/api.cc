@@ -1522,7 +1522,7 @@ class Operation {
     }
     w.EndObject();
     w.EndObject();
-    return Answer{w.Take(), AppliedToken()};
+    return Answer{w.Take(), ""};
   }
 
   absl::StatusOr<Answer> ListTables(const RequestObject& r) {
@@ -1555,12 +1555,8 @@ class Operation {
       w.String(last);
     }
     w.EndObject();
-    return Answer{w.Take(), AppliedToken()};
+    return Answer{w.Take(), ""};
   }
-
-  // What a read answered now would hold: DescribeTable's and ListTables' answers carry it too,
-  // so every answer's x-cdcview-applied-position can be the next request's minimum.
-  std::string AppliedToken() const { return queries_.GetStatus().applied().token(); }
 
   const Catalog& catalog_;
   const ViewQueries& queries_;
