@@ -718,6 +718,12 @@ TEST_F(DynamoDbApiTest, WritesAndUnknownOperations) {
             Validation("cdcview's DynamoDB endpoint is read-only: PutItem is not served; write to "
                        "the table itself (its stream feeds cdcview)"));
   EXPECT_EQ(Call("CreateTable", "{}").operation, "CreateTable");
+  for (const char* change : {"CreateTable", "UpdateTable", "DeleteTable"}) {
+    EXPECT_EQ(Err(change, "{}"),
+              Validation(absl::StrCat("cdcview's DynamoDB endpoint is read-only: ", change,
+                                      " is not served; write to the table itself (its stream "
+                                      "feeds cdcview)")));
+  }
   EXPECT_EQ(Err("Frobnicate", "{}"),
             R"(400 {"__type":"com.amazon.coral.service#UnknownOperationException","message":""})");
   ApiRequest other;
