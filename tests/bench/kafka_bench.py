@@ -407,16 +407,19 @@ class CpuWindow:
 
 
 def batch_sizes(before, after):
-    """'<n> commits, mean <m> events, <k> over 1024' between two metric snapshots. The last:
-    backlog batches (the writer found more than apply.batch_size waiting and took up to 8
+    """'<n> commits, mean <m> events, <k> over <batch_size>' between two metric snapshots. The
+    last: backlog batches (the writer found more than apply.batch_size waiting and took up to 8
     times as many), a sign that it fell behind for a while."""
+    limit = float(apply_section().get("apply", {}).get("batch_size", 1024))  # the default
     def get(metrics, suffix):
         return metrics.get((f"cdcview_apply_batch_size_{suffix}", frozenset()), 0.0)
     n = get(after, "count") - get(before, "count")
     total = get(after, "sum") - get(before, "sum")
     b0, b1 = (histogram(m, "cdcview_apply_batch_size") for m in (before, after))
-    over = n - (b1.get(1024.0, 0.0) - b0.get(1024.0, 0.0))
-    return f"{n:.0f} commits, mean {total / n if n else 0:.0f} events, {over:.0f} over 1024"
+    # The histogram's bounds are powers of two: a batch size between them counts from the next.
+    bound = min((b for b in b1 if b >= limit), default=float("inf"))
+    over = n - (b1.get(bound, 0.0) - b0.get(bound, 0.0))
+    return f"{n:.0f} commits, mean {total / n if n else 0:.0f} events, {over:.0f} over {bound:.0f}"
 
 
 def touch_memory(work, gib=4):
