@@ -62,6 +62,7 @@ final class Http {
   private final List<String> topics;
   private final int partitions;
   private final HttpServer server;
+  private volatile List<TopicPartition> repartition = List.of();
 
   Http(KafkaStreams streams, Admin admin, String applicationId, List<String> topics,
        int partitions, int port) throws IOException {
@@ -463,9 +464,13 @@ final class Http {
    * caught_up: every input partition's committed offset is at its end (what was read is
    * processed and committed, its repartition records written), every record sent to a
    * repartition topic is applied to its store, and every repartition partition's committed
-   * offset is at least its end less one (the commit marker of the producer's last transaction).
+   * offset is at least its end less one (the commit marker of the producer's last transaction),
+   * a partition with no committed offset yet counting as at 0. The commit is what matters to a
+   * range query: it flushes the record cache to RocksDB, and IQv2 answers a RangeQuery from
+   * RocksDB alone (only a KeyQuery reads the cache).
    */
   private String progress() throws Exception {
+    boolean running = streams.state() == KafkaStreams.State.RUNNING;
     ObjectNode o = Values.NODES.objectNode();
     o.put("state", streams.state().toString());
     o.put("processed", PeerMain.processed.sum());
@@ -487,10 +492,13 @@ final class Http {
         want.put(new TopicPartition(topic, p), OffsetSpec.latest());
       }
     }
+    for (TopicPartition tp : repartitionPartitions()) {
+      want.put(tp, OffsetSpec.latest());
+    }
     Map<TopicPartition, ListOffsetsResult.ListOffsetsResultInfo> ends =
         admin.listOffsets(want).all().get(10, TimeUnit.SECONDS);
-    boolean caughtUp = PeerMain.mapped.sum() == PeerMain.applied.sum()
-        && streams.state() == KafkaStreams.State.RUNNING;
+    boolean caughtUp = PeerMain.mapped.sum() == PeerMain.applied.sum() && running
+        && !repartition.isEmpty();
     ObjectNode offsets = o.putObject("offsets");
     List<TopicPartition> sorted = new ArrayList<>(ends.keySet());
     sorted.sort((a, b) -> a.toString().compareTo(b.toString()));
@@ -508,5 +516,27 @@ final class Http {
     }
     o.put("caught_up", caughtUp);
     return o.toString();
+  }
+
+  /**
+   * The partitions of the application's repartition topics (Kafka Streams creates them all before
+   * it first reaches RUNNING, so the list is read once, then kept).
+   */
+  private List<TopicPartition> repartitionPartitions() throws Exception {
+    if (!repartition.isEmpty() || streams.state() != KafkaStreams.State.RUNNING) {
+      return repartition;
+    }
+    String prefix = applicationId + "-";
+    List<String> names = new ArrayList<>();
+    for (String name : admin.listTopics().names().get(10, TimeUnit.SECONDS)) {
+      if (name.startsWith(prefix) && name.endsWith("-repartition")) {
+        names.add(name);
+      }
+    }
+    List<TopicPartition> out = new ArrayList<>();
+    admin.describeTopics(names).allTopicNames().get(10, TimeUnit.SECONDS).forEach((name, d) ->
+        d.partitions().forEach(p -> out.add(new TopicPartition(name, p.partition()))));
+    repartition = List.copyOf(out);
+    return repartition;
   }
 }
