@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <chrono>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -98,9 +99,13 @@ void Applier::CountInFlight(Prepared* batch) {
 absl::Status Applier::ApplyBatch(std::vector<SourceRecord>* batch) {
   Prepared& prepared = *sync_batch_;
   prepared.records = batch;
+  prepared.timing = Prepared::Timing{};
   CountInFlight(&prepared);
+  const auto start = std::chrono::steady_clock::now();
   if (absl::Status s = Prepare(&prepared, nullptr); !s.ok()) return s;
-  return Commit(&prepared);
+  prepared.timing.prepare =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return Commit(&prepared, -1);
 }
 
 namespace {
@@ -210,12 +215,25 @@ void Applier::PrepareLoop(const BatchSource& next, OnFailure on_failure,
     batch.owned.clear();
     batch.records = &batch.owned;
     if (!next(&batch.owned)) break;
+    const auto taken = std::chrono::steady_clock::now();
+    batch.timing = Prepared::Timing{};
+    int64_t earliest = 0;
+    for (const SourceRecord& record : batch.owned) {
+      if (record.received_ms > 0 && (earliest == 0 || record.received_ms < earliest)) {
+        earliest = record.received_ms;
+      }
+    }
+    if (earliest > 0) {
+      batch.timing.queue = double(std::max<int64_t>(0, published_->NowMs() - earliest)) / 1000.0;
+    }
     CountInFlight(&batch);
     if (!Attempt(Stage::kPrepare, [&] { return Prepare(&batch, previous); },
                  absl::StrCat("prepare a batch of ", batch.owned.size(), " events"), on_failure, stop,
                  nullptr, error)) {
       break;
     }
+    batch.timing.prepared_at = std::chrono::steady_clock::now();
+    batch.timing.prepare = std::chrono::duration<double>(batch.timing.prepared_at - taken).count();
     {
       absl::MutexLock lock(&slot_mu_);
       slot_state_[slot] = SlotState::kPrepared;
@@ -287,7 +305,10 @@ absl::Status Applier::ApplyBatches(const BatchSource& next, OnFailure on_failure
     }
     if (!prepared) break;
     Prepared& batch = *slots_[slot];
-    if (!Attempt(Stage::kCommit, [&] { return Commit(&batch); },
+    const double handoff =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - batch.timing.prepared_at)
+            .count();
+    if (!Attempt(Stage::kCommit, [&] { return Commit(&batch, handoff); },
                  absl::StrCat("apply a batch of ", batch.owned.size(), " events"), on_failure, stop,
                  &failed_source_, &commit_error)) {
       break;

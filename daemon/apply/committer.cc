@@ -3,6 +3,7 @@
 #include "daemon/apply/applier.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "daemon/apply/prepared_batch.h"
@@ -148,10 +149,12 @@ absl::Status Applier::WriteBatch(const Prepared& batch, WriteTxn* txn) {
   return absl::OkStatus();
 }
 
-absl::Status Applier::Commit(Prepared* batch) {
+absl::Status Applier::Commit(Prepared* batch, double handoff_seconds) {
   const std::vector<SourceRecord>& records = *batch->records;
   failed_source_ = -1;
+  double write_seconds = 0, commit_seconds = 0;
   for (;;) {
+    const auto writing = std::chrono::steady_clock::now();
     // With write-back on, the commit publishes the batch in memory (see Store), but for a
     // large batch where LMDB commits cheaply (CommitsDirectly).
     auto txn_or = store_->write_back() && CommitsDirectly(catalog_.config().apply, records.size(),
@@ -183,10 +186,12 @@ absl::Status Applier::Commit(Prepared* batch) {
     }
     if (s.ok()) {
       const auto committing = std::chrono::steady_clock::now();
+      write_seconds = std::chrono::duration<double>(committing - writing).count();
       s = txn.Commit();
       if (s.ok()) {
-        int64_t took = std::chrono::duration_cast<std::chrono::microseconds>(
-                           std::chrono::steady_clock::now() - committing)
+        const auto committed = std::chrono::steady_clock::now();
+        commit_seconds = std::chrono::duration<double>(committed - committing).count();
+        int64_t took = std::chrono::duration_cast<std::chrono::microseconds>(committed - committing)
                            .count();
         // A publication takes microseconds, but each one is a layer that reads look through
         // until a flush: lingering a share of the last flush (its sync included) keeps about
@@ -225,6 +230,11 @@ absl::Status Applier::Commit(Prepared* batch) {
     received = static_cast<double>(std::max<int64_t>(0, now - int64_t(received))) / 1000.0;
   }
   stats_.events = records.size();
+  stats_.stages = BatchStats::Stages{.queue = batch->timing.queue,
+                                     .prepare = batch->timing.prepare,
+                                     .handoff = handoff_seconds,
+                                     .write = write_seconds,
+                                     .commit = commit_seconds};
   stats_.map_used_bytes = store_->map_used_bytes();
   stats_.map_size_bytes = store_->map_size();
   if (probe_ != nullptr) probe_->RecordBatch(stats_, now);

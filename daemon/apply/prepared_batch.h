@@ -8,6 +8,7 @@
 // (ApplyBatch's); `latest` points into its own `writes`.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -97,6 +98,13 @@ struct Applier::Prepared {
   BatchStats stats;
   // Per source: records of this batch counted in flight (PublishedState::CountInFlight).
   std::vector<size_t> in_flight;
+  // The first stages' times in seconds (BatchStats::Stages; -1: not passed through, as
+  // ApplyBatch's batch has no queue), and when the batch was prepared: the writer's hand-off
+  // counts from then.
+  struct Timing {
+    double queue = -1, prepare = -1;
+    std::chrono::steady_clock::time_point prepared_at;
+  } timing;
 
   explicit Prepared(size_t sources) : stats(sources), in_flight(sources, 0) {}
 };

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "daemon/metrics/metrics_http_server.h"
@@ -76,6 +77,7 @@ void BatchStats::Clear() {
   arrival_lag_seconds.clear();
   apply_delay_seconds.clear();
   events = 0;
+  stages = Stages{};
 }
 
 ApplyProbe::ApplyProbe(MetricsRegistry& metrics, const Config& config)
@@ -229,6 +231,21 @@ ApplyProbe::ApplyProbe(MetricsRegistry& metrics, const Config& config)
                      .Register(registry_)
                      .Add({}, Histogram::BucketBoundaries{1, 2, 4, 8, 16, 32, 64, 128, 256, 512,
                                                           1024, 2048, 4096, 8192});
+  auto& stages = BuildHistogram()
+                     .Name("cdcview_apply_stage_seconds")
+                     .Help("Time a committed batch spent in each stage of the writer: queue (its "
+                           "earliest record's wait until the preparer took the batch, linger "
+                           "included), prepare, handoff (prepared, waiting for the writer), "
+                           "write (the transaction's puts) and commit.")
+                     .Register(registry_);
+  const Histogram::BucketBoundaries stage_bounds{0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.003,
+                                                 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1,
+                                                 0.25, 0.5, 1, 2.5};
+  stage_queue_ = &stages.Add({{"stage", "queue"}}, stage_bounds);
+  stage_prepare_ = &stages.Add({{"stage", "prepare"}}, stage_bounds);
+  stage_handoff_ = &stages.Add({{"stage", "handoff"}}, stage_bounds);
+  stage_write_ = &stages.Add({{"stage", "write"}}, stage_bounds);
+  stage_commit_ = &stages.Add({{"stage", "commit"}}, stage_bounds);
   map_used_ = &BuildGauge()
                    .Name("cdcview_lmdb_map_used_bytes")
                    .Help("Bytes of the LMDB map in use (last page + 1, times the page size).")
@@ -373,6 +390,13 @@ void ApplyProbe::RecordBatch(const BatchStats& stats, int64_t now_ms) {
   observe(arrival_lag_, stats.arrival_lag_seconds);
   observe(apply_delay_, stats.apply_delay_seconds);
   if (stats.events) batch_size_->Observe(static_cast<double>(stats.events));
+  for (auto [histogram, seconds] : {std::pair{stage_queue_, stats.stages.queue},
+                                    std::pair{stage_prepare_, stats.stages.prepare},
+                                    std::pair{stage_handoff_, stats.stages.handoff},
+                                    std::pair{stage_write_, stats.stages.write},
+                                    std::pair{stage_commit_, stats.stages.commit}}) {
+    if (seconds >= 0) histogram->Observe(seconds);
+  }
   map_used_->Set(static_cast<double>(stats.map_used_bytes));
   map_size_->Set(static_cast<double>(stats.map_size_bytes));
   change_log_entries_->Set(static_cast<double>(stats.change_log_entries));

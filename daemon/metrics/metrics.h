@@ -107,6 +107,16 @@ struct BatchStats {
   // Whether views[].items/bytes and aggregates[].groups were measured (with write-back they
   // are not: LMDB trails the batch, and the readiness ticker sets those gauges).
   bool sizes = true;
+  // Where the batch's time went, in seconds (cdcview_apply_stage_seconds{stage}); a negative
+  // value is a stage the batch did not pass through (ApplyBatch has no queue and no hand-off).
+  // queue: from the receipt of its earliest received record until the preparer took it
+  // (queueing behind earlier batches, and the linger); prepare: the first stage's work;
+  // handoff: prepared until the writer took it (the writer still busy with the batch before);
+  // write: the write transaction's puts and the dead letters; commit: mdb_txn_commit (or the
+  // publication of a layer, with write-back).
+  struct Stages {
+    double queue = -1, prepare = -1, handoff = -1, write = -1, commit = -1;
+  } stages;
 };
 
 class ApplyProbe {
@@ -182,6 +192,12 @@ class ApplyProbe {
   prometheus::Histogram* arrival_lag_;
   prometheus::Histogram* apply_delay_;
   prometheus::Histogram* batch_size_;
+  // cdcview_apply_stage_seconds by stage: queue, prepare, handoff, write, commit.
+  prometheus::Histogram* stage_queue_;
+  prometheus::Histogram* stage_prepare_;
+  prometheus::Histogram* stage_handoff_;
+  prometheus::Histogram* stage_write_;
+  prometheus::Histogram* stage_commit_;
   prometheus::Gauge* map_used_;
   prometheus::Gauge* map_size_;
   prometheus::Counter* batch_failures_;

@@ -1326,6 +1326,45 @@ TEST_F(ApplierTest, LagIsMeasuredAgainstTheInjectedClock) {
   }
 }
 
+TEST_F(ApplierTest, EachCommittedBatchIsTimedInTheStagesItPassed) {
+  // Every batch's dead letter takes 30 ms to write: the write stage holds it.
+  second_sink_.DelayWrites(std::chrono::milliseconds(30));
+  ASSERT_TRUE(Open().ok());
+  auto stage = [&](std::string_view suffix) {
+    std::vector<std::string> lines = MetricLines("cdcview_apply_stage_seconds_" + std::string(suffix));
+    std::map<std::string, double> out;
+    for (const std::string& line : lines) {
+      const size_t open = line.find("stage=\""), close = line.find('"', open + 7);
+      out[line.substr(open + 7, close - open - 7)] = std::stod(line.substr(line.rfind(' ') + 1));
+    }
+    return out;
+  };
+  // ApplyBatch passes through neither the queue nor the hand-off.
+  std::vector<SourceRecord> one = {test::Insert(key(), Order1(), At("1"))};
+  ASSERT_TRUE(applier_->ApplyBatch(&one).ok());
+  EXPECT_EQ(stage("count"), (std::map<std::string, double>{
+                                {"commit", 1}, {"handoff", 0}, {"prepare", 1}, {"queue", 0}, {"write", 1}}));
+
+  // Three batches through both stages, every record received 2 s before the (fixed) clock's
+  // now: each batch's queue stage is 2 s.
+  std::vector<std::vector<SourceRecord>> batches = ChurningBatches(key(), 3);
+  for (auto& batch : batches) {
+    for (SourceRecord& record : batch) record.received_ms = now_ms_ - 2000;
+  }
+  ASSERT_TRUE(ApplyPipelined(*applier_, std::move(batches)).ok());
+  EXPECT_EQ(stage("count"), (std::map<std::string, double>{
+                                {"commit", 4}, {"handoff", 3}, {"prepare", 4}, {"queue", 3}, {"write", 4}}));
+  const std::map<std::string, double> sums = stage("sum");
+  EXPECT_EQ(sums.at("queue"), 6.0);
+  EXPECT_GE(sums.at("write"), 0.09);  // three dead letters of 30 ms
+  std::vector<std::string> buckets = MetricLines("cdcview_apply_stage_seconds_bucket");
+  for (const char* want : {"cdcview_apply_stage_seconds_bucket{stage=\"queue\",le=\"1\"} 0",
+                           "cdcview_apply_stage_seconds_bucket{stage=\"queue\",le=\"2.5\"} 3",
+                           "cdcview_apply_stage_seconds_bucket{stage=\"write\",le=\"0.025\"} 1"}) {
+    EXPECT_NE(std::find(buckets.begin(), buckets.end(), want), buckets.end()) << want;
+  }
+}
+
 TEST(WriterLingerTest, AsLongAsTheLastCommitTookWithinOneMillisecondAndMaxDelay) {
   using std::chrono::microseconds;
   using std::chrono::milliseconds;
