@@ -1,18 +1,21 @@
 // How steady this machine's CPU is: the same small unit of work, timed many times on one
-// thread, back to back and again with an idle pause before each unit (as a writer that keeps
-// up with its sources sleeps between batches). On dedicated hardware the two should agree and
-// the tail stay close to the median. On the 2-core development VM the unit's p99.9 was 11-13
-// times its median, its median moved threefold within minutes, and every latency measured
-// there carries that.
+// thread, back to back, again with an idle pause before each unit (as a writer that keeps up
+// with its sources sleeps between batches), and again with the pause spent spinning. On
+// dedicated hardware the three agree and the tail stays close to the median. On a shared VM
+// the unit after a pause can take several times as long; if it does after spinning too, the
+// cause is not the vCPU's idle state (which a busy-polling writer would avoid) but what runs
+// on the host meanwhile and evicts the unit's data from the caches.
 // tests/bench/kafka_bench.py runs it on cdcviewd's core before the lag phase.
 //
 //   cpu_jitter_bench [--seconds 4] [--unit-us 250] [--pause-us 3000] [--working-set-kib 1024]
-// Prints two lines, "cpu jitter: back to back: ..." and "cpu jitter: after <n> us idle: ...",
-// each with the unit's thread CPU time p50/p99/p99.9/max in ms (thread CPU time: the host's
-// steal is left out where the kernel accounts it, so what remains is the vCPU running slowly).
+// Prints three lines, "cpu jitter: back to back: ...", "cpu jitter: after <n> us idle: ..." and
+// "cpu jitter: after <n> us spinning: ...", each with the unit's thread CPU time
+// p50/p99/p99.9/max in ms (thread CPU time: the host's steal is left out where the kernel
+// accounts it, so what remains is the vCPU running slowly).
 #include <time.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -56,12 +59,21 @@ struct Series {
   }
 };
 
-Series Run(const std::vector<uint64_t>& data, uint64_t iterations, double seconds, int pause_us,
-           uint64_t* state, uint64_t* sink) {
+enum class Pause { kNone, kSleep, kSpin };
+
+Series Run(const std::vector<uint64_t>& data, uint64_t iterations, double seconds, Pause pause,
+           int pause_us, uint64_t* state, uint64_t* sink) {
   Series series;
   const double end = NowMs(CLOCK_MONOTONIC) + seconds * 1e3;
   while (NowMs(CLOCK_MONOTONIC) < end) {
-    if (pause_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(pause_us));
+    if (pause == Pause::kSleep) {
+      std::this_thread::sleep_for(std::chrono::microseconds(pause_us));
+    } else if (pause == Pause::kSpin) {
+      const double until = NowMs(CLOCK_MONOTONIC) + pause_us / 1e3;
+      while (NowMs(CLOCK_MONOTONIC) < until) {
+        __builtin_ia32_pause();
+      }
+    }
     const double start = NowMs(CLOCK_THREAD_CPUTIME_ID);
     *sink += Work(data, iterations, state);
     series.cpu_ms.push_back(NowMs(CLOCK_THREAD_CPUTIME_ID) - start);
@@ -76,9 +88,9 @@ int main(int argc, char** argv) {
   double seconds = 4;
   int unit_us = 250, pause_us = 3000;
   size_t working_set_kib = 1024;
-  app.add_option("--seconds", seconds, "how long each of the two series runs")->check(CLI::PositiveNumber);
+  app.add_option("--seconds", seconds, "how long each of the three series runs")->check(CLI::PositiveNumber);
   app.add_option("--unit-us", unit_us, "the unit's CPU time, calibrated back to back")->check(CLI::PositiveNumber);
-  app.add_option("--pause-us", pause_us, "the idle pause before each unit of the second series")
+  app.add_option("--pause-us", pause_us, "the pause before each unit of the second (idle) and third (spinning) series")
       ->check(CLI::PositiveNumber);
   app.add_option("--working-set-kib", working_set_kib, "memory the unit reads at random")
       ->check(CLI::PositiveNumber);
@@ -98,10 +110,12 @@ int main(int argc, char** argv) {
   std::nth_element(trials.begin(), trials.begin() + 4, trials.end());
   const uint64_t iterations = std::max<uint64_t>(1, uint64_t(trial * (unit_us / 1e3) / trials[4]));
 
-  Series back_to_back = Run(data, iterations, seconds, 0, &state, &sink);
-  Series after_idle = Run(data, iterations, seconds, pause_us, &state, &sink);
+  Series back_to_back = Run(data, iterations, seconds, Pause::kNone, 0, &state, &sink);
+  Series after_idle = Run(data, iterations, seconds, Pause::kSleep, pause_us, &state, &sink);
+  Series after_spin = Run(data, iterations, seconds, Pause::kSpin, pause_us, &state, &sink);
   printf("cpu jitter: back to back: %s\n", back_to_back.Summary().c_str());
   printf("cpu jitter: after %d us idle: %s\n", pause_us, after_idle.Summary().c_str());
+  printf("cpu jitter: after %d us spinning: %s\n", pause_us, after_spin.Summary().c_str());
   g_sink = sink;
   return 0;
 }

@@ -18,14 +18,17 @@ six views. Prints figures, asserts nothing.
      pre-encoded records on an absolute schedule, linger.ms --linger-ms); p50/p99 of
      cdcview_replication_lag_seconds (commit time - Kafka message timestamp, which librdkafka
      sets when the record is produced, so the producer's linger is inside the lag),
-     interpolated within the histogram's buckets, also second by second; the mean is exact.
+     interpolated within the histogram's buckets, also second by second (with the p99 inside
+     cdcviewd and of the writer's queue, write and commit stages,
+     cdcview_apply_stage_seconds); the mean is exact.
      The same pace for --warm-seconds first (default 10) is not measured: the broker's JVM has
      to compile its small-request code paths, which took it as much CPU as the daemon.
      The live source fetches with fetch.wait.max.ms --live-fetch-wait-ms (default 5) and
      fetch.min.bytes 256 KiB (see live_fetch). --kafka-alone then adds the Kafka part of the lag
      alone (a bare consumer with the same fetch settings, no cdcviewd).
      Before the lag phase, cpu_jitter_bench times the same 0.25 ms of CPU work on cdcviewd's
-     core, back to back and after 3 ms idle: how steady the machine itself is.
+     core, back to back, after 3 ms idle and after 3 ms spinning: how steady the machine
+     itself is.
   6. The same lag at lower loads (--lag-sweep, default 10%, 20% and 30% of step 3's rate,
      --sweep-seconds each): the highest of them whose p99 is within the target.
 
@@ -134,13 +137,16 @@ def wait_positions(d, source, want, timeout=3600):
         time.sleep(0.05)
 
 
-def histogram(metrics, name):
-    """{upper bound: cumulative count} of an unlabelled histogram."""
+def histogram(metrics, name, **labels):
+    """{upper bound: cumulative count} of a histogram: the series with `labels` (none: the
+    unlabelled one)."""
     out = {}
-    for (metric, labels), value in metrics.items():
+    for (metric, series_labels), value in metrics.items():
         if metric == f"{name}_bucket":
-            le = dict(labels)["le"]
-            out[float("inf") if le == "+Inf" else float(le)] = value
+            series = dict(series_labels)
+            le = series.pop("le")
+            if series == labels:
+                out[float("inf") if le == "+Inf" else float(le)] = value
     return out
 
 
@@ -182,7 +188,8 @@ def live_records(n, seed, prefix):
 
 # One measure_lag run. p50/p99 in ms; `parts` is the lag's two parts as text ("before cdcviewd
 # p50/p99 A/B ms, inside cdcviewd C/D ms"); `produced` is the producer's summary line, `series`
-# the second-by-second (p50, p99); metrics0/metrics1 are the daemon's metrics around the run.
+# the second-by-second figures (produce_paced); metrics0/metrics1 are the daemon's metrics around
+# the run.
 LagRun = collections.namedtuple(
     "LagRun", "sent took rate p50 p99 parts produced series metrics0 metrics1")
 
@@ -226,19 +233,28 @@ def produce_paced(kafka, topic, path, rate, seconds, linger_ms, daemon):
     2k/s run within 0.9 s, their lag up to 1 s). That producer also cost 12 CPU-seconds per
     20 s at 21k/s and starved the daemon on this 2-core machine.
 
-    Meanwhile the daemon's lag histogram is read once a second, so a tail can be placed in time
-    (a start-up burst, a pause, or spread out). Returns (sent, seconds, the producer's summary
-    line, [(p50, p99) of each second, in ms])."""
+    Meanwhile the daemon's histograms are read once a second, so a tail can be placed in time
+    (a start-up burst, a pause, or spread out) and inside cdcviewd in a stage. Returns (sent,
+    seconds, the producer's summary line, [one per second: (lag p50, lag p99, inside p99,
+    writer queue / write / commit stage p99s), in ms])."""
     producer = subprocess.Popen(
         [os.path.join(BUILD_DIR, "tests", "bench", "kafka_produce_bench"), "--brokers",
          kafka.bootstrap, "--topic", topic, "--input", path, "--rate", str(rate), "--seconds",
          str(seconds), "--linger-ms", str(linger_ms)],
         stdout=subprocess.PIPE, text=True)
-    series, last = [], histogram(daemon.metrics(), "cdcview_replication_lag_seconds")
+    def snapshot():
+        m = daemon.metrics()
+        return [histogram(m, "cdcview_replication_lag_seconds"),
+                histogram(m, "cdcview_apply_delay_seconds")] + [
+                    histogram(m, "cdcview_apply_stage_seconds", stage=stage)
+                    for stage in ("queue", "write", "commit")]
+
+    series, last = [], snapshot()
     while producer.poll() is None:
         time.sleep(1)
-        now = histogram(daemon.metrics(), "cdcview_replication_lag_seconds")
-        series.append((quantile(last, now, 0.5) * 1000, quantile(last, now, 0.99) * 1000))
+        now = snapshot()
+        series.append(tuple([quantile(last[0], now[0], 0.5) * 1000] +
+                            [quantile(a, b, 0.99) * 1000 for a, b in zip(last, now)]))
         last = now
     done = producer.stdout.read().strip()
     if producer.returncode != 0:
@@ -369,7 +385,7 @@ class CpuWindow:
         self.machine = machine_cpu()
         self.start = time.monotonic()
 
-    def report(self, label, batch_sizes=None):
+    def report(self, label, batch_sizes=None, stages=None):
         wall = time.monotonic() - self.start
         if self.perf is not None:
             self.perf.send_signal(signal.SIGINT)
@@ -404,6 +420,8 @@ class CpuWindow:
                 f"{invol} preemptions" if n else f"  {name:<16}   : cpu {cpu:6.2f}s")
         if batch_sizes:
             log(f"  batches: {batch_sizes}")
+        if stages:
+            log(f"  writer stages, {stages}")
 
 
 def batch_sizes(before, after):
@@ -420,6 +438,16 @@ def batch_sizes(before, after):
     bound = min((b for b in b1 if b >= limit), default=float("inf"))
     over = n - (b1.get(bound, 0.0) - b0.get(bound, 0.0))
     return f"{n:.0f} commits, mean {total / n if n else 0:.0f} events, {over:.0f} over {bound:.0f}"
+
+
+def writer_stages(before, after):
+    """'queue p50/p99 a/b ms, prepare ..., commit ...' between two metric snapshots: where the
+    committed batches' time went (cdcview_apply_stage_seconds)."""
+    parts = []
+    for stage in ("queue", "prepare", "handoff", "write", "commit"):
+        b0, b1 = (histogram(m, "cdcview_apply_stage_seconds", stage=stage) for m in (before, after))
+        parts.append(f"{stage} {1e3 * quantile(b0, b1, 0.5):.1f}/{1e3 * quantile(b0, b1, 0.99):.1f}")
+    return "p50/p99 ms: " + ", ".join(parts)
 
 
 def touch_memory(work, gib=4):
@@ -558,7 +586,9 @@ def file_phase(work, path, table, storage, stubs, args, broker_pid, round_):
         f.start()
         window, metrics0 = CpuWindow(f.proc.pid, broker_pid, f"file-{round_}"), f.metrics()
         first, done = wait_positions(f, "file", want)
-        window.report(f"cdcviewd (file), round {round_}", batch_sizes(metrics0, f.metrics()))
+        metrics1 = f.metrics()
+        window.report(f"cdcviewd (file), round {round_}", batch_sizes(metrics0, metrics1),
+                      writer_stages(metrics0, metrics1))
         f.stop()
     finally:
         f.ensure_dead()
@@ -623,8 +653,9 @@ def run(kafka, work, args, broker_pid):
             window, metrics0 = (CpuWindow(daemon.proc.pid, broker_pid, f"kafka-{round_}"),
                                 daemon.metrics())
             first, done = wait_positions(daemon, "bulk", want)
+            metrics1 = daemon.metrics()
             window.report(f"cdcviewd (kafka) bulk phase, round {round_}",
-                          batch_sizes(metrics0, daemon.metrics()))
+                          batch_sizes(metrics0, metrics1), writer_stages(metrics0, metrics1))
             daemon.stop()
         finally:
             daemon.ensure_dead()
@@ -693,9 +724,12 @@ def run(kafka, work, args, broker_pid):
         half = measure_lag(d, kafka, lag_topic, path, lag_rate, args.lag_seconds, args.linger_ms)
         metrics0, metrics1 = half.metrics0, half.metrics1
         log(half.produced)
-        log("lag p50/p99 in ms, second by second: " +
-            " ".join(f"{a:.0f}/{b:.0f}" for a, b in half.series))
-        window.report("cdcviewd (kafka) lag phase", batch_sizes(metrics0, metrics1))
+        log("second by second, ms: lag p50/p99 (inside p99; writer stage p99s: queue, write, "
+            "commit): " + " ".join(f"{p50:.0f}/{p99:.0f} ({inside:.0f}; {queue:.1f} {write:.1f} "
+                                   f"{commit:.1f})"
+                                   for p50, p99, inside, queue, write, commit in half.series))
+        window.report("cdcviewd (kafka) lag phase", batch_sizes(metrics0, metrics1),
+                      writer_stages(metrics0, metrics1))
         outcomes = {dict(labels)["result"]: value - metrics0.get((name, labels), 0.0)
                     for (name, labels), value in metrics1.items()
                     if name == "cdcview_events_total" and dict(labels).get("source") == "live"}
