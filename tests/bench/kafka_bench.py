@@ -234,9 +234,11 @@ def produce_paced(kafka, topic, path, rate, seconds, linger_ms, daemon):
     20 s at 21k/s and starved the daemon on this 2-core machine.
 
     Meanwhile the daemon's histograms are read once a second, so a tail can be placed in time
-    (a start-up burst, a pause, or spread out) and inside cdcviewd in a stage. Returns (sent,
-    seconds, the producer's summary line, [one per second: (lag p50, lag p99, inside p99,
-    writer queue / write / commit stage p99s), in ms])."""
+    (a start-up burst, a pause, or spread out) and inside cdcviewd in a stage, beside what the
+    writer thread did in that second (ran, waited for its core) and the host's steal per core.
+    Returns (sent, seconds, the producer's summary line, [one per second: (lag p50, lag p99,
+    inside p99, writer queue / write / commit stage p99s, writer ran, writer waited, steal per
+    core...), in ms])."""
     producer = subprocess.Popen(
         [os.path.join(BUILD_DIR, "tests", "bench", "kafka_produce_bench"), "--brokers",
          kafka.bootstrap, "--topic", topic, "--input", path, "--rate", str(rate), "--seconds",
@@ -244,17 +246,19 @@ def produce_paced(kafka, topic, path, rate, seconds, linger_ms, daemon):
         stdout=subprocess.PIPE, text=True)
     def snapshot():
         m = daemon.metrics()
-        return [histogram(m, "cdcview_replication_lag_seconds"),
-                histogram(m, "cdcview_apply_delay_seconds")] + [
-                    histogram(m, "cdcview_apply_stage_seconds", stage=stage)
-                    for stage in ("queue", "write", "commit")]
+        return ([histogram(m, "cdcview_replication_lag_seconds"),
+                 histogram(m, "cdcview_apply_delay_seconds")] +
+                [histogram(m, "cdcview_apply_stage_seconds", stage=stage)
+                 for stage in ("queue", "write", "commit")],
+                list(writer_thread(daemon.proc.pid)) + steal_per_cpu())
 
     series, last = [], snapshot()
     while producer.poll() is None:
         time.sleep(1)
         now = snapshot()
-        series.append(tuple([quantile(last[0], now[0], 0.5) * 1000] +
-                            [quantile(a, b, 0.99) * 1000 for a, b in zip(last, now)]))
+        series.append(tuple([quantile(last[0][0], now[0][0], 0.5) * 1000] +
+                            [quantile(a, b, 0.99) * 1000 for a, b in zip(last[0], now[0])] +
+                            [(b - a) * 1000 for a, b in zip(last[1], now[1])]))
         last = now
     done = producer.stdout.read().strip()
     if producer.returncode != 0:
@@ -352,6 +356,35 @@ def process_cpu(pid):
         return None
     fields = stat[stat.rindex(")") + 2:].split()
     return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def steal_per_cpu():
+    """[steal seconds of cpu0, cpu1, ...] from /proc/stat: time the host ran something else
+    while the guest wanted the vCPU (0 where the hypervisor does not report it)."""
+    out = []
+    with open("/proc/stat") as f:
+        for line in f:
+            name, *values = line.split()
+            if name.startswith("cpu") and name != "cpu":
+                out.append(int(values[7]) / os.sysconf("SC_CLK_TCK"))
+    return out
+
+
+def writer_thread(pid):
+    """(run s, run-queue wait s) of cdcviewd's writer thread, from its schedstat; (0, 0) when
+    it is not found."""
+    base = f"/proc/{pid}/task"
+    for tid in os.listdir(base):
+        try:
+            with open(f"{base}/{tid}/comm") as f:
+                if f.read().strip() != "cdcview-writer":
+                    continue
+            with open(f"{base}/{tid}/schedstat") as f:
+                run_ns, wait_ns, _ = f.read().split()
+            return int(run_ns) / 1e9, int(wait_ns) / 1e9
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return 0.0, 0.0
 
 
 def machine_cpu():
@@ -725,9 +758,11 @@ def run(kafka, work, args, broker_pid):
         metrics0, metrics1 = half.metrics0, half.metrics1
         log(half.produced)
         log("second by second, ms: lag p50/p99 (inside p99; writer stage p99s: queue, write, "
-            "commit): " + " ".join(f"{p50:.0f}/{p99:.0f} ({inside:.0f}; {queue:.1f} {write:.1f} "
-                                   f"{commit:.1f})"
-                                   for p50, p99, inside, queue, write, commit in half.series))
+            "commit; the writer thread ran / waited for its core; steal per core): " +
+            " ".join(f"{p50:.0f}/{p99:.0f} ({inside:.0f}; {queue:.1f} {write:.1f} {commit:.1f}; "
+                     f"{ran:.0f}/{waited:.0f}; {'/'.join(f'{v:.0f}' for v in steal)})"
+                     for p50, p99, inside, queue, write, commit, ran, waited, *steal
+                     in half.series))
         window.report("cdcviewd (kafka) lag phase", batch_sizes(metrics0, metrics1),
                       writer_stages(metrics0, metrics1))
         outcomes = {dict(labels)["result"]: value - metrics0.get((name, labels), 0.0)
