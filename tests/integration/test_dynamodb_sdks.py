@@ -1,39 +1,70 @@
-"""Another AWS SDK than boto3 against the DynamoDB endpoint, with only the endpoint set.
+"""Other AWS SDKs than boto3 against the DynamoDB endpoint, with only the endpoint set.
 
-tests/integration/sdk/java is what a Java service does: the AWS SDK for Java 2.x
-(software.amazon.awssdk:dynamodb, its own paginators, headers added through its request
-override) on the bundled sample, printing each answer as a JSON line. The same requests sent with
-boto3 must give the same answers, and the paged query must hold exactly the sample's items. The
-SDKs differ in how they sign, page, send headers and read errors, so this checks the wire
-protocol, not one client's leniency.
+Two services' clients, each printing its answers on the bundled sample as JSON lines in the same
+shape: tests/integration/sdk/java (the AWS SDK for Java 2.x, software.amazon.awssdk:dynamodb,
+its own paginators, headers added through its request override) and tests/integration/sdk/js
+(the AWS SDK for JavaScript v3, @aws-sdk/client-dynamodb on Node.js, its paginators, headers
+added and read through its middleware stack). The same requests sent with boto3 must give the
+same answers, and the paged query must hold exactly the sample's items. The SDKs differ in how
+they sign, page, send headers and read errors, so this checks the wire protocol, not one
+client's leniency.
 
-Skipped, with the reason, only when the client cannot be built for want of Maven, Java or the
-artifacts from Maven Central (a compile error fails).
+A client is skipped, with the reason, only when it cannot be built for want of its toolchain
+(Maven and Java 17; Node.js 20 and npm) or of its packages from the registries (a compile error
+or a failing install for another reason fails).
 """
 
 import json
+import os
+import shutil
 import subprocess
 
 import pytest
 
 import maven_build
+from conftest import REPO
 from test_dynamodb_api import call, client, sample, sample_items  # noqa: F401 (fixture)
 
-PROJECT = "tests/integration/sdk/java"
-NAME = "dynamodb-java-client"
+JAVA_PROJECT = "tests/integration/sdk/java"
+JAVA_NAME = "dynamodb-java-client"
+JS_PROJECT = os.path.join(REPO, "tests", "integration", "sdk", "js")
 TABLE = "App"
+# What npm prints when the registry cannot be reached.
+NPM_OFFLINE = ("ENOTFOUND", "EAI_AGAIN", "ETIMEDOUT", "ECONNREFUSED", "ECONNRESET", "ENETUNREACH")
 
 
-@pytest.fixture(scope="module")
-def java_answers(sample):  # noqa: F811 (the fixture imported above)
+def java_command(url):
     try:
-        maven_build.build(PROJECT, NAME)
+        maven_build.build(JAVA_PROJECT, JAVA_NAME)
     except maven_build.BuildUnavailable as e:
         pytest.skip(f"the AWS SDK for Java client cannot be built here: {e}")
+    return ["java", "-cp", maven_build.classpath(JAVA_PROJECT, JAVA_NAME),
+            "cdcview.sdk.DynamoDbReads", url]
+
+
+def js_command(url):
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        pytest.skip("the AWS SDK for JavaScript client needs node and npm (Node.js 20 or newer)")
+    version = subprocess.run([node, "--version"], capture_output=True, text=True).stdout.strip()
+    if int(version.lstrip("v").split(".")[0]) < 20:
+        pytest.skip(f"the AWS SDK for JavaScript v3 needs Node.js 20 or newer; this is {version}")
+    installed = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=JS_PROJECT,
+                               capture_output=True, text=True, timeout=600)
+    if installed.returncode != 0:
+        if any(marker in installed.stderr for marker in NPM_OFFLINE):
+            pytest.skip("npm cannot download @aws-sdk/client-dynamodb: "
+                        + installed.stderr.strip().splitlines()[-1])
+        raise RuntimeError(f"npm ci in {JS_PROJECT} failed ({installed.returncode}):\n"
+                           f"{installed.stderr[-4000:]}")
+    return [node, os.path.join(JS_PROJECT, "reads.mjs"), url]
+
+
+@pytest.fixture(scope="module", params=["java", "js"])
+def sdk_answers(request, sample):  # noqa: F811 (the fixture imported above)
     _, url = sample
-    done = subprocess.run(["java", "-cp", maven_build.classpath(PROJECT, NAME),
-                           "cdcview.sdk.DynamoDbReads", url],
-                          capture_output=True, text=True, timeout=120)
+    command = (java_command if request.param == "java" else js_command)(url)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-4000:]
     answers = {}
     for line in done.stdout.splitlines():
@@ -68,8 +99,8 @@ NEWEST = dict(TableName=TABLE, IndexName="GSI1", KeyConditionExpression="GSI1PK 
               ScanIndexForward=False, Limit=3)
 
 
-def test_tables_and_indexes_as_boto3_sees_them(java_answers):
-    answers, url = java_answers
+def test_tables_and_indexes_as_boto3_sees_them(sdk_answers):
+    answers, url = sdk_answers
     ours = client(url)
     assert answers["ListTables"] == {"TableNames": ours.list_tables()["TableNames"]}
     assert answers["ListTables"] == {"TableNames": ["App"]}
@@ -87,8 +118,8 @@ def test_tables_and_indexes_as_boto3_sees_them(java_answers):
         "GSI1PK" in i and "GSI1SK" in i for i in sample_items().values())
 
 
-def test_queries_and_pages_as_boto3_sees_them(java_answers):
-    answers, url = java_answers
+def test_queries_and_pages_as_boto3_sees_them(sdk_answers):
+    answers, url = sdk_answers
     ours = client(url)
     pages = boto3_pages(ours, dict(PENDING, Limit=2))
     assert answers["QueryPaged"] == {"Items": [i for p in pages for i in p["Items"]],
@@ -127,8 +158,8 @@ def test_queries_and_pages_as_boto3_sees_them(java_answers):
     assert 0 < answers["QueryCount"]["Count"] < 40
 
 
-def test_base_table_reads_and_parallel_scans_as_boto3_sees_them(java_answers):
-    answers, url = java_answers
+def test_base_table_reads_and_parallel_scans_as_boto3_sees_them(sdk_answers):
+    answers, url = sdk_answers
     ours = client(url)
     newest = ours.query(**NEWEST)["Items"]
     key = {"PK": newest[0]["PK"], "SK": newest[0]["SK"]}
@@ -164,10 +195,10 @@ def test_base_table_reads_and_parallel_scans_as_boto3_sees_them(java_answers):
     assert min(len(s) for s in segments) > 0
 
 
-def test_headers_and_errors_as_boto3_sees_them(java_answers):
-    answers, url = java_answers
+def test_headers_and_errors_as_boto3_sees_them(sdk_answers):
+    answers, url = sdk_answers
     ours = client(url)
-    # The token the Java SDK read from the answer's header is the one boto3 reads (nothing is
+    # The token the SDK read from the answer's header is the one boto3 reads (nothing is
     # applied meanwhile), and sent back as the minimum it is honoured.
     answered = ours.query(**PENDING)
     applied = answered["ResponseMetadata"]["HTTPHeaders"]["x-cdcview-applied-position"]
@@ -192,7 +223,8 @@ def test_headers_and_errors_as_boto3_sees_them(java_answers):
         "Message": "cdcview's DynamoDB endpoint is read-only: PutItem is not served; write to "
                    "the table itself (its stream feeds cdcview)"}
 
-    # The header the boto3 example adds with an event hook, added here by the Java SDK's override.
+    # The header the boto3 example adds with an event hook, added here through the SDK's own way
+    # (Java: a request override; JavaScript: a middleware).
     hooked = client(url)
     hooked.meta.events.register(
         "before-sign.dynamodb.Query",
