@@ -1,17 +1,18 @@
 """Other AWS SDKs than boto3 against the DynamoDB endpoint, with only the endpoint set.
 
-Two services' clients, each printing its answers on the bundled sample as JSON lines in the same
-shape: tests/integration/sdk/java (the AWS SDK for Java 2.x, software.amazon.awssdk:dynamodb,
-its own paginators, headers added through its request override) and tests/integration/sdk/js
-(the AWS SDK for JavaScript v3, @aws-sdk/client-dynamodb on Node.js, its paginators, headers
-added and read through its middleware stack). The same requests sent with boto3 must give the
+Three services' clients, each printing its answers on the bundled sample as JSON lines in the
+same shape: tests/integration/sdk/java (the AWS SDK for Java 2.x, software.amazon.awssdk:dynamodb,
+its own paginators, headers added through its request override), tests/integration/sdk/js (the
+AWS SDK for JavaScript v3, @aws-sdk/client-dynamodb on Node.js, its paginators, headers added
+and read through its middleware stack) and tests/integration/sdk/go (the AWS SDK for Go v2,
+its paginators, headers added with smithy-go's SetHeaderValue and read from the raw response). The same requests sent with boto3 must give the
 same answers, and the paged query must hold exactly the sample's items. The SDKs differ in how
 they sign, page, send headers and read errors, so this checks the wire protocol, not one
 client's leniency.
 
 A client is skipped, with the reason, only when it cannot be built for want of its toolchain
-(Maven and Java 17; Node.js 20 and npm) or of its packages from the registries (a compile error
-or a failing install for another reason fails).
+(Maven and Java 17; Node.js 20 and npm; Go 1.24) or of its packages from the registries (a
+compile error or a failing install for another reason fails).
 """
 
 import json
@@ -28,9 +29,12 @@ from test_dynamodb_api import call, client, sample, sample_items  # noqa: F401 (
 JAVA_PROJECT = "tests/integration/sdk/java"
 JAVA_NAME = "dynamodb-java-client"
 JS_PROJECT = os.path.join(REPO, "tests", "integration", "sdk", "js")
+GO_PROJECT = os.path.join(REPO, "tests", "integration", "sdk", "go")
 TABLE = "App"
-# What npm prints when the registry cannot be reached.
+# What npm and go print when a registry cannot be reached.
 NPM_OFFLINE = ("ENOTFOUND", "EAI_AGAIN", "ETIMEDOUT", "ECONNREFUSED", "ECONNRESET", "ENETUNREACH")
+GO_OFFLINE = ("dial tcp", "no such host", "i/o timeout", "connection refused", "TLS handshake",
+              "Forbidden", "not found: ")
 
 
 def java_command(url):
@@ -60,10 +64,35 @@ def js_command(url):
     return [node, os.path.join(JS_PROJECT, "reads.mjs"), url]
 
 
-@pytest.fixture(scope="module", params=["java", "js"])
-def sdk_answers(request, sample):  # noqa: F811 (the fixture imported above)
+def go_command(url, out_dir):
+    go = shutil.which("go")
+    if go is None:
+        pytest.skip("the AWS SDK for Go client needs go (1.24 or newer)")
+    version = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True).stdout
+    major, minor = (int(x) for x in version.strip().removeprefix("go").split(".")[:2])
+    if (major, minor) < (1, 24):
+        pytest.skip(f"the AWS SDK for Go v2 needs Go 1.24 or newer; this is {version.strip()}")
+    binary = os.path.join(out_dir, "dynamodb-go-client")
+    built = subprocess.run([go, "build", "-o", binary, "."], cwd=GO_PROJECT, capture_output=True,
+                           text=True, timeout=600)
+    if built.returncode != 0:
+        if any(marker in built.stderr for marker in GO_OFFLINE):
+            pytest.skip("go cannot download the AWS SDK for Go v2: "
+                        + built.stderr.strip().splitlines()[-1])
+        raise RuntimeError(f"go build in {GO_PROJECT} failed ({built.returncode}):\n"
+                           f"{built.stderr[-4000:]}")
+    return [binary, url]
+
+
+@pytest.fixture(scope="module", params=["java", "js", "go"])
+def sdk_answers(request, sample, tmp_path_factory):  # noqa: F811 (the fixture imported above)
     _, url = sample
-    command = (java_command if request.param == "java" else js_command)(url)
+    if request.param == "java":
+        command = java_command(url)
+    elif request.param == "js":
+        command = js_command(url)
+    else:
+        command = go_command(url, str(tmp_path_factory.mktemp("go")))
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-4000:]
     answers = {}
@@ -224,7 +253,7 @@ def test_headers_and_errors_as_boto3_sees_them(sdk_answers):
                    "the table itself (its stream feeds cdcview)"}
 
     # The header the boto3 example adds with an event hook, added here through the SDK's own way
-    # (Java: a request override; JavaScript: a middleware).
+    # (Java: a request override; JavaScript: a middleware; Go: an API option).
     hooked = client(url)
     hooked.meta.events.register(
         "before-sign.dynamodb.Query",
