@@ -46,6 +46,19 @@ def java_command(url):
             "cdcview.sdk.DynamoDbReads", url]
 
 
+def build_or_skip(command, cwd, offline, what):
+    """Runs a client's build `command` in `cwd`: a skip naming `what` when its stderr shows one of
+    the `offline` markers (a registry out of reach), a failure for any other error."""
+    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=600)
+    if done.returncode == 0:
+        return
+    if any(marker in done.stderr for marker in offline):
+        pytest.skip(f"{command[0]} cannot download {what}: "
+                    + done.stderr.strip().splitlines()[-1])
+    raise RuntimeError(f"{' '.join(command)} in {cwd} failed ({done.returncode}):\n"
+                       f"{done.stderr[-4000:]}")
+
+
 def js_command(url):
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is None or npm is None:
@@ -53,14 +66,8 @@ def js_command(url):
     version = subprocess.run([node, "--version"], capture_output=True, text=True).stdout.strip()
     if int(version.lstrip("v").split(".")[0]) < 20:
         pytest.skip(f"the AWS SDK for JavaScript v3 needs Node.js 20 or newer; this is {version}")
-    installed = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=JS_PROJECT,
-                               capture_output=True, text=True, timeout=600)
-    if installed.returncode != 0:
-        if any(marker in installed.stderr for marker in NPM_OFFLINE):
-            pytest.skip("npm cannot download @aws-sdk/client-dynamodb: "
-                        + installed.stderr.strip().splitlines()[-1])
-        raise RuntimeError(f"npm ci in {JS_PROJECT} failed ({installed.returncode}):\n"
-                           f"{installed.stderr[-4000:]}")
+    build_or_skip([npm, "ci", "--no-audit", "--no-fund"], JS_PROJECT, NPM_OFFLINE,
+                  "@aws-sdk/client-dynamodb")
     return [node, os.path.join(JS_PROJECT, "reads.mjs"), url]
 
 
@@ -73,14 +80,7 @@ def go_command(url, out_dir):
     if (major, minor) < (1, 24):
         pytest.skip(f"the AWS SDK for Go v2 needs Go 1.24 or newer; this is {version.strip()}")
     binary = os.path.join(out_dir, "dynamodb-go-client")
-    built = subprocess.run([go, "build", "-o", binary, "."], cwd=GO_PROJECT, capture_output=True,
-                           text=True, timeout=600)
-    if built.returncode != 0:
-        if any(marker in built.stderr for marker in GO_OFFLINE):
-            pytest.skip("go cannot download the AWS SDK for Go v2: "
-                        + built.stderr.strip().splitlines()[-1])
-        raise RuntimeError(f"go build in {GO_PROJECT} failed ({built.returncode}):\n"
-                           f"{built.stderr[-4000:]}")
+    build_or_skip([go, "build", "-o", binary, "."], GO_PROJECT, GO_OFFLINE, "the AWS SDK for Go v2")
     return [binary, url]
 
 
