@@ -153,8 +153,8 @@ absl::Status Applier::Commit(Prepared* batch, double handoff_seconds) {
   const std::vector<SourceRecord>& records = *batch->records;
   failed_source_ = -1;
   double write_seconds = 0, commit_seconds = 0;
+  const auto writing = std::chrono::steady_clock::now();  // a grown map's retry included
   for (;;) {
-    const auto writing = std::chrono::steady_clock::now();
     // With write-back on, the commit publishes the batch in memory (see Store), but for a
     // large batch where LMDB commits cheaply (CommitsDirectly).
     auto txn_or = store_->write_back() && CommitsDirectly(catalog_.config().apply, records.size(),

@@ -235,8 +235,9 @@ ApplyProbe::ApplyProbe(MetricsRegistry& metrics, const Config& config)
                      .Name("cdcview_apply_stage_seconds")
                      .Help("Time a committed batch spent in each stage of the writer: queue (its "
                            "earliest record's wait until the preparer took the batch, linger "
-                           "included), prepare, handoff (prepared, waiting for the writer), "
-                           "write (the transaction's puts) and commit.")
+                           "included; whole milliseconds), prepare, handoff (prepared, waiting "
+                           "for the writer), write (the transaction's puts and dead letters) and "
+                           "commit.")
                      .Register(registry_);
   const Histogram::BucketBoundaries stage_bounds{0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.003,
                                                  0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1,

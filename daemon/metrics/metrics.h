@@ -110,10 +110,12 @@ struct BatchStats {
   // Where the batch's time went, in seconds (cdcview_apply_stage_seconds{stage}); a negative
   // value is a stage the batch did not pass through (ApplyBatch has no queue and no hand-off).
   // queue: from the receipt of its earliest received record until the preparer took it
-  // (queueing behind earlier batches, and the linger); prepare: the first stage's work;
-  // handoff: prepared until the writer took it (the writer still busy with the batch before);
-  // write: the write transaction's puts and the dead letters; commit: mdb_txn_commit (or the
-  // publication of a layer, with write-back).
+  // (queueing behind earlier batches, and the linger), in whole milliseconds (receive times
+  // are Unix ms); prepare: the first stage's work, its retries included; handoff: prepared
+  // until the writer took it (the writer still busy with the batch before); write: the write
+  // transaction's puts and the dead letters, a grown map's retry included; commit:
+  // mdb_txn_commit (or the publication of a layer, with write-back). A commit that fails and
+  // is retried later counts only its last attempt.
   struct Stages {
     double queue = -1, prepare = -1, handoff = -1, write = -1, commit = -1;
   } stages;

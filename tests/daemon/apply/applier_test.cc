@@ -1345,11 +1345,15 @@ TEST_F(ApplierTest, EachCommittedBatchIsTimedInTheStagesItPassed) {
   EXPECT_EQ(stage("count"), (std::map<std::string, double>{
                                 {"commit", 1}, {"handoff", 0}, {"prepare", 1}, {"queue", 0}, {"write", 1}}));
 
-  // Three batches through both stages, every record received 2 s before the (fixed) clock's
-  // now: each batch's queue stage is 2 s.
+  // Three batches through both stages, their records received 0.5 to 2 s before the (fixed)
+  // clock's now, one without a receive time: each batch's queue stage is its earliest
+  // record's 2 s.
   std::vector<std::vector<SourceRecord>> batches = ChurningBatches(key(), 3);
   for (auto& batch : batches) {
-    for (SourceRecord& record : batch) record.received_ms = now_ms_ - 2000;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      batch[i].received_ms = i == 0 ? 0 : now_ms_ - (i == 2 ? 2000 : 500);
+    }
+    ASSERT_GE(batch.size(), 3u);
   }
   ASSERT_TRUE(ApplyPipelined(*applier_, std::move(batches)).ok());
   EXPECT_EQ(stage("count"), (std::map<std::string, double>{
@@ -1360,6 +1364,9 @@ TEST_F(ApplierTest, EachCommittedBatchIsTimedInTheStagesItPassed) {
   std::vector<std::string> buckets = MetricLines("cdcview_apply_stage_seconds_bucket");
   for (const char* want : {"cdcview_apply_stage_seconds_bucket{stage=\"queue\",le=\"1\"} 0",
                            "cdcview_apply_stage_seconds_bucket{stage=\"queue\",le=\"2.5\"} 3",
+                           // Hand-off and prepare: measured, not left at their clocks' zero.
+                           "cdcview_apply_stage_seconds_bucket{stage=\"handoff\",le=\"2.5\"} 3",
+                           "cdcview_apply_stage_seconds_bucket{stage=\"prepare\",le=\"2.5\"} 4",
                            "cdcview_apply_stage_seconds_bucket{stage=\"write\",le=\"0.025\"} 1"}) {
     EXPECT_NE(std::find(buckets.begin(), buckets.end(), want), buckets.end()) << want;
   }
