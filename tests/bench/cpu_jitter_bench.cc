@@ -71,7 +71,9 @@ Series Run(const std::vector<uint64_t>& data, uint64_t iterations, double second
     } else if (pause == Pause::kSpin) {
       const double until = NowMs(CLOCK_MONOTONIC) + pause_us / 1e3;
       while (NowMs(CLOCK_MONOTONIC) < until) {
+#if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
+#endif
       }
     }
     const double start = NowMs(CLOCK_THREAD_CPUTIME_ID);

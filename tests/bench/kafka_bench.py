@@ -374,7 +374,11 @@ def writer_thread(pid):
     """(run s, run-queue wait s) of cdcviewd's writer thread, from its schedstat; (0, 0) when
     it is not found."""
     base = f"/proc/{pid}/task"
-    for tid in os.listdir(base):
+    try:
+        tids = os.listdir(base)
+    except FileNotFoundError:  # the daemon ended
+        return 0.0, 0.0
+    for tid in tids:
         try:
             with open(f"{base}/{tid}/comm") as f:
                 if f.read().strip() != "cdcview-writer":

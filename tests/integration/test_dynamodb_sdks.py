@@ -17,6 +17,7 @@ compile error or a failing install for another reason fails).
 
 import json
 import os
+import re
 import shutil
 import subprocess
 
@@ -34,7 +35,7 @@ TABLE = "App"
 # What npm and go print when a registry cannot be reached.
 NPM_OFFLINE = ("ENOTFOUND", "EAI_AGAIN", "ETIMEDOUT", "ECONNREFUSED", "ECONNRESET", "ENETUNREACH")
 GO_OFFLINE = ("dial tcp", "no such host", "i/o timeout", "connection refused", "TLS handshake",
-              "Forbidden", "not found: ")
+              "module lookup disabled")
 
 
 def java_command(url):
@@ -76,8 +77,8 @@ def go_command(url, out_dir):
     if go is None:
         pytest.skip("the AWS SDK for Go client needs go (1.24 or newer)")
     version = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True).stdout
-    major, minor = (int(x) for x in version.strip().removeprefix("go").split(".")[:2])
-    if (major, minor) < (1, 24):
+    found = re.match(r"go(\d+)\.(\d+)", version.strip())
+    if found is None or (int(found.group(1)), int(found.group(2))) < (1, 24):
         pytest.skip(f"the AWS SDK for Go v2 needs Go 1.24 or newer; this is {version.strip()}")
     binary = os.path.join(out_dir, "dynamodb-go-client")
     build_or_skip([go, "build", "-o", binary, "."], GO_PROJECT, GO_OFFLINE, "the AWS SDK for Go v2")
