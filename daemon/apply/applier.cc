@@ -99,13 +99,13 @@ void Applier::CountInFlight(Prepared* batch) {
 absl::Status Applier::ApplyBatch(std::vector<SourceRecord>* batch) {
   Prepared& prepared = *sync_batch_;
   prepared.records = batch;
-  prepared.timing = Prepared::Timing{};
   CountInFlight(&prepared);
   const auto start = std::chrono::steady_clock::now();
   if (absl::Status s = Prepare(&prepared, nullptr); !s.ok()) return s;
-  prepared.timing.prepare =
+  // No queue and no hand-off: those stages stay unset.
+  prepared.stats.stages.prepare =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return Commit(&prepared, -1);
+  return Commit(&prepared);
 }
 
 namespace {
@@ -216,24 +216,19 @@ void Applier::PrepareLoop(const BatchSource& next, OnFailure on_failure,
     batch.records = &batch.owned;
     if (!next(&batch.owned)) break;
     const auto taken = std::chrono::steady_clock::now();
-    batch.timing = Prepared::Timing{};
-    int64_t earliest = 0;
-    for (const SourceRecord& record : batch.owned) {
-      if (record.received_ms > 0 && (earliest == 0 || record.received_ms < earliest)) {
-        earliest = record.received_ms;
-      }
-    }
-    if (earliest > 0) {
-      batch.timing.queue = double(std::max<int64_t>(0, published_->NowMs() - earliest)) / 1000.0;
-    }
+    const int64_t taken_ms = published_->NowMs();
     CountInFlight(&batch);
     if (!Attempt(Stage::kPrepare, [&] { return Prepare(&batch, previous); },
                  absl::StrCat("prepare a batch of ", batch.owned.size(), " events"), on_failure, stop,
                  nullptr, error)) {
       break;
     }
-    batch.timing.prepared_at = std::chrono::steady_clock::now();
-    batch.timing.prepare = std::chrono::duration<double>(batch.timing.prepared_at - taken).count();
+    batch.prepared_at = std::chrono::steady_clock::now();
+    BatchStats::Stages& stages = batch.stats.stages;  // Prepare cleared them
+    stages.prepare = std::chrono::duration<double>(batch.prepared_at - taken).count();
+    if (batch.earliest_received_ms > 0) {
+      stages.queue = double(std::max<int64_t>(0, taken_ms - batch.earliest_received_ms)) / 1000.0;
+    }
     {
       absl::MutexLock lock(&slot_mu_);
       slot_state_[slot] = SlotState::kPrepared;
@@ -305,10 +300,9 @@ absl::Status Applier::ApplyBatches(const BatchSource& next, OnFailure on_failure
     }
     if (!prepared) break;
     Prepared& batch = *slots_[slot];
-    const double handoff =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - batch.timing.prepared_at)
-            .count();
-    if (!Attempt(Stage::kCommit, [&] { return Commit(&batch, handoff); },
+    batch.stats.stages.handoff =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - batch.prepared_at).count();
+    if (!Attempt(Stage::kCommit, [&] { return Commit(&batch); },
                  absl::StrCat("apply a batch of ", batch.owned.size(), " events"), on_failure, stop,
                  &failed_source_, &commit_error)) {
       break;

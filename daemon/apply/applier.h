@@ -205,10 +205,9 @@ class Applier {
                                        absl::Status* rejection, std::string* reason);
   // The second stage (the writer thread): writes a prepared batch in one write transaction
   // with its dead letters, commits it (growing the map as needed) and publishes counters and
-  // positions, with the stages' times (`handoff_seconds`: how long the prepared batch waited
-  // for the writer, -1 for ApplyBatch's). An error leaves the store unchanged and `batch`
-  // ready to be committed again.
-  absl::Status Commit(Prepared* batch, double handoff_seconds);
+  // positions, with the stages' times (the first ones as the batch's stats.stages hold them).
+  // An error leaves the store unchanged and `batch` ready to be committed again.
+  absl::Status Commit(Prepared* batch);
   absl::Status WriteBatch(const Prepared& batch, WriteTxn* txn);
   // Counts the batch's records in in_flight_ (HasUnapplied) until it commits, replacing what
   // an earlier try of it counted.

@@ -149,7 +149,7 @@ absl::Status Applier::WriteBatch(const Prepared& batch, WriteTxn* txn) {
   return absl::OkStatus();
 }
 
-absl::Status Applier::Commit(Prepared* batch, double handoff_seconds) {
+absl::Status Applier::Commit(Prepared* batch) {
   const std::vector<SourceRecord>& records = *batch->records;
   failed_source_ = -1;
   double write_seconds = 0, commit_seconds = 0;
@@ -230,11 +230,9 @@ absl::Status Applier::Commit(Prepared* batch, double handoff_seconds) {
     received = static_cast<double>(std::max<int64_t>(0, now - int64_t(received))) / 1000.0;
   }
   stats_.events = records.size();
-  stats_.stages = BatchStats::Stages{.queue = batch->timing.queue,
-                                     .prepare = batch->timing.prepare,
-                                     .handoff = handoff_seconds,
-                                     .write = write_seconds,
-                                     .commit = commit_seconds};
+  stats_.stages = batch->stats.stages;
+  stats_.stages.write = write_seconds;
+  stats_.stages.commit = commit_seconds;
   stats_.map_used_bytes = store_->map_used_bytes();
   stats_.map_size_bytes = store_->map_size();
   if (probe_ != nullptr) probe_->RecordBatch(stats_, now);

@@ -98,13 +98,11 @@ struct Applier::Prepared {
   BatchStats stats;
   // Per source: records of this batch counted in flight (PublishedState::CountInFlight).
   std::vector<size_t> in_flight;
-  // The first stages' times in seconds (BatchStats::Stages; -1: not passed through, as
-  // ApplyBatch's batch has no queue), and when the batch was prepared: the writer's hand-off
-  // counts from then.
-  struct Timing {
-    double queue = -1, prepare = -1;
-    std::chrono::steady_clock::time_point prepared_at;
-  } timing;
+  // The earliest receive time (Unix ms) of the batch's records, 0 if none has one: the queue
+  // stage (stats.stages) counts from it. And when the batch was prepared: the writer's
+  // hand-off counts from then.
+  int64_t earliest_received_ms = 0;
+  std::chrono::steady_clock::time_point prepared_at;
 
   explicit Prepared(size_t sources) : stats(sources), in_flight(sources, 0) {}
 };

@@ -235,11 +235,16 @@ absl::Status Applier::Prepare(Prepared* batch, const Prepared* previous) {
   batch->hot_table_key_count = 0;
   batch->new_partition_ids.clear();
   batch->last_partition.valid = false;  // its id may have been unsaved for an earlier batch
+  batch->earliest_received_ms = 0;
 
   auto snapshot = store_->BeginRead();
   if (!snapshot.ok()) return snapshot.status();
   for (uint32_t i = 0; i < n; ++i) {
     const SourceRecord& record = records[i];
+    if (record.received_ms > 0 &&
+        (batch->earliest_received_ms == 0 || record.received_ms < batch->earliest_received_ms)) {
+      batch->earliest_received_ms = record.received_ms;
+    }
     BatchStats::Source& src = batch->stats.sources[record.source];
     if (IsStale(record, *batch, previous)) {  // read again after a rebalance: applied already
       ++src.skipped;
