@@ -321,29 +321,30 @@ def kafka_alone(kafka, path, rate, args, broker_pid):
 
 
 def thread_times(pid):
-    """{tid: (name, cpu s, run-queue wait s, involuntary switches)} of process `pid`'s threads.
+    """{tid: (name, cpu s, run-queue wait s, involuntary switches)} of process `pid`'s threads
+    ({} once it has ended).
 
-    CPU from /proc/<pid>/task/<tid>/stat (utime + stime), the time spent runnable but not
-    running from .../schedstat: a thread that neither ran nor waited for a CPU was asleep
-    (for the writer: waiting on an empty queue)."""
-    tick = os.sysconf("SC_CLK_TCK")
+    CPU and the time spent runnable but not running from /proc/<pid>/task/<tid>/schedstat: a
+    thread that neither ran nor waited for a CPU was asleep (for the writer: waiting on an
+    empty queue)."""
     out = {}
     base = f"/proc/{pid}/task"
-    for tid in os.listdir(base):
+    try:
+        tids = os.listdir(base)
+    except FileNotFoundError:
+        return out
+    for tid in tids:
         try:
-            with open(f"{base}/{tid}/stat") as f:
-                stat = f.read()
+            with open(f"{base}/{tid}/comm") as f:
+                name = f.read().strip()
             with open(f"{base}/{tid}/schedstat") as f:
-                _, wait_ns, _ = f.read().split()
+                run_ns, wait_ns, _ = f.read().split()
             with open(f"{base}/{tid}/status") as f:
                 invol = next(int(line.split()[1]) for line in f
                              if line.startswith("nonvoluntary_ctxt_switches"))
         except (FileNotFoundError, ProcessLookupError, StopIteration):
             continue  # the thread ended
-        name = stat[stat.index("(") + 1:stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2:].split()
-        cpu = (int(fields[11]) + int(fields[12])) / tick
-        out[tid] = (name, cpu, int(wait_ns) / 1e9, invol)
+        out[tid] = (name, int(run_ns) / 1e9, int(wait_ns) / 1e9, invol)
     return out
 
 
@@ -371,23 +372,10 @@ def steal_per_cpu():
 
 
 def writer_thread(pid):
-    """(run s, run-queue wait s) of cdcviewd's writer thread, from its schedstat; (0, 0) when
-    it is not found."""
-    base = f"/proc/{pid}/task"
-    try:
-        tids = os.listdir(base)
-    except FileNotFoundError:  # the daemon ended
-        return 0.0, 0.0
-    for tid in tids:
-        try:
-            with open(f"{base}/{tid}/comm") as f:
-                if f.read().strip() != "cdcview-writer":
-                    continue
-            with open(f"{base}/{tid}/schedstat") as f:
-                run_ns, wait_ns, _ = f.read().split()
-            return int(run_ns) / 1e9, int(wait_ns) / 1e9
-        except (FileNotFoundError, ProcessLookupError):
-            continue
+    """(run s, run-queue wait s) of cdcviewd's writer thread; (0, 0) when it is not found."""
+    for name, cpu, wait, _ in thread_times(pid).values():
+        if name == "cdcview-writer":
+            return cpu, wait
     return 0.0, 0.0
 
 
