@@ -17,7 +17,9 @@ Prints figures, asserts nothing.
      and prints the ratios of the DynamoDB endpoint's figures to the gRPC port's. The open
      loop's latency is split: how late the client woke for each query (its own scheduling on
      a busy machine), how late it went out (also waiting for a free connection), and the time
-     from the actual send to the answer (the endpoint's and the loopback's share).
+     from the actual send to the answer (the endpoint's and the loopback's share), and of that
+     the daemon's own time from a request read to its answer (its request duration histogram,
+     scraped around the loop).
 
 Python and boto3 cannot send 5,000 queries/s on two cores (boto3 spends about 1 ms of CPU per
 call); the load generator is C++ and one thread. With --cpus split (the default, as
@@ -136,6 +138,7 @@ def main():
             f.writelines(f"{pk}\t{sk}\n" for pk, sk in sample)
         subprocess.run(pinned(client_cpus) + [
                            LOAD_BIN, "--port", str(port), "--grpc-port", str(d.grpc_port),
+                           "--metrics-port", str(d.metrics_port),
                            "--keys", keys_path, "--qps", str(args.qps),
                            "--open-seconds", str(args.open_seconds),
                            "--closed-seconds", str(args.closed_seconds),

@@ -15,6 +15,9 @@
 // stubs on --connections threads, open loop with the lean HTTP/2 client (h2_client.h).
 // The DynamoDB open loop also prints how late the client woke for each query and how late it
 // went out (both in the latency), and the time from the actual send to the answer.
+// With --metrics-port, the DynamoDB open loop's row is followed by the daemon's own share: its
+// cdcview_dynamodb_api_request_duration_seconds for Query (from a request read to its answer)
+// over that loop, scraped before and after it.
 // Each answer is checked: HTTP 200 with "Count":1 (DynamoDB), one entry (gRPC).
 // Prints figures and the DynamoDB/gRPC ratios; asserts nothing.
 #include <grpcpp/grpcpp.h>
@@ -29,6 +32,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <deque>
 #include <fstream>
@@ -54,6 +58,7 @@ using Clock = std::chrono::steady_clock;
 struct Flags {
   int port = 0;       // the DynamoDB endpoint
   int grpc_port = 0;  // 0: no gRPC rows
+  int metrics_port = 0;  // 0: no row of the daemon's own time
   std::string keys;   // a file of "partition<TAB>sort" lines
   std::string table = "App";
   std::string index = "GSI1";
@@ -118,6 +123,63 @@ Row Print(const std::string& name, Figures f) {
   }
   fflush(stdout);
   return r;
+}
+
+// ---------------------------------------------------------------- the daemon's own time
+
+// The cumulative counts of the Query series of the endpoint's duration histogram, by bucket
+// bound in seconds, scraped from the daemon's /metrics; empty if the scrape failed.
+using Buckets = std::vector<std::pair<double, double>>;
+
+Buckets ScrapeQueryDurations(int metrics_port) {
+  constexpr std::string_view kSeries = "cdcview_dynamodb_api_request_duration_seconds_bucket{";
+  Buckets buckets;
+  try {
+    asio::io_context io;
+    beast::tcp_stream stream(io);
+    stream.expires_after(std::chrono::seconds(5));
+    stream.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), metrics_port));
+    http::request<http::empty_body> request{http::verb::get, "/metrics", 11};
+    request.set(http::field::host, "127.0.0.1");
+    http::write(stream, request);
+    beast::flat_buffer buffer;
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(64 << 20);
+    http::read(stream, buffer, parser);
+    std::string_view body = parser.get().body();
+    while (!body.empty()) {
+      const size_t end = std::min(body.find('\n'), body.size());
+      const std::string_view line = body.substr(0, end);
+      body.remove_prefix(std::min(end + 1, body.size()));
+      const size_t le = line.find("le=\"");
+      const size_t close = line.find("} ");
+      if (!line.starts_with(kSeries) || line.find("operation=\"Query\"") == line.npos ||
+          le == line.npos || close == line.npos) {
+        continue;
+      }
+      const std::string bound(line.substr(le + 4, line.find('"', le + 4) - le - 4));
+      buckets.emplace_back(bound == "+Inf" ? HUGE_VAL : std::stod(bound),
+                           std::stod(std::string(line.substr(close + 2))));
+    }
+  } catch (const std::exception& e) {
+    fprintf(stderr, "dynamodb_load: cannot scrape 127.0.0.1:%d/metrics (no row of the daemon's own "
+            "time): %s\n", metrics_port, e.what());
+    return {};
+  }
+  std::sort(buckets.begin(), buckets.end());
+  return buckets;
+}
+
+// The upper bound in ms of the bucket that holds the q-quantile of what the histogram counted
+// between two scrapes (HUGE_VAL past the last bound); -1 if nothing was counted.
+double BucketBoundMs(const Buckets& before, const Buckets& after, double q) {
+  if (before.size() != after.size() || after.empty()) return -1;
+  const double total = after.back().second - before.back().second;
+  if (total <= 0) return -1;
+  for (size_t i = 0; i < after.size(); ++i) {
+    if (after[i].second - before[i].second >= q * total) return after[i].first * 1000;
+  }
+  return HUGE_VAL;
 }
 
 // ---------------------------------------------------------------- the DynamoDB side
@@ -417,8 +479,18 @@ int Main(const Flags& flags) {
   }
   printf("open loop at %.0f QPS, %.1f s (latency from the time each query was due):\n", flags.qps,
          flags.open_seconds);
+  const Buckets before = flags.metrics_port ? ScrapeQueryDurations(flags.metrics_port) : Buckets{};
   const Row ddb_open = Print(absl::StrFormat("DynamoDB endpoint, %d connections", flags.open_connections),
                              DynamoDbLoad(flags, ddb, flags.open_connections, flags.qps, flags.open_seconds).Run());
+  if (flags.metrics_port) {
+    const Buckets after = ScrapeQueryDurations(flags.metrics_port);
+    const double p50 = BucketBoundMs(before, after, 0.50);
+    const double p99 = BucketBoundMs(before, after, 0.99);
+    if (p99 >= 0) {
+      printf("  %-34s p50 <= %.3f ms  p99 <= %.3f ms  (its histogram's bucket bounds)\n",
+             "  inside cdcviewd: read to answer", p50, p99);
+    }
+  }
   printf("   target p99 < 2 ms at %.0f point queries/s %s\n", flags.qps,
          ddb_open.p99 < 2 ? "[met]" : "[not met]");
   if (flags.grpc_port) {
@@ -440,6 +512,8 @@ int main(int argc, char** argv) {
   CLI::App app{"Point-query load over cdcviewd's DynamoDB endpoint and its gRPC port"};
   app.add_option("--port", flags.port, "the DynamoDB endpoint's port on 127.0.0.1")->required();
   app.add_option("--grpc-port", flags.grpc_port, "the gRPC port on 127.0.0.1 (0: no gRPC rows)");
+  app.add_option("--metrics-port", flags.metrics_port,
+                 "the daemon's metrics port on 127.0.0.1 (0: no row of its own time)");
   app.add_option("--keys", flags.keys, "file of partition<TAB>sort lines to query")->required();
   app.add_option("--table", flags.table, "TableName");
   app.add_option("--index", flags.index, "IndexName (the view)");
