@@ -15,9 +15,9 @@
 // stubs on --connections threads, open loop with the lean HTTP/2 client (h2_client.h).
 // The DynamoDB open loop also prints how late the client woke for each query and how late it
 // went out (both in the latency), and the time from the actual send to the answer.
-// With --metrics-port, the DynamoDB open loop's row is followed by the daemon's own share: its
-// cdcview_dynamodb_api_request_duration_seconds for Query (from a request read to its answer)
-// over that loop, scraped before and after it.
+// With --pause-before-open, it prints kOpenLoopNext and reads a line from stdin before the
+// DynamoDB open loop: dynamodb_bench.py snapshots the daemon's metrics there, so that it can
+// tell the daemon's own time for that loop's queries from the closed loop's.
 // Each answer is checked: HTTP 200 with "Count":1 (DynamoDB), one entry (gRPC).
 // Prints figures and the DynamoDB/gRPC ratios; asserts nothing.
 #include <grpcpp/grpcpp.h>
@@ -32,10 +32,10 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <deque>
 #include <fstream>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -55,10 +55,12 @@ namespace http = beast::http;
 using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 
+constexpr char kOpenLoopNext[] = "dynamodb_load: the DynamoDB open loop is next";
+
 struct Flags {
   int port = 0;       // the DynamoDB endpoint
   int grpc_port = 0;  // 0: no gRPC rows
-  int metrics_port = 0;  // 0: no row of the daemon's own time
+  bool pause_before_open = false;
   std::string keys;   // a file of "partition<TAB>sort" lines
   std::string table = "App";
   std::string index = "GSI1";
@@ -123,89 +125,6 @@ Row Print(const std::string& name, Figures f) {
   }
   fflush(stdout);
   return r;
-}
-
-// ---------------------------------------------------------------- the daemon's own time
-
-// The cumulative counts of the Query series of the endpoint's duration histogram, by bucket
-// bound in seconds, scraped from the daemon's /metrics; empty if the scrape failed.
-using Buckets = std::vector<std::pair<double, double>>;
-
-Buckets ScrapeQueryDurations(int metrics_port) {
-  constexpr std::string_view kSeries = "cdcview_dynamodb_api_request_duration_seconds_bucket{";
-  auto fail = [metrics_port](const std::string& why) {
-    fprintf(stderr, "dynamodb_load: no row of the daemon's own time: 127.0.0.1:%d/metrics %s\n",
-            metrics_port, why.c_str());
-    return Buckets{};
-  };
-  asio::io_context io;
-  beast::tcp_stream stream(io);
-  beast::flat_buffer buffer;
-  http::request<http::empty_body> request{http::verb::get, "/metrics", 11};
-  request.set(http::field::host, "127.0.0.1");
-  http::response_parser<http::string_body> parser;
-  parser.body_limit(64 << 20);
-  beast::error_code failed;
-  // Asynchronous, so that the stream's expiry bounds the whole exchange (a blocking call has no
-  // timeout): a daemon that stops answering costs this row, not the run.
-  stream.expires_after(std::chrono::seconds(5));
-  stream.async_connect(
-      tcp::endpoint(asio::ip::make_address("127.0.0.1"), metrics_port), [&](beast::error_code ec) {
-        if (ec) {
-          failed = ec;
-          return;
-        }
-        http::async_write(stream, request, [&](beast::error_code ec2, size_t) {
-          if (ec2) {
-            failed = ec2;
-            return;
-          }
-          http::async_read(stream, buffer, parser,
-                           [&](beast::error_code ec3, size_t) { failed = ec3; });
-        });
-      });
-  io.run();
-  if (failed) return fail(failed.message());
-  if (parser.get().result() != http::status::ok) {
-    return fail(absl::StrFormat("answered HTTP %d", parser.get().result_int()));
-  }
-  Buckets buckets;
-  std::string_view body = parser.get().body();
-  while (!body.empty()) {
-    const size_t end = std::min(body.find('\n'), body.size());
-    const std::string_view line = body.substr(0, end);
-    body.remove_prefix(std::min(end + 1, body.size()));
-    const size_t le = line.find("le=\"");
-    const size_t close = line.find("} ");
-    if (!line.starts_with(kSeries) || line.find("operation=\"Query\"") == line.npos ||
-        le == line.npos || close == line.npos) {
-      continue;
-    }
-    const std::string bound(line.substr(le + 4, line.find('"', le + 4) - le - 4));
-    try {
-      buckets.emplace_back(bound == "+Inf" ? HUGE_VAL : std::stod(bound),
-                           std::stod(std::string(line.substr(close + 2))));
-    } catch (const std::exception&) {
-      return fail(absl::StrFormat("has a line this client cannot read: %s", line));
-    }
-  }
-  if (buckets.empty()) {
-    return fail("has no Query series of cdcview_dynamodb_api_request_duration_seconds");
-  }
-  std::sort(buckets.begin(), buckets.end());
-  return buckets;
-}
-
-// The upper bound in ms of the bucket that holds the q-quantile of what the histogram counted
-// between two scrapes (HUGE_VAL past the last bound); -1 if nothing was counted.
-double BucketBoundMs(const Buckets& before, const Buckets& after, double q) {
-  if (before.size() != after.size() || after.empty()) return -1;
-  const double total = after.back().second - before.back().second;
-  if (total <= 0) return -1;
-  for (size_t i = 0; i < after.size(); ++i) {
-    if (after[i].second - before[i].second >= q * total) return after[i].first * 1000;
-  }
-  return HUGE_VAL;
 }
 
 // ---------------------------------------------------------------- the DynamoDB side
@@ -503,26 +422,16 @@ int Main(const Flags& flags) {
                         GrpcClosedLoop(flags.grpc_port, grpc_requests, flags.connections,
                                        flags.closed_seconds));
   }
+  if (flags.pause_before_open) {
+    printf("%s\n", kOpenLoopNext);
+    fflush(stdout);
+    std::string go;
+    std::getline(std::cin, go);
+  }
   printf("open loop at %.0f QPS, %.1f s (latency from the time each query was due):\n", flags.qps,
          flags.open_seconds);
-  const Buckets before = flags.metrics_port ? ScrapeQueryDurations(flags.metrics_port) : Buckets{};
   const Row ddb_open = Print(absl::StrFormat("DynamoDB endpoint, %d connections", flags.open_connections),
                              DynamoDbLoad(flags, ddb, flags.open_connections, flags.qps, flags.open_seconds).Run());
-  if (flags.metrics_port && !before.empty()) {
-    // The daemon times a request once its answer is handed to the socket, which may be just
-    // after this client has read it.
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    const Buckets after = ScrapeQueryDurations(flags.metrics_port);
-    const double p50 = BucketBoundMs(before, after, 0.50);
-    const double p99 = BucketBoundMs(before, after, 0.99);
-    if (p99 >= 0) {
-      printf("  %-34s p50 <= %.3f ms  p99 <= %.3f ms  (its histogram's bucket bounds)\n",
-             "  inside cdcviewd: read to answer", p50, p99);
-    } else if (!after.empty()) {
-      fprintf(stderr, "dynamodb_load: no row of the daemon's own time: its Query histogram "
-                      "counted nothing over the loop, or changed its buckets\n");
-    }
-  }
   printf("   target p99 < 2 ms at %.0f point queries/s %s\n", flags.qps,
          ddb_open.p99 < 2 ? "[met]" : "[not met]");
   if (flags.grpc_port) {
@@ -544,8 +453,8 @@ int main(int argc, char** argv) {
   CLI::App app{"Point-query load over cdcviewd's DynamoDB endpoint and its gRPC port"};
   app.add_option("--port", flags.port, "the DynamoDB endpoint's port on 127.0.0.1")->required();
   app.add_option("--grpc-port", flags.grpc_port, "the gRPC port on 127.0.0.1 (0: no gRPC rows)");
-  app.add_option("--metrics-port", flags.metrics_port,
-                 "the daemon's metrics port on 127.0.0.1 (0: no row of its own time)");
+  app.add_flag("--pause-before-open", flags.pause_before_open,
+               "print a line and wait for one on stdin before the DynamoDB open loop");
   app.add_option("--keys", flags.keys, "file of partition<TAB>sort lines to query")->required();
   app.add_option("--table", flags.table, "TableName");
   app.add_option("--index", flags.index, "IndexName (the view)");
