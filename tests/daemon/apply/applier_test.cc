@@ -1355,10 +1355,10 @@ TEST_F(ApplierTest, EachCommittedBatchIsTimedInTheStagesItPassed) {
   // record's 2 s.
   std::vector<std::vector<SourceRecord>> batches = ChurningBatches(key(), 3);
   for (auto& batch : batches) {
+    ASSERT_GE(batch.size(), 3u);
     for (size_t i = 0; i < batch.size(); ++i) {
       batch[i].received_ms = i == 0 ? 0 : now_ms_ - (i == 2 ? 2000 : 500);
     }
-    ASSERT_GE(batch.size(), 3u);
   }
   ASSERT_TRUE(ApplyPipelined(*applier_, std::move(batches)).ok());
   EXPECT_EQ(stage("count"), (std::map<std::string, double>{
