@@ -11,6 +11,11 @@
 //   open loop: a query is due every 1/--qps s; a due query goes out on an idle connection (of
 //     --open-connections) or waits for one; latency runs from the time it was due, so a server
 //     that stalls is charged for every query that waited (no coordinated omission).
+//     With --open-wait spin (the default), both open loops poll their sockets instead of
+//     sleeping in the kernel, as a load generator on a core of its own should: it stands for
+//     clients on other machines, whose wake-ups are not the server's latency, and on a VM whose
+//     idle vCPUs halt, every sleep ends with the vCPU's wake-up (tens of microseconds at p50,
+//     milliseconds at p99.9 on the bench's machine). Its CPU per query is then its whole core.
 // The gRPC side sends the same queries as cdcview.v1 QueryRequests: closed loop with blocking
 // stubs on --connections threads, open loop with the lean HTTP/2 client (h2_client.h).
 // The DynamoDB open loop also prints how late the client woke for each query and how late it
@@ -71,6 +76,7 @@ struct Flags {
   double closed_seconds = 3;
   int connections = 4;
   int open_connections = 16;
+  std::string open_wait = "spin";  // spin | sleep
 };
 
 struct Figures {
@@ -180,7 +186,7 @@ class DynamoDbLoad {
  public:
   DynamoDbLoad(const Flags& flags, const std::vector<std::string>& requests, int connections,
                double qps, double seconds)
-      : requests_(requests), qps_(qps), seconds_(seconds), timer_(io_) {
+      : requests_(requests), qps_(qps), seconds_(seconds), spin_(qps > 0 && flags.open_wait == "spin"), timer_(io_) {
     tcp::resolver resolver(io_);
     const auto endpoints = resolver.resolve("127.0.0.1", std::to_string(flags.port));
     for (int i = 0; i < connections; ++i) {
@@ -205,7 +211,11 @@ class DynamoDbLoad {
         for (auto& c : connections_) Send(*c, Clock::now());
       });
     }
-    io_.run();
+    if (spin_) {
+      while (!io_.stopped()) io_.poll();
+    } else {
+      io_.run();
+    }
     figures_.seconds = std::chrono::duration<double>(last_answer_ - t0_).count();
     figures_.client_cpu_seconds = ProcessCpuSeconds() - cpu0;
     return std::move(figures_);
@@ -307,6 +317,7 @@ class DynamoDbLoad {
   const std::vector<std::string>& requests_;
   const double qps_;
   const double seconds_;
+  const bool spin_;  // open loop: poll instead of sleeping in the kernel
   asio::io_context io_;
   asio::steady_timer timer_;
   std::vector<std::unique_ptr<Connection>> connections_;
@@ -368,12 +379,15 @@ Figures GrpcClosedLoop(int port, const std::vector<v1::QueryRequest>& requests, 
 }
 
 Figures GrpcOpenLoop(int port, const std::vector<v1::QueryRequest>& requests, double qps,
-                     double seconds) {
+                     double seconds, bool spin) {
   std::vector<std::string> serialized;
   serialized.reserve(requests.size());
   for (const auto& q : requests) serialized.push_back(q.SerializeAsString());
   const double cpu0 = ProcessCpuSeconds();
-  auto run = RunH2OpenLoop(port, "/cdcview.v1.ViewService/Query", serialized, qps, seconds);
+  H2Options options;
+  options.spin = spin;
+  auto run =
+      RunH2OpenLoop(port, "/cdcview.v1.ViewService/Query", serialized, qps, seconds, options);
   Figures f;
   f.client_cpu_seconds = ProcessCpuSeconds() - cpu0;
   if (!run.ok()) {
@@ -428,15 +442,17 @@ int Main(const Flags& flags) {
     std::string go;
     std::getline(std::cin, go);
   }
-  printf("open loop at %.0f QPS, %.1f s (latency from the time each query was due):\n", flags.qps,
-         flags.open_seconds);
+  printf("open loop at %.0f QPS, %.1f s, the client %s between sends (latency from the time each "
+         "query was due):\n",
+         flags.qps, flags.open_seconds, flags.open_wait == "spin" ? "spinning" : "sleeping");
   const Row ddb_open = Print(absl::StrFormat("DynamoDB endpoint, %d connections", flags.open_connections),
                              DynamoDbLoad(flags, ddb, flags.open_connections, flags.qps, flags.open_seconds).Run());
   printf("   target p99 < 2 ms at %.0f point queries/s %s\n", flags.qps,
          ddb_open.p99 < 2 ? "[met]" : "[not met]");
   if (flags.grpc_port) {
     const Row grpc_open = Print("gRPC port, lean HTTP/2 client",
-                                GrpcOpenLoop(flags.grpc_port, grpc_requests, flags.qps, flags.open_seconds));
+                                GrpcOpenLoop(flags.grpc_port, grpc_requests, flags.qps, flags.open_seconds,
+                                             flags.open_wait == "spin"));
     printf("DynamoDB / gRPC: closed-loop QPS %.2f, open-loop p50 %.2f, open-loop p99 %.2f\n",
            grpc_closed.qps > 0 ? ddb_closed.qps / grpc_closed.qps : 0,
            grpc_open.p50 > 0 ? ddb_open.p50 / grpc_open.p50 : 0,
@@ -453,6 +469,9 @@ int main(int argc, char** argv) {
   CLI::App app{"Point-query load over cdcviewd's DynamoDB endpoint and its gRPC port"};
   app.add_option("--port", flags.port, "the DynamoDB endpoint's port on 127.0.0.1")->required();
   app.add_option("--grpc-port", flags.grpc_port, "the gRPC port on 127.0.0.1 (0: no gRPC rows)");
+  app.add_option("--open-wait", flags.open_wait,
+                 "how the open loops wait between sends: spin (poll, the default) or sleep")
+      ->check(CLI::IsMember({"spin", "sleep"}));
   app.add_flag("--pause-before-open", flags.pause_before_open,
                "print a line and wait for one on stdin before the DynamoDB open loop");
   app.add_option("--keys", flags.keys, "file of partition<TAB>sort lines to query")->required();

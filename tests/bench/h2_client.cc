@@ -275,6 +275,7 @@ absl::StatusOr<H2OpenLoopResult> RunH2OpenLoop(int port, const std::string& path
       auto scheduled = t0 + std::chrono::duration_cast<Clock::duration>(interval * double(next));
       wait = std::max<Clock::duration>(Clock::duration::zero(), scheduled - now);
     }
+    if (options.spin) wait = Clock::duration::zero();
     auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(wait).count();
     timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
     pollfd pfd{s.fd, static_cast<short>(POLLIN | (nghttp2_session_want_write(s.h2) ? POLLOUT : 0)),

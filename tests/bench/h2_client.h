@@ -40,6 +40,9 @@ struct H2Options {
   std::string content_type = "application/grpc";
   std::vector<std::pair<std::string, std::string>> headers;  // added as they are
   bool framed = false;  // the requests are whole bodies, sent without adding gRPC's prefix
+  // The loop polls the socket without sleeping: a load generator on a core of its own then
+  // sends on time and reads an answer as it arrives, instead of waiting for its vCPU to wake.
+  bool spin = false;
 };
 
 // Sends requests[k % requests.size()] (serialized protobuf messages) to `path` (e.g.

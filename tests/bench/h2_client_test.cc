@@ -70,21 +70,28 @@ TEST_F(H2ClientTest, AnswersAreTheServersAnswersInSendOrder) {
     ASSERT_EQ(answer->entries_size(), 1);
     expected.push_back(*answer);
   }
-  // 100 calls at 1,000 per second: the requests cycle, each answer matches its request.
-  auto run = RunH2OpenLoop(server_->port(), kQueryPath, requests, 1000, 0.1);
-  ASSERT_TRUE(run.ok()) << run.status();
-  ASSERT_EQ(run->calls.size(), 100u);
-  EXPECT_EQ(run->not_sent, 0u);
-  EXPECT_GT(run->seconds, 0.09);
-  for (size_t k = 0; k < run->calls.size(); ++k) {
-    const H2Call& call = run->calls[k];
-    ASSERT_EQ(call.grpc_status, 0) << "call " << k << ": " << call.grpc_message;
-    v1::QueryResponse got;
-    ASSERT_TRUE(got.ParseFromString(call.response)) << "call " << k;
-    // Items are maps, whose serialized order is not fixed: compare as messages.
-    EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(got, expected[k % expected.size()]))
-        << "call " << k << ": " << got.ShortDebugString();
-    EXPECT_GT(call.latency_us, 0) << "call " << k;
+  // 100 calls at 1,000 per second: the requests cycle, each answer matches its request,
+  // whether the client sleeps between sends or spins.
+  for (const bool spin : {false, true}) {
+    SCOPED_TRACE(spin ? "spinning" : "sleeping");
+    H2Options options;
+    options.spin = spin;
+    auto run = RunH2OpenLoop(server_->port(), kQueryPath, requests, 1000, 0.1, options);
+    ASSERT_TRUE(run.ok()) << run.status();
+    ASSERT_EQ(run->calls.size(), 100u);
+    EXPECT_EQ(run->not_sent, 0u);
+    EXPECT_GT(run->seconds, 0.09);
+    for (size_t k = 0; k < run->calls.size(); ++k) {
+      const H2Call& call = run->calls[k];
+      ASSERT_EQ(call.grpc_status, 0) << "call " << k << ": " << call.grpc_message;
+      v1::QueryResponse got;
+      ASSERT_TRUE(got.ParseFromString(call.response)) << "call " << k;
+      // Items are maps, whose serialized order is not fixed: compare as messages.
+      EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(
+          got, expected[k % expected.size()]))
+          << "call " << k << ": " << got.ShortDebugString();
+      EXPECT_GT(call.latency_us, 0) << "call " << k;
+    }
   }
 }
 
