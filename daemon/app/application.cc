@@ -2,12 +2,14 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "daemon/app/cpu_budget.h"
 #include "daemon/server/grpc_listener.h"
 #include "daemon/server/readiness.h"
 #include "daemon/log/log.h"
@@ -259,8 +261,12 @@ absl::Status Application::StartDynamoDb(const ViewQueries& queries) {
     options.auth_probe = dynamodb_auth_.get();
   }
   const dynamodb::DynamoDbApi* api = dynamodb_api_.get();
+  ServerConfig limits = config_.server;
+  if (limits.dynamodb_threads == 0) {
+    limits.dynamodb_threads = std::min(UsableCpus(), ServerConfig::kMaxDynamoDbThreads);
+  }
   auto server = dynamodb::HttpServer::Start(
-      config_.server, [api](const dynamodb::ApiRequest& request) { return api->Handle(request); },
+      limits, [api](const dynamodb::ApiRequest& request) { return api->Handle(request); },
       std::move(options));
   if (!server.ok()) {
     return absl::Status(server.status().code(),
@@ -271,7 +277,8 @@ absl::Status Application::StartDynamoDb(const ViewQueries& queries) {
   dynamodb_ = std::move(*server);
   LogInfo(absl::StrCat("cdcviewd serving the DynamoDB API (",
                        config_.server.TlsEnabled() ? "HTTPS" : "HTTP", ") on port ",
-                       dynamodb_->port()));
+                       dynamodb_->port(), " with ", limits.dynamodb_threads, " I/O thread",
+                       limits.dynamodb_threads == 1 ? "" : "s"));
   return absl::OkStatus();
 }
 

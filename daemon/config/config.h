@@ -98,8 +98,9 @@ struct ServerConfig {
 
   // The DynamoDB endpoint's limits (see docs/ARCHITECTURE.md, "Limits and failure behaviour").
   // I/O threads: each reads requests, answers those without a consistency header and writes
-  // the answers.
-  uint32_t dynamodb_threads = 2;
+  // the answers. 0: one per CPU the daemon may use (UsableCpus: its affinity and cgroup quota),
+  // since more would only queue behind each other.
+  uint32_t dynamodb_threads = 0;
   static constexpr uint32_t kMaxDynamoDbThreads = 64;
   // Connections open at once; one more is closed as soon as accepted (within the open-files
   // budget, like the other ports).

@@ -129,7 +129,7 @@ const FieldTable<ServerConfig>& ServerFields() {
             S::kMinFastReadsTimeoutMs, S::kMaxFastReadsTimeoutMs),
       Whole("fast_reads_request_timeout_ms", &S::fast_reads_request_timeout_ms,
             S::kMinFastReadsTimeoutMs, S::kMaxFastReadsTimeoutMs),
-      Bounded("dynamodb_threads", &S::dynamodb_threads, 1, S::kMaxDynamoDbThreads,
+      Bounded("dynamodb_threads", &S::dynamodb_threads, 0, S::kMaxDynamoDbThreads,
               "one thread each"),
       Whole("dynamodb_max_connections", &S::dynamodb_max_connections, 1,
             S::kMaxFastReadsConnections),

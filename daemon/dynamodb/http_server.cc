@@ -715,6 +715,10 @@ HttpServer::~HttpServer() { Shutdown(0); }
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const ServerConfig& limits,
                                                                Handler handler, Options options) {
+  if (limits.dynamodb_threads == 0) {
+    return absl::InvalidArgumentError(
+        "server.dynamodb_threads is 0: the caller resolves it to a thread count first");
+  }
   auto impl = std::make_unique<Impl>(limits, std::move(handler), std::move(options));
   if (absl::Status s = impl->Listen(); !s.ok()) return s;
   return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));

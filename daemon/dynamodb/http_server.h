@@ -84,7 +84,8 @@ class HttpServer {
   static constexpr size_t kMaxHeaderBytes = 16 * 1024;
   static constexpr std::chrono::seconds kLingerTime{2};
 
-  // Listens on limits.dynamodb (host:port; port 0 picks one). INVALID_ARGUMENT for an address
+  // Listens on limits.dynamodb (host:port; port 0 picks one) with limits.dynamodb_threads I/O
+  // threads, which the caller has resolved from 0. INVALID_ARGUMENT for 0 threads or an address
   // that does not parse, UNAVAILABLE naming it when it cannot listen.
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const ServerConfig& limits,
                                                            Handler handler, Options options);

@@ -4,11 +4,13 @@ field and the daemon keeps serving; connections past the cap are closed with a
 ThrottlingException; a client that sends its request slowly is cut at the request timeout, an
 idle one at the idle timeout; requests waiting for a position past dynamodb_max_waits get a
 ThrottlingException; HTTPS with a certificate rotated without a restart; SigV4 against the
-tokens file. Each refusal is counted, and the counters are checked exactly.
+tokens file; one I/O thread per CPU the daemon may use unless set. Each refusal is counted, and
+the counters are checked exactly.
 """
 
 import base64
 import http.client
+import os
 import re
 import socket
 import ssl
@@ -62,6 +64,21 @@ def start(daemon_factory, tmp_path, **server):
     d.dynamodb_port = int(PORT_LINE.search(d.log()).group(2))
     wait_for("the records to apply", lambda: d.positions("app").get("") == expected_position(stream))
     return d
+
+
+
+def io_threads(d):
+    """The daemon's threads named dynamodb-io."""
+    tasks = f"/proc/{d.proc.pid}/task"
+    names = []
+    for tid in os.listdir(tasks):
+        try:
+            with open(f"{tasks}/{tid}/comm", encoding="utf-8") as f:
+                names.append(f.read().strip())
+        except FileNotFoundError:  # a thread that ended meanwhile
+            pass
+    return names.count("dynamodb-io")
+
 
 
 def dynamodb(d, scheme="http", key="AKID", secret="any-secret", **kwargs):
@@ -348,3 +365,21 @@ def test_mtls_and_a_handshake_that_never_finishes(daemon_factory, pki, tmp_path)
     assert metric(m, "cdcview_connections_closed_total", port="dynamodb", reason="tls_handshake") == 2
     assert metric(m, "cdcview_connections_closed_total", port="dynamodb", reason="request_timeout") == 1
     d.stop()
+
+
+def test_io_threads_default_to_the_cpus_the_daemon_may_use(daemon_factory, tmp_path):
+    """server.dynamodb_threads 0 (the default) runs one I/O thread per usable CPU: pinned to
+    one CPU, one (a second would only wait for the first's time slice), named at start; a
+    count that is set is kept."""
+    _, cfg = config(tmp_path)
+    pinned = daemon_factory(cfg, name="pinned", prefix=["taskset", "-c", "0"]).start()
+    port = PORT_LINE.search(pinned.log()).group(2)
+    assert f"on port {port} with 1 I/O thread\n" in pinned.log()
+    assert io_threads(pinned) == 1
+    pinned.stop()
+    _, cfg = config(tmp_path, dynamodb_threads=3)
+    three = daemon_factory(cfg, name="three", prefix=["taskset", "-c", "0"]).start()
+    port = PORT_LINE.search(three.log()).group(2)
+    assert f"on port {port} with 3 I/O threads\n" in three.log()
+    assert io_threads(three) == 3
+    three.stop()

@@ -739,7 +739,7 @@ TEST(ConfigTest, DynamoDbEndpointLimitsHaveSafeDefaultsAndBounds) {
   ASSERT_TRUE(defaults.ok()) << defaults.status();
   const ServerConfig& d = defaults->server;
   EXPECT_EQ(d.dynamodb, "");
-  EXPECT_EQ(d.dynamodb_threads, 2u);
+  EXPECT_EQ(d.dynamodb_threads, 0u);  // one per usable CPU
   EXPECT_EQ(d.dynamodb_max_connections, 1024u);
   EXPECT_EQ(d.dynamodb_max_request_bytes, 1ull << 20);
   EXPECT_EQ(d.dynamodb_idle_timeout_ms, 300000u);
@@ -767,11 +767,8 @@ TEST(ConfigTest, DynamoDbEndpointLimitsHaveSafeDefaultsAndBounds) {
   EXPECT_EQ(error("dynamodb: 8000"),
             "t.yaml:1: server.dynamodb: expected host:port like 127.0.0.1:8000 (or \"\" to "
             "disable), got \"8000\"");
-  EXPECT_EQ(error("dynamodb_threads: 0"),
-            "t.yaml:1: server.dynamodb_threads: expected a whole number from 1 to 64, got \"0\" "
-            "(at most 64: one thread each)");
   EXPECT_EQ(error("dynamodb_threads: 65"),
-            "t.yaml:1: server.dynamodb_threads: expected a whole number from 1 to 64, got \"65\" "
+            "t.yaml:1: server.dynamodb_threads: expected a whole number from 0 to 64, got \"65\" "
             "(at most 64: one thread each)");
   EXPECT_EQ(error("dynamodb_max_connections: 0"),
             "t.yaml:1: server.dynamodb_max_connections: expected a whole number from 1 to "

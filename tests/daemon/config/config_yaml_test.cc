@@ -239,7 +239,7 @@ TEST(ConfigToYamlTest, PrintsEveryDefaultExactly) {
             "  fast_reads_max_connections: 1024\n"
             "  fast_reads_idle_timeout_ms: 300000\n"
             "  fast_reads_request_timeout_ms: 10000\n"
-            "  dynamodb_threads: 2\n"
+            "  dynamodb_threads: 0\n"
             "  dynamodb_max_connections: 1024\n"
             "  dynamodb_max_request_bytes: \"1MiB\"\n"
             "  dynamodb_idle_timeout_ms: 300000\n"

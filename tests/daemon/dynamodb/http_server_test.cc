@@ -179,6 +179,17 @@ TEST_F(HttpServerTest, PassesTheRequestOnAndAnswersWithDynamoDbsHeadersOnOneConn
   EXPECT_EQ(Metric("cdcview_dynamodb_api_request_duration_seconds", {{"operation", "Query"}}), 2);
 }
 
+// The configured 0 ("one per usable CPU") is the application's to resolve; the server refuses
+// it rather than start without a thread to serve.
+TEST_F(HttpServerTest, ZeroThreadsIsRefused) {
+  limits_.dynamodb_threads = 0;
+  auto server = HttpServer::Start(limits_, [](const ApiRequest&) { return ApiResponse(); }, {});
+  ASSERT_FALSE(server.ok());
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(server.status().message(),
+            "server.dynamodb_threads is 0: the caller resolves it to a thread count first");
+}
+
 TEST_F(HttpServerTest, HealthOtherPathsMethodsAndContentTypes) {
   Start();
   Client client(server_->port());
