@@ -1476,7 +1476,7 @@ SERVER_DEFAULTS = {
     "fast_reads_max_buffered_per_connection": "16MiB", "fast_reads_max_buffered_bytes": "256MiB",
     "fast_reads_max_waits_per_connection": 4, "fast_reads_max_connections": 1024,
     "fast_reads_idle_timeout_ms": 300000, "fast_reads_request_timeout_ms": 10000,
-    "dynamodb": "", "dynamodb_threads": 2, "dynamodb_max_connections": 1024,
+    "dynamodb": "", "dynamodb_threads": 0, "dynamodb_max_connections": 1024,
     "dynamodb_max_request_bytes": "1MiB", "dynamodb_idle_timeout_ms": 300000,
     "dynamodb_request_timeout_ms": 10000, "dynamodb_max_waits": 256,
     "grpc_max_connections": 1000, "grpc_max_connection_idle_seconds": 300,
