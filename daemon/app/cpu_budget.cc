@@ -42,20 +42,22 @@ std::vector<std::string> SelfAndAncestors(std::string path) {
   return out;
 }
 
-// The lowest quota in CPUs over this process's cgroups (v2 and v1 cpu), if any.
-std::optional<uint32_t> CgroupQuotaCpus() {
+}  // namespace
+
+std::optional<uint32_t> QuotaCpusFromCgroups(std::string_view proc_self_cgroup,
+                                             const std::string& root) {
   std::optional<uint32_t> lowest;
   auto lower = [&lowest](std::optional<uint32_t> cpus) {
     if (cpus && (!lowest || *cpus < *lowest)) lowest = cpus;
   };
-  std::istringstream lines(ReadFile("/proc/self/cgroup"));
+  std::istringstream lines{std::string(proc_self_cgroup)};
   for (std::string line; std::getline(lines, line);) {
     // "<id>:<controllers>:<path>"; v2 is "0::<path>".
     std::vector<std::string> parts = absl::StrSplit(line, absl::MaxSplits(':', 2));
     if (parts.size() != 3 || parts[2].empty() || parts[2][0] != '/') continue;
     if (parts[0] == "0" && parts[1].empty()) {
       for (const std::string& dir : SelfAndAncestors(parts[2])) {
-        const std::string base = "/sys/fs/cgroup" + (dir == "/" ? "" : dir);
+        const std::string base = root + (dir == "/" ? "" : dir);
         lower(QuotaCpusV2(ReadFile(base + "/cpu.max")));
       }
       continue;
@@ -63,15 +65,13 @@ std::optional<uint32_t> CgroupQuotaCpus() {
     std::vector<std::string> controllers = absl::StrSplit(parts[1], ',');
     if (std::find(controllers.begin(), controllers.end(), "cpu") == controllers.end()) continue;
     for (const std::string& dir : SelfAndAncestors(parts[2])) {
-      const std::string base = "/sys/fs/cgroup/" + parts[1] + (dir == "/" ? "" : dir);
+      const std::string base = root + "/" + parts[1] + (dir == "/" ? "" : dir);
       lower(QuotaCpusV1(ReadFile(base + "/cpu.cfs_quota_us"),
                         ReadFile(base + "/cpu.cfs_period_us")));
     }
   }
   return lowest;
 }
-
-}  // namespace
 
 std::optional<uint32_t> QuotaCpusV2(std::string_view cpu_max) {
   std::vector<std::string> fields =
@@ -100,7 +100,10 @@ uint32_t UsableCpus() {
   CPU_ZERO(&set);
   if (sched_getaffinity(0, sizeof set, &set) == 0) cpus = static_cast<uint32_t>(CPU_COUNT(&set));
   if (cpus == 0) cpus = static_cast<uint32_t>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
-  if (std::optional<uint32_t> quota = CgroupQuotaCpus()) cpus = std::min(cpus, *quota);
+  if (std::optional<uint32_t> quota =
+          QuotaCpusFromCgroups(ReadFile("/proc/self/cgroup"), "/sys/fs/cgroup")) {
+    cpus = std::min(cpus, *quota);
+  }
   return std::max(cpus, 1u);
 }
 

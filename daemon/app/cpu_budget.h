@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace cdcview {
@@ -16,6 +17,14 @@ namespace cdcview {
 // fraction rounded up: a container limited to 1.5 CPUs gets 2. At least 1. Files that are
 // missing or unreadable limit nothing.
 uint32_t UsableCpus();
+
+// The lowest CPU quota, in CPUs rounded up, of the cgroups that `proc_self_cgroup` (the text
+// of /proc/self/cgroup) names and their ancestors, with the hierarchies mounted under `root`
+// (/sys/fs/cgroup): v2 ("0::<path>") at `root`, a v1 hierarchy holding the cpu controller at
+// `root`/<its controllers, as listed>. nullopt when none sets a quota or none is readable. The
+// walk up to "/" also finds a v1 container's own quota, mounted at its hierarchy's root.
+std::optional<uint32_t> QuotaCpusFromCgroups(std::string_view proc_self_cgroup,
+                                             const std::string& root);
 
 // A cgroup v2 cpu.max ("max 100000", or "<quota> <period>" in microseconds): the quota in
 // CPUs rounded up; nullopt when unlimited or not in that shape.

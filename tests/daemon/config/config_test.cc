@@ -760,6 +760,10 @@ TEST(ConfigTest, DynamoDbEndpointLimitsHaveSafeDefaultsAndBounds) {
   EXPECT_EQ(set->server.dynamodb_idle_timeout_ms, 100u);
   EXPECT_EQ(set->server.dynamodb_request_timeout_ms, 86400000u);
   EXPECT_EQ(set->server.dynamodb_max_waits, 4096u);
+  absl::StatusOr<Config> per_cpu = Parse(
+      "server: { dynamodb_threads: 0 }\ntables: [ { name: App, key: { partition: PK } } ]\n");
+  ASSERT_TRUE(per_cpu.ok()) << per_cpu.status();
+  EXPECT_EQ(per_cpu->server.dynamodb_threads, 0u);
 
   auto error = [](const std::string& field) {
     return ErrorOf("server: { " + field + " }\ntables: [ { name: App, key: { partition: PK } } ]\n");
