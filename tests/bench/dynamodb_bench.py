@@ -14,8 +14,8 @@ Prints figures, asserts nothing.
                     when the previous answered: max QPS;
        open loop    --qps queries/s (default 5,000), latency from the time each query was due
                     (no coordinated omission); target p99 < 2 ms on the DynamoDB endpoint.
-                    With --cpus split the client spins between sends (both protocols) on its
-                    own core instead of sleeping: it stands for clients on other machines,
+                    With --cpus split (on two or more cores) the client spins between sends
+                    (both protocols) on its own core instead of sleeping: it stands for clients on other machines,
                     and on a VM each sleep ends with a halted vCPU's wake-up, which is the
                     client's latency, not the daemon's (--open-wait sleep measures it).
      and prints the ratios of the DynamoDB endpoint's figures to the gRPC port's. The open
@@ -99,12 +99,16 @@ def main():
     parser.add_argument("--tmp", default=tempfile.gettempdir())
     parser.add_argument("--cpus", choices=("split", "shared"), default="split")
     parser.add_argument("--open-wait", choices=("spin", "sleep"),
-                        help="the open loops' client between sends (default: spin with --cpus "
-                             "split, sleep with shared, where spinning would take the daemon's "
-                             "core)")
+                        help="the open loops' client between sends (default: spin when the "
+                             "client has cores apart from the daemon's, as --cpus split gives "
+                             "on two or more; else sleep)")
     args = parser.parse_args()
-    open_wait = args.open_wait or ("spin" if args.cpus == "split" else "sleep")
     daemon_cpus, client_cpus = cpu_layout(args.cpus)
+    # Spinning pays only with a core apart from the daemon's (cpu_layout splits at least two).
+    open_wait = args.open_wait or ("spin" if client_cpus else "sleep")
+    if open_wait == "spin" and not client_cpus:
+        print("dynamodb_bench: --open-wait spin without a core apart from the daemon's: the "
+              "client's spinning takes the daemon's CPU time", file=sys.stderr)
     for binary in (LOAD_BIN, os.path.join(BUILD_DIR, "daemon", "cdcviewd")):
         if not os.access(binary, os.X_OK):
             raise SystemExit(f"missing {binary}: scripts/build.sh cdcviewd dynamodb_load")

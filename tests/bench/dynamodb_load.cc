@@ -4,18 +4,18 @@
 // The DynamoDB side is an HTTP/1.1 keep-alive client on Boost.Beast: every request is built
 // before the run (the whole HTTP message, as an SDK would send it: JSON 1.0 body, X-Amz-Target,
 // a SigV4-shaped Authorization header that an endpoint without tokens_file does not check), and
-// one thread drives every connection through one io_context, so the client's own share of the
-// two cores stays small.
+// one thread drives every connection through one io_context, so the client takes one core at
+// most (all of it while an open loop spins, see below).
 //   closed loop: --connections connections, each sending its next query when the previous
 //     answered: max QPS.
 //   open loop: a query is due every 1/--qps s; a due query goes out on an idle connection (of
 //     --open-connections) or waits for one; latency runs from the time it was due, so a server
 //     that stalls is charged for every query that waited (no coordinated omission).
-//     With --open-wait spin (the default), both open loops poll their sockets instead of
-//     sleeping in the kernel, as a load generator on a core of its own should: it stands for
-//     clients on other machines, whose wake-ups are not the server's latency, and on a VM whose
-//     idle vCPUs halt, every sleep ends with the vCPU's wake-up (tens of microseconds at p50,
-//     milliseconds at p99.9 on the bench's machine). Its CPU per query is then its whole core.
+//     With --open-wait spin, both open loops poll their sockets instead of sleeping in the
+//     kernel, as a load generator on a core of its own should: it stands for clients on other
+//     machines, whose wake-ups are not the server's latency, and on a VM whose idle vCPUs halt,
+//     every sleep ends with the vCPU's wake-up. Its CPU per query is then its whole core, so
+//     the default is sleep; dynamodb_bench.py asks for spin when the client has a core apart.
 // The gRPC side sends the same queries as cdcview.v1 QueryRequests: closed loop with blocking
 // stubs on --connections threads, open loop with the lean HTTP/2 client (h2_client.h).
 // The DynamoDB open loop also prints how late the client woke for each query and how late it
@@ -76,7 +76,7 @@ struct Flags {
   double closed_seconds = 3;
   int connections = 4;
   int open_connections = 16;
-  std::string open_wait = "spin";  // spin | sleep
+  std::string open_wait = "sleep";  // sleep | spin
 };
 
 struct Figures {
@@ -186,7 +186,11 @@ class DynamoDbLoad {
  public:
   DynamoDbLoad(const Flags& flags, const std::vector<std::string>& requests, int connections,
                double qps, double seconds)
-      : requests_(requests), qps_(qps), seconds_(seconds), spin_(qps > 0 && flags.open_wait == "spin"), timer_(io_) {
+      : requests_(requests),
+        qps_(qps),
+        seconds_(seconds),
+        spin_(qps > 0 && flags.open_wait == "spin"),
+        timer_(io_) {
     tcp::resolver resolver(io_);
     const auto endpoints = resolver.resolve("127.0.0.1", std::to_string(flags.port));
     for (int i = 0; i < connections; ++i) {
@@ -223,7 +227,7 @@ class DynamoDbLoad {
 
  private:
   // Open loop: moves every query that is due into the backlog, sends what idle connections
-  // can take, and sleeps until the next one is due.
+  // can take, and waits on the timer for the next one (Run sleeps or spins until it fires).
   void Pump() {
     const auto interval = std::chrono::duration<double>(1.0 / qps_);
     const auto now = Clock::now();
@@ -451,8 +455,8 @@ int Main(const Flags& flags) {
          ddb_open.p99 < 2 ? "[met]" : "[not met]");
   if (flags.grpc_port) {
     const Row grpc_open = Print("gRPC port, lean HTTP/2 client",
-                                GrpcOpenLoop(flags.grpc_port, grpc_requests, flags.qps, flags.open_seconds,
-                                             flags.open_wait == "spin"));
+                                GrpcOpenLoop(flags.grpc_port, grpc_requests, flags.qps,
+                                             flags.open_seconds, flags.open_wait == "spin"));
     printf("DynamoDB / gRPC: closed-loop QPS %.2f, open-loop p50 %.2f, open-loop p99 %.2f\n",
            grpc_closed.qps > 0 ? ddb_closed.qps / grpc_closed.qps : 0,
            grpc_open.p50 > 0 ? ddb_open.p50 / grpc_open.p50 : 0,
@@ -470,7 +474,8 @@ int main(int argc, char** argv) {
   app.add_option("--port", flags.port, "the DynamoDB endpoint's port on 127.0.0.1")->required();
   app.add_option("--grpc-port", flags.grpc_port, "the gRPC port on 127.0.0.1 (0: no gRPC rows)");
   app.add_option("--open-wait", flags.open_wait,
-                 "how the open loops wait between sends: spin (poll, the default) or sleep")
+                 "how the open loops wait between sends: sleep (the default) or spin (poll; "
+                 "give the client a core of its own)")
       ->check(CLI::IsMember({"spin", "sleep"}));
   app.add_flag("--pause-before-open", flags.pause_before_open,
                "print a line and wait for one on stdin before the DynamoDB open loop");

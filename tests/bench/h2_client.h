@@ -35,7 +35,7 @@ struct H2OpenLoopResult {
   double seconds = 0;  // first scheduled send to the last answer
 };
 
-// For protocol tests: what a request carries besides gRPC's defaults.
+// What a request carries besides gRPC's defaults (for protocol tests), and how the loop waits.
 struct H2Options {
   std::string content_type = "application/grpc";
   std::vector<std::pair<std::string, std::string>> headers;  // added as they are

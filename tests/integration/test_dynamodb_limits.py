@@ -66,7 +66,6 @@ def start(daemon_factory, tmp_path, **server):
     return d
 
 
-
 def io_threads(d):
     """The daemon's threads named dynamodb-io."""
     tasks = f"/proc/{d.proc.pid}/task"
@@ -78,7 +77,6 @@ def io_threads(d):
         except FileNotFoundError:  # a thread that ended meanwhile
             pass
     return names.count("dynamodb-io")
-
 
 
 def dynamodb(d, scheme="http", key="AKID", secret="any-secret", **kwargs):
