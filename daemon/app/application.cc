@@ -263,7 +263,9 @@ absl::Status Application::StartDynamoDb(const ViewQueries& queries) {
   const dynamodb::DynamoDbApi* api = dynamodb_api_.get();
   ServerConfig limits = config_.server;
   if (limits.dynamodb_threads == 0) {
-    limits.dynamodb_threads = std::min(UsableCpus(), ServerConfig::kMaxDynamoDbThreads);
+    limits.dynamodb_threads =
+        std::clamp(UsableCpus(), ServerConfig::kMinDefaultDynamoDbThreads,
+                   ServerConfig::kMaxDynamoDbThreads);
   }
   auto server = dynamodb::HttpServer::Start(
       limits, [api](const dynamodb::ApiRequest& request) { return api->Handle(request); },

@@ -98,9 +98,11 @@ struct ServerConfig {
 
   // The DynamoDB endpoint's limits (see docs/ARCHITECTURE.md, "Limits and failure behaviour").
   // I/O threads: each reads requests, answers those without a consistency header and writes
-  // the answers. 0: one per CPU the daemon may use (UsableCpus: its affinity and cgroup quota),
-  // since more would only queue behind each other.
+  // the answers, a Scan or Query page included. 0: one per CPU the daemon may use (UsableCpus:
+  // its affinity and cgroup quota), at least kMinDefaultDynamoDbThreads, so that a request that
+  // takes long (a 1 MB page) shares the CPU with the short ones instead of holding them.
   uint32_t dynamodb_threads = 0;
+  static constexpr uint32_t kMinDefaultDynamoDbThreads = 2;
   static constexpr uint32_t kMaxDynamoDbThreads = 64;
   // Connections open at once; one more is closed as soon as accepted (within the open-files
   // budget, like the other ports).

@@ -4,8 +4,8 @@ field and the daemon keeps serving; connections past the cap are closed with a
 ThrottlingException; a client that sends its request slowly is cut at the request timeout, an
 idle one at the idle timeout; requests waiting for a position past dynamodb_max_waits get a
 ThrottlingException; HTTPS with a certificate rotated without a restart; SigV4 against the
-tokens file; one I/O thread per CPU the daemon may use unless set. Each refusal is counted, and
-the counters are checked exactly.
+tokens file; one I/O thread per CPU the daemon may use, at least two, unless set. Each refusal
+is counted, and the counters are checked exactly.
 """
 
 import base64
@@ -366,18 +366,19 @@ def test_mtls_and_a_handshake_that_never_finishes(daemon_factory, pki, tmp_path)
 
 
 def test_io_threads_default_to_the_cpus_the_daemon_may_use(daemon_factory, tmp_path):
-    """server.dynamodb_threads 0 (the default) runs one I/O thread per usable CPU: pinned to
-    one CPU, one (a second would only wait for the first's time slice), named at start; a
-    count that is set is kept."""
+    """server.dynamodb_threads 0 (the default) runs one I/O thread per usable CPU, at least
+    two: pinned to one CPU, two (so that a long Scan page does not hold every other request),
+    named at start; a count that is set is kept, one included."""
     _, cfg = config(tmp_path)
     pinned = daemon_factory(cfg, name="pinned", prefix=["taskset", "-c", "0"]).start()
     port = PORT_LINE.search(pinned.log()).group(2)
-    assert f"on port {port} with 1 I/O thread\n" in pinned.log()
-    assert io_threads(pinned) == 1
+    assert f"on port {port} with 2 I/O threads\n" in pinned.log()
+    assert io_threads(pinned) == 2
     pinned.stop()
-    _, cfg = config(tmp_path, dynamodb_threads=3)
-    three = daemon_factory(cfg, name="three", prefix=["taskset", "-c", "0"]).start()
-    port = PORT_LINE.search(three.log()).group(2)
-    assert f"on port {port} with 3 I/O threads\n" in three.log()
-    assert io_threads(three) == 3
-    three.stop()
+    for count, name, threads in ((1, "one", "1 I/O thread"), (3, "three", "3 I/O threads")):
+        _, cfg = config(tmp_path, dynamodb_threads=count)
+        d = daemon_factory(cfg, name=name, prefix=["taskset", "-c", "0"]).start()
+        port = PORT_LINE.search(d.log()).group(2)
+        assert f"on port {port} with {threads}\n" in d.log()
+        assert io_threads(d) == count
+        d.stop()
