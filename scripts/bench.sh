@@ -88,7 +88,8 @@ fi
 # DynamoDB endpoint (tests/bench/dynamodb_bench.py): a cdcviewd with 200k items and its DynamoDB
 # endpoint on; point Query over the endpoint (tests/bench/dynamodb_load, a C++ HTTP/1.1 client)
 # closed loop and open loop at 5k QPS, beside the same queries on its gRPC port, and the ratio.
-# About 30 s more; DYNAMODB_BENCH=0 skips it.
+# Then the same endpoint under mixed load (tests/bench/dynamodb_mixed_bench.py: point queries
+# while Scans run). About 90 s more; DYNAMODB_BENCH=0 skips both.
 #   DYNAMODB_BENCH_ARGS  extra flags (e.g. "--qps 2000 --open-seconds 10")
 # ---------------------------------------------------------------------------------------------
 if [ "${DYNAMODB_BENCH:-1}" != "0" ]; then
@@ -101,4 +102,7 @@ if [ "${DYNAMODB_BENCH:-1}" != "0" ]; then
   echo "===== cdcview DynamoDB endpoint benchmark summary ====="
   grep -E '^  (DynamoDB|gRPC)|^    (client woke|sent after|answered after)|^DynamoDB / gRPC|target p99' \
     "$out/dynamodb.txt" || true
+  # The same endpoint under mixed load: point queries while Scans run, one and two I/O threads.
+  echo "[bench] dynamodb_mixed_bench --tmp $bench_tmp"
+  "$here/.venv/bin/python" "$here/tests/bench/dynamodb_mixed_bench.py" --tmp "$bench_tmp"
 fi
