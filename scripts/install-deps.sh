@@ -11,6 +11,7 @@ pkgs=(
   libsimdjson-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
   libcurl4-openssl-dev libssl-dev libgoogle-perftools-dev libnghttp2-dev
   libboost1.74-dev             # the DynamoDB endpoint: Boost.Beast (HTTP/1.1) over Boost.Asio
+  zlib1g-dev                   # the DynamoDB endpoint: x-amz-crc32 of each answer
   python3 python3-venv python3-pip prometheus
   clang-14                     # scripts/thread-safety.sh: checks the lock annotations
   libclang-rt-14-dev           # scripts/sanitize.sh: clang's ASan, UBSan and TSan runtimes

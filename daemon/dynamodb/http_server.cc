@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <atomic>
 #include <boost/asio.hpp>
@@ -12,7 +13,6 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
-#include <boost/crc.hpp>
 #include <cerrno>
 #include <cstring>
 #include <deque>
@@ -44,9 +44,8 @@ constexpr char kJsonType[] = "application/x-amz-json-1.0";
 constexpr size_t kReadChunk = 16 * 1024;
 
 std::string Crc32(std::string_view body) {
-  boost::crc_32_type crc;
-  crc.process_bytes(body.data(), body.size());
-  return std::to_string(crc.checksum());
+  return std::to_string(
+      crc32_z(0, reinterpret_cast<const Bytef*>(body.data()), static_cast<z_size_t>(body.size())));
 }
 
 // 52 characters of [A-Z0-9], the shape of DynamoDB's request ids.
