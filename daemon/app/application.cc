@@ -264,8 +264,7 @@ absl::Status Application::StartDynamoDb(const ViewQueries& queries) {
   ServerConfig limits = config_.server;
   if (limits.dynamodb_threads == 0) {
     limits.dynamodb_threads =
-        std::clamp(UsableCpus(), ServerConfig::kMinDefaultDynamoDbThreads,
-                   ServerConfig::kMaxDynamoDbThreads);
+        std::clamp(UsableCpus(), uint32_t{1}, ServerConfig::kMaxDynamoDbThreads);
   }
   auto server = dynamodb::HttpServer::Start(
       limits, [api](const dynamodb::ApiRequest& request) { return api->Handle(request); },
@@ -279,7 +278,8 @@ absl::Status Application::StartDynamoDb(const ViewQueries& queries) {
   dynamodb_ = std::move(*server);
   LogInfo(absl::StrCat("cdcviewd serving the DynamoDB API (",
                        config_.server.TlsEnabled() ? "HTTPS" : "HTTP", ") on port ",
-                       dynamodb_->port(), " with ", limits.dynamodb_threads, " I/O thread",
+                       dynamodb_->port(), " with ", limits.dynamodb_threads, " I/O and ",
+                       limits.dynamodb_threads, " page thread",
                        limits.dynamodb_threads == 1 ? "" : "s"));
   return absl::OkStatus();
 }

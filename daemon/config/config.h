@@ -97,12 +97,11 @@ struct ServerConfig {
   static constexpr uint32_t kMaxFastReadsTimeoutMs = 24 * 3600 * 1000;
 
   // The DynamoDB endpoint's limits (see docs/ARCHITECTURE.md, "Limits and failure behaviour").
-  // I/O threads: each reads requests, answers those without a consistency header and writes
-  // the answers, a Scan or Query page included. 0: one per CPU the daemon may use (UsableCpus:
-  // its affinity and cgroup quota), at least kMinDefaultDynamoDbThreads, so that a request that
-  // takes long (a 1 MB page) shares the CPU with the short ones instead of holding them.
+  // I/O threads: each reads requests, answers the short ones (dynamodb::RunsShort) without a
+  // consistency header and writes the answers; as many page threads, at a lower priority, build
+  // the long ones (a 1 MB Scan or Query page). 0: one per CPU the daemon may use (UsableCpus:
+  // its affinity and cgroup quota).
   uint32_t dynamodb_threads = 0;
-  static constexpr uint32_t kMinDefaultDynamoDbThreads = 2;
   static constexpr uint32_t kMaxDynamoDbThreads = 64;
   // Connections open at once; one more is closed as soon as accepted (within the open-files
   // budget, like the other ports).
@@ -120,6 +119,9 @@ struct ServerConfig {
   // thread of its own while it waits; one more answers ThrottlingException naming the field.
   uint32_t dynamodb_max_waits = 256;
   static constexpr uint32_t kMaxDynamoDbWaits = 4096;
+  // Long requests (dynamodb::RunsShort false: Scan and Query pages, BatchGetItem) queued for
+  // the page threads or running at once; one more answers ThrottlingException naming the field.
+  uint32_t dynamodb_max_pages = 64;
 
   // The main gRPC port's connections (GrpcListener and gRPC's channel arguments). Beyond the
   // cap a connection is accepted and closed at once; the cap is lowered at start to what the

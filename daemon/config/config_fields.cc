@@ -141,6 +141,7 @@ const FieldTable<ServerConfig>& ServerFields() {
             S::kMinFastReadsTimeoutMs, S::kMaxFastReadsTimeoutMs),
       Bounded("dynamodb_max_waits", &S::dynamodb_max_waits, 1, S::kMaxDynamoDbWaits,
               "each waiting request holds a thread"),
+      Whole("dynamodb_max_pages", &S::dynamodb_max_pages, 1, S::kMaxFastReadsConnections),
       Whole("grpc_max_connections", &S::grpc_max_connections, 1, S::kMaxConnections),
       Whole("grpc_max_connection_idle_seconds", &S::grpc_max_connection_idle_seconds, 0,
             S::kMaxGrpcSeconds),

@@ -688,6 +688,23 @@ bool MayWait(const ApiRequest& request) {
          !request.max_staleness_seconds.empty();
 }
 
+bool RunsShort(const ApiRequest& request) {
+  if (!request.target.starts_with(kTargetPrefix)) return true;
+  const std::string_view op = request.target.substr(kTargetPrefix.size());
+  if (request.body.size() > kMaxShortBody || op == "BatchGetItem") return false;
+  if (op != "Query" && op != "Scan") return true;
+  thread_local simdjson::dom::parser parser;
+  simdjson::dom::object root;
+  if (parser.parse(request.body.data(), request.body.size()).get(root)) return true;
+  int64_t limit = 0;
+  if (root["Limit"].get(limit) || limit < 1 || limit > kShortPageLimit) return false;
+  if (op == "Query") return true;
+  int64_t segments = 1;
+  simdjson::dom::element total;
+  if (!root["TotalSegments"].get(total) && !total.is_null() && total.get(segments)) return false;
+  return segments == 1;
+}
+
 ApiResponse ErrorResponse(int http_status, std::string_view type, std::string_view message,
                           std::string operation) {
   ApiResponse response;

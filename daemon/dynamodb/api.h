@@ -44,6 +44,8 @@
 // position (at most until `deadline`).
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -80,6 +82,21 @@ struct ApiResponse {
 
 // True when the request carries a consistency header, so Handle may wait.
 bool MayWait(const ApiRequest& request);
+
+// A Query or Scan whose Limit is at most this many entries counts as short.
+inline constexpr int64_t kShortPageLimit = 100;
+// A body longer than this is not short, whatever it asks (parsing it takes time of its own).
+inline constexpr size_t kMaxShortBody = 64 * 1024;
+
+// True when the request's work is small and bounded before it runs: a target that is not
+// DynamoDB's (answered with an error unread), and within kMaxShortBody bytes GetItem,
+// DescribeTable, ListTables, any operation not served, a body that does not parse (answered
+// with an error), and a Query or an unsegmented Scan with a Limit of 1-kShortPageLimit. False
+// for the rest: Query and Scan pages of up to 1 MB, segmented Scans (a segment walks past the
+// other segments' entries), BatchGetItem (up to 100 items) and long bodies. Parses a Query or
+// Scan body's top level. The endpoint answers short requests on its I/O threads and runs the
+// others on page threads.
+bool RunsShort(const ApiRequest& request);
 
 // An error in DynamoDB's shape: {"__type": "<namespace>#<type>", "message": "..."}.
 ApiResponse ErrorResponse(int http_status, std::string_view type, std::string_view message,

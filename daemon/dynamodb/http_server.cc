@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <openssl/ssl.h>
 #include <pthread.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -42,6 +43,9 @@ namespace {
 
 constexpr char kJsonType[] = "application/x-amz-json-1.0";
 constexpr size_t kReadChunk = 16 * 1024;
+// Page threads run at this nice value, so that a short request's I/O thread takes the CPU
+// from a page being built when both are runnable on the same CPU.
+constexpr int kPageNice = 5;
 
 std::string Crc32(std::string_view body) {
   return std::to_string(
@@ -69,40 +73,50 @@ int OpenSpare() { return open("/dev/null", O_RDONLY | O_CLOEXEC); }
 
 absl::StatusOr<int> ListenOn(const std::string& address) { return ListenSocket(address, "8000"); }
 
-// Threads for the requests that may wait: made as needed, up to `max` at once, each running
-// one request at a time; TrySubmit refuses past `max` requests in flight.
-class WaitPool {
+// Threads that run requests off the I/O threads: made as needed, up to `max_threads`, each
+// running one request at a time; TrySubmit refuses past `max_in_flight` requests queued or
+// running, or once stopping. Threads at `nice` (above 0) yield the CPU to the I/O threads.
+// Stop drops what has not started (its connection closes) and waits for what runs.
+class TaskPool {
  public:
-  explicit WaitPool(uint32_t max) : max_(max) {}
-  ~WaitPool() { Stop(); }
+  TaskPool(const char* name, uint32_t max_threads, uint32_t max_in_flight, int nice)
+      : name_(name), max_threads_(max_threads), max_in_flight_(max_in_flight), nice_(nice) {}
+  ~TaskPool() { Stop(); }
 
   bool TrySubmit(std::function<void()> task) {
     absl::MutexLock lock(&mu_);
-    if (stop_ || in_flight_ >= max_) return false;
+    if (stop_ || in_flight_ >= max_in_flight_) return false;
     ++in_flight_;
     queue_.push_back(std::move(task));
-    if (queue_.size() > idle_) threads_.emplace_back([this] { Run(); });
+    if (queue_.size() > idle_ && threads_.size() < max_threads_) {
+      threads_.emplace_back([this] { Run(); });
+    }
     return true;
   }
-  uint32_t max() const { return max_; }
+  uint32_t max_in_flight() const { return max_in_flight_; }
 
   void Stop() {
     std::vector<std::thread> threads;
+    std::deque<std::function<void()>> dropped;
     {
       absl::MutexLock lock(&mu_);
       stop_ = true;
       threads.swap(threads_);
+      dropped.swap(queue_);
+      in_flight_ -= static_cast<uint32_t>(dropped.size());
     }
+    dropped.clear();  // outside the lock: what a task holds may end a connection
     for (std::thread& t : threads) t.join();
   }
 
  private:
   void Run() {
-    pthread_setname_np(pthread_self(), "dynamodb-wait");
+    pthread_setname_np(pthread_self(), name_);
+    if (nice_ > 0) setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), nice_);
     absl::MutexLock lock(&mu_);
     for (;;) {
       ++idle_;
-      mu_.Await(absl::Condition(this, &WaitPool::HasWorkOrStops));
+      mu_.Await(absl::Condition(this, &TaskPool::HasWorkOrStops));
       --idle_;
       if (queue_.empty()) return;  // stopping, nothing left
       std::function<void()> task = std::move(queue_.front());
@@ -119,7 +133,10 @@ class WaitPool {
     return stop_ || !queue_.empty();
   }
 
-  const uint32_t max_;
+  const char* const name_;
+  const uint32_t max_threads_;
+  const uint32_t max_in_flight_;
+  const int nice_;
   mutable absl::Mutex mu_;
   std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
   std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
@@ -144,7 +161,8 @@ class HttpServer::Impl {
       : limits_(limits),
         handler_(std::move(handler)),
         options_(std::move(options)),
-        waits_(limits.dynamodb_max_waits),
+        waits_("dynamodb-wait", limits.dynamodb_max_waits, limits.dynamodb_max_waits, 0),
+        pages_("dynamodb-page", limits.dynamodb_threads, limits.dynamodb_max_pages, kPageNice),
         max_connections_(limits.dynamodb_max_connections),
         ioc_(static_cast<int>(limits.dynamodb_threads)),
         accept_strand_(asio::make_strand(ioc_)),
@@ -217,6 +235,7 @@ class HttpServer::Impl {
     for (std::thread& t : threads_) t.join();
     // Waits still running end by their own deadline (server.max_wait_ms at most).
     waits_.Stop();
+    pages_.Stop();
     if (spare_fd_ >= 0) close(spare_fd_);
     spare_fd_ = -1;
   }
@@ -225,7 +244,8 @@ class HttpServer::Impl {
   const ServerConfig& limits() const { return limits_; }
   const Options& options() const { return options_; }
   const Handler& handler() const { return handler_; }
-  WaitPool& waits() { return waits_; }
+  TaskPool& waits() { return waits_; }
+  TaskPool& pages() { return pages_; }
   bool stopping() const { return stopping_.load(); }
 
   void Ended(uint64_t id, std::string_view reason) {
@@ -343,7 +363,8 @@ class HttpServer::Impl {
   const ServerConfig limits_;
   const Handler handler_;
   const Options options_;
-  WaitPool waits_;
+  TaskPool waits_;
+  TaskPool pages_;
   std::atomic<uint32_t> max_connections_;
   std::atomic<uint32_t> open_{0};
   std::atomic<bool> stopping_{false};
@@ -574,22 +595,30 @@ class Session : public SessionBase {
     api_.max_staleness_seconds = View(request_["x-cdcview-max-staleness-seconds"]);
     api_.who = who_ ? &*who_ : nullptr;
     if (server_.options().offload_all || MayWait(api_)) {
-      auto self = Self();
-      const bool taken = server_.waits().TrySubmit([self] {
-        ApiResponse response = self->server_.handler()(self->api_);
-        asio::post(self->stream_.get_executor(), [self, response = std::move(response)]() mutable {
-          self->Reply(std::move(response));
-        });
-      });
-      if (!taken) {
+      if (!RunOn(server_.waits())) {
         if (server_.options().connections != nullptr) {
           server_.options().connections->RequestRefused("max_waits");
         }
         Reply(ErrorResponse(
             400, "ThrottlingException",
             absl::StrCat("too many requests with a consistency header at once: ",
-                         server_.waits().max(),
+                         server_.waits().max_in_flight(),
                          " are running (server.dynamodb_max_waits); retry later"),
+            operation));
+      }
+      return;
+    }
+    const auto& runs_short = server_.options().runs_short;
+    if (runs_short && !runs_short(api_)) {
+      if (!RunOn(server_.pages())) {
+        if (server_.options().connections != nullptr) {
+          server_.options().connections->RequestRefused("max_pages");
+        }
+        Reply(ErrorResponse(
+            400, "ThrottlingException",
+            absl::StrCat("too many long requests (Scan and Query pages, BatchGetItem) at once: ",
+                         server_.pages().max_in_flight(),
+                         " are queued or running (server.dynamodb_max_pages); retry later"),
             operation));
       }
       return;
@@ -597,7 +626,21 @@ class Session : public SessionBase {
     Reply(server_.handler()(api_));
   }
 
-  void Reply(ApiResponse answer, const char* content_type = kJsonType) {
+  // Hands the request to `pool`, whose thread posts the answer back to this connection's
+  // strand; false when the pool refuses it.
+  bool RunOn(TaskPool& pool) {
+    return pool.TrySubmit([self = Self()] {
+      ApiResponse response = self->server_.handler()(self->api_);
+      std::string crc = Crc32(response.body);
+      asio::post(self->stream_.get_executor(),
+                 [self, response = std::move(response), crc = std::move(crc)]() mutable {
+                   self->Reply(std::move(response), kJsonType, std::move(crc));
+                 });
+    });
+  }
+
+  // `crc`: the body's Crc32 when the thread that made the answer computed it.
+  void Reply(ApiResponse answer, const char* content_type = kJsonType, std::string crc = {}) {
     if (DynamoDbApiProbe* probe = server_.options().probe;
         probe != nullptr && content_type == kJsonType) {
       probe->Observe(answer.operation, answer.error_type.empty() ? "ok" : answer.error_type,
@@ -613,7 +656,7 @@ class Session : public SessionBase {
     response_->result(static_cast<unsigned>(answer.http_status));
     response_->set(http::field::content_type, content_type);
     response_->set("x-amzn-RequestId", RequestId());
-    response_->set("x-amz-crc32", Crc32(answer.body));
+    response_->set("x-amz-crc32", crc.empty() ? Crc32(answer.body) : std::move(crc));
     if (!answer.applied_position.empty()) {
       response_->set("x-cdcview-applied-position", answer.applied_position);
     }

@@ -13,13 +13,18 @@
 // Content-Type application/x-amz-json-1.0, x-amzn-RequestId, x-amz-crc32 (the CRC32 of the body,
 // which botocore checks) and, when the read reported one, x-cdcview-applied-position.
 //
-// Threads: `dynamodb_threads` I/O threads read requests, answer those without a consistency
-// header (x-cdcview-min-position, x-cdcview-min-kafka-offsets, x-cdcview-max-staleness-seconds)
-// on the spot and write answers. A request with one (MayWait) runs on a wait thread: threads
-// are made as needed up to dynamodb_max_waits, one per such request while it runs, so a wait
-// never holds up a request behind it; one more answers ThrottlingException naming the field
-// (SDKs retry it with back-off). With `offload_all` (a cluster member, whose reads ask the other
-// members over the network) every request runs there.
+// Threads: `dynamodb_threads` I/O threads read requests, answer the short ones (Options::
+// runs_short, RunsShort by default: a GetItem, a Query with a small Limit) on the spot and write
+// answers. A long one (a Scan or Query page of up to 1 MB, a BatchGetItem) runs on a page
+// thread: as many as I/O threads, made when first needed, at nice 5, so that on a
+// shared CPU a short request's I/O thread takes the CPU from a page being built; long requests
+// queue for them (at most one per open connection). A page thread also computes its answer's
+// CRC32. A request with a consistency header (x-cdcview-min-position,
+// x-cdcview-min-kafka-offsets, x-cdcview-max-staleness-seconds; MayWait) runs on a wait
+// thread: threads are made as needed up to dynamodb_max_waits, one per such request while it
+// runs, so a wait never holds up a request behind it; one more answers ThrottlingException
+// naming the field (SDKs retry it with back-off). With `offload_all` (a cluster member, whose
+// reads ask the other members over the network) every request runs there.
 //
 // Limits (ServerConfig's dynamodb_* fields; every refusal counted, see Options):
 // - a request head at most kMaxHeaderBytes (431), a body at most dynamodb_max_request_bytes
@@ -78,6 +83,9 @@ class HttpServer {
     security::AuthProbe* auth_probe = nullptr;        // may be null
     DynamoDbApiProbe* probe = nullptr;                // may be null
     bool offload_all = false;  // every request on the wait threads (a cluster member)
+    // Which requests the I/O threads answer on the spot; the others run on the page threads.
+    // Null: every request on the spot.
+    std::function<bool(const ApiRequest&)> runs_short = RunsShort;
     std::function<absl::Time()> now = absl::Now;  // the SigV4 clock; tests set it
   };
 

@@ -1479,6 +1479,7 @@ SERVER_DEFAULTS = {
     "dynamodb": "", "dynamodb_threads": 0, "dynamodb_max_connections": 1024,
     "dynamodb_max_request_bytes": "1MiB", "dynamodb_idle_timeout_ms": 300000,
     "dynamodb_request_timeout_ms": 10000, "dynamodb_max_waits": 256,
+    "dynamodb_max_pages": 64,
     "grpc_max_connections": 1000, "grpc_max_connection_idle_seconds": 300,
     "grpc_max_connection_age_seconds": 3600, "grpc_max_connection_age_grace_seconds": 300,
     "grpc_min_ping_interval_seconds": 300, "grpc_max_ping_strikes": 2, "fd_reserve": 256}

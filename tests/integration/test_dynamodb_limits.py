@@ -4,8 +4,9 @@ field and the daemon keeps serving; connections past the cap are closed with a
 ThrottlingException; a client that sends its request slowly is cut at the request timeout, an
 idle one at the idle timeout; requests waiting for a position past dynamodb_max_waits get a
 ThrottlingException; HTTPS with a certificate rotated without a restart; SigV4 against the
-tokens file; one I/O thread per CPU the daemon may use, at least two, unless set. Each refusal
-is counted, and the counters are checked exactly.
+tokens file; one I/O thread per CPU the daemon may use unless set, with as many page threads at
+a lower priority for the long requests. Each refusal is counted, and the counters are checked
+exactly.
 """
 
 import base64
@@ -66,17 +67,20 @@ def start(daemon_factory, tmp_path, **server):
     return d
 
 
-def io_threads(d):
-    """The daemon's threads named dynamodb-io."""
+def threads_named(d, name):
+    """The nice values of the daemon's threads called `name`."""
     tasks = f"/proc/{d.proc.pid}/task"
-    names = []
+    nice = []
     for tid in os.listdir(tasks):
         try:
             with open(f"{tasks}/{tid}/comm", encoding="utf-8") as f:
-                names.append(f.read().strip())
+                if f.read().strip() != name:
+                    continue
+            with open(f"{tasks}/{tid}/stat", encoding="utf-8") as f:
+                nice.append(int(f.read().rsplit(")", 1)[1].split()[16]))
         except FileNotFoundError:  # a thread that ended meanwhile
             pass
-    return names.count("dynamodb-io")
+    return nice
 
 
 def dynamodb(d, scheme="http", key="AKID", secret="any-secret", **kwargs):
@@ -366,19 +370,34 @@ def test_mtls_and_a_handshake_that_never_finishes(daemon_factory, pki, tmp_path)
 
 
 def test_io_threads_default_to_the_cpus_the_daemon_may_use(daemon_factory, tmp_path):
-    """server.dynamodb_threads 0 (the default) runs one I/O thread per usable CPU, at least
-    two: pinned to one CPU, two (so that a long Scan page does not hold every other request),
-    named at start; a count that is set is kept, one included."""
-    _, cfg = config(tmp_path)
+    """server.dynamodb_threads 0 (the default) runs one I/O thread per usable CPU: one when
+    pinned to one CPU, named at start; a count that is set is kept. Long requests (a Scan
+    without Limit) run on page threads at nice 5, made when first needed, as many at most as
+    I/O threads; short ones (GetItem, a Query with Limit 1) make none."""
+    stream, cfg = config(tmp_path)
     pinned = daemon_factory(cfg, name="pinned", prefix=["taskset", "-c", "0"]).start()
-    port = PORT_LINE.search(pinned.log()).group(2)
-    assert f"on port {port} with 2 I/O threads\n" in pinned.log()
-    assert io_threads(pinned) == 2
+    pinned.dynamodb_port = int(PORT_LINE.search(pinned.log()).group(2))
+    assert f"on port {pinned.dynamodb_port} with 1 I/O and 1 page thread\n" in pinned.log()
+    assert threads_named(pinned, "dynamodb-io") == [0]
+    wait_for("the records to apply",
+             lambda: pinned.positions("app").get("") == expected_position(stream))
+    client = dynamodb(pinned)
+    assert client.get_item(TableName="App", Key={"PK": {"S": "I1"}})["Item"]["day"] == {"S": "D1"}
+    short = client.query(TableName="App", IndexName="ByDay", Limit=1,
+                         KeyConditionExpression="#k = :v", ExpressionAttributeNames={"#k": "day"},
+                         ExpressionAttributeValues={":v": {"S": "D1"}})
+    assert short["Count"] == 1
+    assert threads_named(pinned, "dynamodb-page") == []
+    for _ in range(3):
+        assert client.scan(TableName="App", IndexName="ByDay")["Count"] == 3
+    assert day_query(client)["Count"] == 3  # no Limit: a page
+    assert threads_named(pinned, "dynamodb-page") == [5]
     pinned.stop()
-    for count, name, threads in ((1, "one", "1 I/O thread"), (3, "three", "3 I/O threads")):
+    for count, name, threads in ((2, "two", "2 I/O and 2 page threads"),
+                                 (3, "three", "3 I/O and 3 page threads")):
         _, cfg = config(tmp_path, dynamodb_threads=count)
         d = daemon_factory(cfg, name=name, prefix=["taskset", "-c", "0"]).start()
         port = PORT_LINE.search(d.log()).group(2)
         assert f"on port {port} with {threads}\n" in d.log()
-        assert io_threads(d) == count
+        assert threads_named(d, "dynamodb-io") == [0] * count
         d.stop()

@@ -745,12 +745,13 @@ TEST(ConfigTest, DynamoDbEndpointLimitsHaveSafeDefaultsAndBounds) {
   EXPECT_EQ(d.dynamodb_idle_timeout_ms, 300000u);
   EXPECT_EQ(d.dynamodb_request_timeout_ms, 10000u);
   EXPECT_EQ(d.dynamodb_max_waits, 256u);
+  EXPECT_EQ(d.dynamodb_max_pages, 64u);
 
   absl::StatusOr<Config> set = Parse(
       "server: { dynamodb: \"0.0.0.0:8000\", dynamodb_threads: 64,\n"
       "          dynamodb_max_connections: 1, dynamodb_max_request_bytes: 64MiB,\n"
       "          dynamodb_idle_timeout_ms: 100, dynamodb_request_timeout_ms: 86400000,\n"
-      "          dynamodb_max_waits: 4096 }\n"
+      "          dynamodb_max_waits: 4096, dynamodb_max_pages: 1 }\n"
       "tables: [ { name: App, key: { partition: PK } } ]\n");
   ASSERT_TRUE(set.ok()) << set.status();
   EXPECT_EQ(set->server.dynamodb, "0.0.0.0:8000");
@@ -760,6 +761,7 @@ TEST(ConfigTest, DynamoDbEndpointLimitsHaveSafeDefaultsAndBounds) {
   EXPECT_EQ(set->server.dynamodb_idle_timeout_ms, 100u);
   EXPECT_EQ(set->server.dynamodb_request_timeout_ms, 86400000u);
   EXPECT_EQ(set->server.dynamodb_max_waits, 4096u);
+  EXPECT_EQ(set->server.dynamodb_max_pages, 1u);
   absl::StatusOr<Config> per_cpu = Parse(
       "server: { dynamodb_threads: 0 }\ntables: [ { name: App, key: { partition: PK } } ]\n");
   ASSERT_TRUE(per_cpu.ok()) << per_cpu.status();
@@ -794,6 +796,9 @@ TEST(ConfigTest, DynamoDbEndpointLimitsHaveSafeDefaultsAndBounds) {
   EXPECT_EQ(error("dynamodb_max_waits: 4097"),
             "t.yaml:1: server.dynamodb_max_waits: expected a whole number from 1 to 4096, got "
             "\"4097\" (at most 4096: each waiting request holds a thread)");
+  EXPECT_EQ(error("dynamodb_max_pages: 0"),
+            "t.yaml:1: server.dynamodb_max_pages: expected a whole number from 1 to 1048576, got "
+            "\"0\"");
 }
 
 // Each of these counts time, threads or a rate: the message says why its maximum is the one.

@@ -245,6 +245,7 @@ TEST(ConfigToYamlTest, PrintsEveryDefaultExactly) {
             "  dynamodb_idle_timeout_ms: 300000\n"
             "  dynamodb_request_timeout_ms: 10000\n"
             "  dynamodb_max_waits: 256\n"
+            "  dynamodb_max_pages: 64\n"
             "  grpc_max_connections: 1000\n"
             "  grpc_max_connection_idle_seconds: 300\n"
             "  grpc_max_connection_age_seconds: 3600\n"
@@ -313,11 +314,11 @@ TEST(ReadyMaxLagTest, DefaultsTo60AndTakesAWholeNumber) {
             "fast_reads_max_waits_per_connection, fast_reads_max_connections, "
             "fast_reads_idle_timeout_ms, fast_reads_request_timeout_ms, dynamodb_threads, "
             "dynamodb_max_connections, dynamodb_max_request_bytes, dynamodb_idle_timeout_ms, "
-            "dynamodb_request_timeout_ms, dynamodb_max_waits, grpc_max_connections, "
-            "grpc_max_connection_idle_seconds, grpc_max_connection_age_seconds, "
-            "grpc_max_connection_age_grace_seconds, grpc_min_ping_interval_seconds, "
-            "grpc_max_ping_strikes, fd_reserve, health, tls_cert_file, tls_key_file, "
-            "tls_client_ca_file, tls_metrics, tokens_file)");
+            "dynamodb_request_timeout_ms, dynamodb_max_waits, dynamodb_max_pages, "
+            "grpc_max_connections, grpc_max_connection_idle_seconds, "
+            "grpc_max_connection_age_seconds, grpc_max_connection_age_grace_seconds, "
+            "grpc_min_ping_interval_seconds, grpc_max_ping_strikes, fd_reserve, health, "
+            "tls_cert_file, tls_key_file, tls_client_ca_file, tls_metrics, tokens_file)");
 }
 
 // ---- the main port's connection limits ----

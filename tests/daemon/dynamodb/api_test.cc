@@ -791,6 +791,46 @@ TEST_F(DynamoDbApiTest, ConsistencyHeaders) {
   EXPECT_FALSE(MayWait(ApiRequest{}));
 }
 
+// Which requests the endpoint answers on its I/O threads: those whose work is bounded small.
+TEST(RunsShortTest, ShortAreBoundedReadsAndErrorsLongArePagesBatchesAndLongBodies) {
+  auto runs_short = [](std::string_view operation, std::string_view body) {
+    const std::string target = "DynamoDB_20120810." + std::string(operation);
+    ApiRequest request;
+    request.target = target;
+    request.body = body;
+    return RunsShort(request);
+  };
+  EXPECT_TRUE(runs_short("GetItem", R"({"TableName":"App","Key":{"PK":{"S":"a"}}})"));
+  EXPECT_TRUE(runs_short("DescribeTable", R"({"TableName":"App"})"));
+  EXPECT_TRUE(runs_short("ListTables", "{}"));
+  EXPECT_TRUE(runs_short("PutItem", "{}"));  // refused at once
+  EXPECT_TRUE(runs_short("Query", R"({"IndexName":"GSI1","Limit":1})"));
+  EXPECT_TRUE(runs_short("Query", R"({"Limit":100})"));
+  EXPECT_TRUE(runs_short("Scan", R"({"Limit":100,"TotalSegments":null})"));
+  EXPECT_TRUE(runs_short("Scan", R"({"Limit":5,"Segment":0,"TotalSegments":1})"));
+  EXPECT_TRUE(runs_short("Query", "{not json"));  // a SerializationException
+  ApiRequest other;
+  other.target = "Other.Query";
+  EXPECT_TRUE(RunsShort(other));
+
+  EXPECT_FALSE(runs_short("Query", R"({"IndexName":"GSI1"})"));  // up to 1 MB
+  EXPECT_FALSE(runs_short("Query", R"({"Limit":101})"));
+  EXPECT_FALSE(runs_short("Query", R"({"Limit":0})"));
+  EXPECT_FALSE(runs_short("Query", R"({"Limit":"1"})"));
+  EXPECT_FALSE(runs_short("Scan", "{}"));
+  EXPECT_FALSE(runs_short("Scan", R"({"Limit":5,"Segment":0,"TotalSegments":4})"));
+  EXPECT_FALSE(runs_short("Scan", R"({"Limit":5,"TotalSegments":"4"})"));
+  EXPECT_FALSE(runs_short("BatchGetItem", R"({"RequestItems":{}})"));
+  const std::string padded =
+      R"({"Limit":1,"TableName":")" + std::string(kMaxShortBody, 'x') + R"("})";
+  EXPECT_FALSE(runs_short("Query", padded));
+  EXPECT_FALSE(runs_short("GetItem", padded));
+  const std::string at_limit = absl::StrCat(
+      R"({"Limit":1,"TableName":")", std::string(kMaxShortBody - 26, 'x'), R"("})");
+  ASSERT_EQ(at_limit.size(), kMaxShortBody);
+  EXPECT_TRUE(runs_short("Query", at_limit));
+}
+
 TEST_F(DynamoDbApiTest, Permissions) {
   Ready();
   PutGsi1();

@@ -3,6 +3,7 @@
 #include "daemon/dynamodb/http_server.h"
 
 #include <prometheus/registry.h>
+#include <pthread.h>
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -359,6 +360,68 @@ TEST_F(HttpServerTest, WaitsRunApartAndAreCapped) {
   EXPECT_EQ(Metric("cdcview_dynamodb_api_requests_total",
                    {{"operation", "GetItem"}, {"outcome", "ThrottlingException"}}),
             1);
+}
+
+// A long request (here a Scan without Limit) runs on a page thread: with one I/O thread, a
+// short one on another connection is answered while it runs, and a second long one waits for
+// the page thread; past dynamodb_max_pages queued or running, one more is refused.
+TEST_F(HttpServerTest, LongRequestsRunOnPageThreadsAndHoldNoShortOne) {
+  limits_.dynamodb_threads = 1;
+  limits_.dynamodb_max_pages = 2;
+  absl::Notification release;
+  std::atomic<int> pages{0};
+  absl::Mutex names_mu;
+  std::vector<std::string> names;
+  Start([&](const ApiRequest& request) {
+    ApiResponse response;
+    response.operation = "Scan";
+    response.body = "{\"short\":true}";
+    if (request.target == "DynamoDB_20120810.Scan") {
+      char name[16] = {};
+      pthread_getname_np(pthread_self(), name, sizeof name);
+      {
+        absl::MutexLock lock(&names_mu);
+        names.emplace_back(name);
+      }
+      ++pages;
+      release.WaitForNotification();
+      response.body = "{\"page\":true}";
+    }
+    return response;
+  });
+  Client a(server_->port()), b(server_->port()), c(server_->port()), d(server_->port());
+  http::request<http::string_body> scan(http::verb::post, "/", 11);
+  scan.set("X-Amz-Target", "DynamoDB_20120810.Scan");
+  scan.body() = "{\"TableName\":\"App\"}";
+  scan.prepare_payload();
+  http::write(a.socket(), scan);
+  http::write(b.socket(), scan);
+  for (int i = 0; i < 500 && pages.load() < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(pages.load(), 1);
+  EXPECT_EQ(c.Post("{\"Limit\":1}").body(), "{\"short\":true}");
+  EXPECT_EQ(pages.load(), 1);  // the second Scan waits for the one page thread
+  Response refused = d.Send(scan);
+  EXPECT_EQ(refused.result_int(), 400);
+  EXPECT_EQ(refused.body(),
+            "{\"__type\":\"com.amazonaws.dynamodb.v20120810#ThrottlingException\",\"message\":"
+            "\"too many long requests (Scan and Query pages, BatchGetItem) at once: 2 are queued "
+            "or running (server.dynamodb_max_pages); retry later\"}");
+  EXPECT_TRUE(refused.keep_alive());
+  release.Notify();
+  for (Client* client : {&a, &b}) {
+    Response page = client->Read();
+    EXPECT_EQ(page.body(), "{\"page\":true}");
+    EXPECT_EQ(page["x-amz-crc32"], Crc32(page.body()));  // computed on the page thread
+  }
+  EXPECT_EQ(pages.load(), 2);
+  EXPECT_EQ(d.Send(scan).body(), "{\"page\":true}");  // a slot is free again
+  EXPECT_EQ(Metric("cdcview_requests_refused_total", {{"port", "dynamodb"}, {"reason", "max_pages"}}),
+            1);
+  absl::MutexLock lock(&names_mu);
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"dynamodb-page", "dynamodb-page", "dynamodb-page"}));
 }
 
 // Shutdown closes idle connections at once and answers a request in flight before closing.
