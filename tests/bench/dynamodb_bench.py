@@ -23,7 +23,8 @@ Prints figures, asserts nothing.
      a busy machine), how late it went out (also waiting for a free connection), and the time
      from the actual send to the answer (the endpoint's and the loopback's share), and of that
      the daemon's own time from a request read to its answer (its request duration histogram,
-     snapshotted before that loop, while the client waits, and after the run).
+     snapshotted before that loop, while the client waits, and after the run); and after
+     each open loop, the host's steal of each CPU meanwhile.
 
 Python and boto3 cannot send 5,000 queries/s on two cores (boto3 spends about 1 ms of CPU per
 call); the load generator is C++ and one thread. With --cpus split (the default, as

@@ -19,7 +19,9 @@
 // The gRPC side sends the same queries as cdcview.v1 QueryRequests: closed loop with blocking
 // stubs on --connections threads, open loop with the lean HTTP/2 client (h2_client.h).
 // The DynamoDB open loop also prints how late the client woke for each query and how late it
-// went out (both in the latency), and the time from the actual send to the answer.
+// went out (both in the latency), and the time from the actual send to the answer. After
+// each open loop, the steal of each CPU meanwhile (/proc/stat): time the VM's host gave
+// another guest while this one had work, which no process here can make up.
 // With --pause-before-open, it prints kOpenLoopNext and reads a line from stdin before the
 // DynamoDB open loop: dynamodb_bench.py snapshots the daemon's metrics there, so that it can
 // tell the daemon's own time for that loop's queries from the closed loop's.
@@ -28,6 +30,7 @@
 #include <grpcpp/grpcpp.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <boost/asio/connect.hpp>
@@ -42,6 +45,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -94,6 +98,33 @@ double ProcessCpuSeconds() {
   getrusage(RUSAGE_SELF, &u);
   return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
          double(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+// Steal seconds of each CPU so far (/proc/stat): time the host ran something else while the
+// CPU had work. Empty when unreadable.
+std::vector<double> StealPerCpu() {
+  std::vector<double> steal;
+  std::ifstream in("/proc/stat");
+  const double tick = double(sysconf(_SC_CLK_TCK));
+  for (std::string line; std::getline(in, line);) {
+    if (!line.starts_with("cpu") || line.size() < 4 || line[3] == ' ') continue;
+    std::istringstream fields(line.substr(line.find(' ')));
+    double v[8] = {};
+    for (double& x : v) fields >> x;
+    steal.push_back(v[7] / tick);
+  }
+  return steal;
+}
+
+// "cpu0 10 ms, cpu1 0 ms" since `before`.
+std::string StealSince(const std::vector<double>& before) {
+  const std::vector<double> now = StealPerCpu();
+  std::string out;
+  for (size_t i = 0; i < now.size() && i < before.size(); ++i) {
+    absl::StrAppendFormat(&out, "%scpu%zu %.0f ms", out.empty() ? "" : ", ", i,
+                          (now[i] - before[i]) * 1000);
+  }
+  return out.empty() ? "unknown" : out;
 }
 
 double Percentile(std::vector<double>& v, double p) {
@@ -449,14 +480,18 @@ int Main(const Flags& flags) {
   printf("open loop at %.0f QPS, %.1f s, the client %s between sends (latency from the time each "
          "query was due):\n",
          flags.qps, flags.open_seconds, flags.open_wait == "spin" ? "spinning" : "sleeping");
+  std::vector<double> steal = StealPerCpu();
   const Row ddb_open = Print(absl::StrFormat("DynamoDB endpoint, %d connections", flags.open_connections),
                              DynamoDbLoad(flags, ddb, flags.open_connections, flags.qps, flags.open_seconds).Run());
+  printf("    the host's steal meanwhile: %s\n", StealSince(steal).c_str());
   printf("   target p99 < 2 ms at %.0f point queries/s %s\n", flags.qps,
          ddb_open.p99 < 2 ? "[met]" : "[not met]");
   if (flags.grpc_port) {
+    steal = StealPerCpu();
     const Row grpc_open = Print("gRPC port, lean HTTP/2 client",
                                 GrpcOpenLoop(flags.grpc_port, grpc_requests, flags.qps,
                                              flags.open_seconds, flags.open_wait == "spin"));
+    printf("    the host's steal meanwhile: %s\n", StealSince(steal).c_str());
     printf("DynamoDB / gRPC: closed-loop QPS %.2f, open-loop p50 %.2f, open-loop p99 %.2f\n",
            grpc_closed.qps > 0 ? ddb_closed.qps / grpc_closed.qps : 0,
            grpc_open.p50 > 0 ? ddb_open.p50 / grpc_open.p50 : 0,
