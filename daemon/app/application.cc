@@ -276,11 +276,14 @@ absl::Status Application::StartDynamoDb(const ViewQueries& queries) {
                                      "endpoint off"));
   }
   dynamodb_ = std::move(*server);
+  const uint32_t n = limits.dynamodb_threads;
   LogInfo(absl::StrCat("cdcviewd serving the DynamoDB API (",
                        config_.server.TlsEnabled() ? "HTTPS" : "HTTP", ") on port ",
-                       dynamodb_->port(), " with ", limits.dynamodb_threads, " I/O and ",
-                       limits.dynamodb_threads, " page thread",
-                       limits.dynamodb_threads == 1 ? "" : "s"));
+                       dynamodb_->port(), " with ", n,
+                       cluster_queries_ != nullptr
+                           ? absl::StrCat(" I/O thread", n == 1 ? "" : "s",
+                                          "; a cluster member's requests run on wait threads")
+                           : absl::StrCat(" I/O and ", n, " page thread", n == 1 ? "" : "s")));
   return absl::OkStatus();
 }
 

@@ -122,6 +122,7 @@ struct ServerConfig {
   // Long requests (dynamodb::RunsShort false: Scan and Query pages, BatchGetItem) queued for
   // the page threads or running at once; one more answers ThrottlingException naming the field.
   uint32_t dynamodb_max_pages = 64;
+  static constexpr uint32_t kMaxDynamoDbPages = 4096;
 
   // The main gRPC port's connections (GrpcListener and gRPC's channel arguments). Beyond the
   // cap a connection is accepted and closed at once; the cap is lowered at start to what the

@@ -88,14 +88,15 @@ inline constexpr int64_t kShortPageLimit = 100;
 // A body longer than this is not short, whatever it asks (parsing it takes time of its own).
 inline constexpr size_t kMaxShortBody = 64 * 1024;
 
-// True when the request's work is small and bounded before it runs: a target that is not
-// DynamoDB's (answered with an error unread), and within kMaxShortBody bytes GetItem,
+// True when the request's work is bounded by a few entries before it runs: a target that is
+// not DynamoDB's (answered with an error unread), and within kMaxShortBody bytes GetItem,
 // DescribeTable, ListTables, any operation not served, a body that does not parse (answered
 // with an error), and a Query or an unsegmented Scan with a Limit of 1-kShortPageLimit. False
 // for the rest: Query and Scan pages of up to 1 MB, segmented Scans (a segment walks past the
 // other segments' entries), BatchGetItem (up to 100 items) and long bodies. Parses a Query or
-// Scan body's top level. The endpoint answers short requests on its I/O threads and runs the
-// others on page threads.
+// Scan body's top level, not the catalog: a short page of large items can still near 1 MB,
+// and a Query of a write-sharded view by its logical key opens a cursor per shard. The
+// endpoint answers short requests on its I/O threads and runs the others on page threads.
 bool RunsShort(const ApiRequest& request);
 
 // An error in DynamoDB's shape: {"__type": "<namespace>#<type>", "message": "..."}.

@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <boost/asio.hpp>
 #include <boost/asio/ssl.hpp>
@@ -18,6 +19,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <thread>
@@ -75,8 +77,9 @@ absl::StatusOr<int> ListenOn(const std::string& address) { return ListenSocket(a
 
 // Threads that run requests off the I/O threads: made as needed, up to `max_threads`, each
 // running one request at a time; TrySubmit refuses past `max_in_flight` requests queued or
-// running, or once stopping. Threads at `nice` (above 0) yield the CPU to the I/O threads.
-// Stop drops what has not started (its connection closes) and waits for what runs.
+// running, or once closed. Threads run `nice` steps below the thread that made them (at most
+// 19), so that they yield the CPU to the I/O threads. Close drops what has not started (its
+// connection ends); Join waits for what runs.
 class TaskPool {
  public:
   TaskPool(const char* name, uint32_t max_threads, uint32_t max_in_flight, int nice)
@@ -96,23 +99,32 @@ class TaskPool {
   uint32_t max_in_flight() const { return max_in_flight_; }
 
   void Stop() {
-    std::vector<std::thread> threads;
+    Close();
+    Join();
+  }
+  void Close() {
     std::deque<std::function<void()>> dropped;
     {
       absl::MutexLock lock(&mu_);
       stop_ = true;
-      threads.swap(threads_);
       dropped.swap(queue_);
       in_flight_ -= static_cast<uint32_t>(dropped.size());
     }
     dropped.clear();  // outside the lock: what a task holds may end a connection
+  }
+  void Join() {
+    std::vector<std::thread> threads;
+    {
+      absl::MutexLock lock(&mu_);
+      threads.swap(threads_);
+    }
     for (std::thread& t : threads) t.join();
   }
 
  private:
   void Run() {
     pthread_setname_np(pthread_self(), name_);
-    if (nice_ > 0) setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), nice_);
+    if (nice_ > 0) LowerPriority();
     absl::MutexLock lock(&mu_);
     for (;;) {
       ++idle_;
@@ -131,6 +143,22 @@ class TaskPool {
 
   bool HasWorkOrStops() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return stop_ || !queue_.empty();
+  }
+
+  void LowerPriority() {
+    errno = 0;
+    const int base = getpriority(PRIO_PROCESS, 0);  // this thread's, as its maker's
+    if (errno == 0 &&
+        setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), std::min(19, base + nice_)) == 0) {
+      return;
+    }
+    const int error = errno;
+    static std::once_flag warned;
+    std::call_once(warned, [this, error] {
+      LogWarning(absl::StrCat("server.dynamodb: cannot lower the priority of the ", name_,
+                              " threads (", std::strerror(error),
+                              "); they share the CPU with the I/O threads as equals"));
+    });
   }
 
   const char* const name_;
@@ -225,6 +253,9 @@ class HttpServer::Impl {
       if (open_.load() == 0) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     } while (Clock::now() < deadline);
+    // What has not started by now is not answered: its connection ends with the others.
+    waits_.Close();
+    pages_.Close();
     ForEachSession([](SessionBase& s) { s.Close(); });
     const Clock::time_point closing = Clock::now() + std::chrono::seconds(1);
     while (open_.load() > 0 && Clock::now() < closing) {
@@ -234,8 +265,8 @@ class HttpServer::Impl {
     ioc_.stop();
     for (std::thread& t : threads_) t.join();
     // Waits still running end by their own deadline (server.max_wait_ms at most).
-    waits_.Stop();
-    pages_.Stop();
+    waits_.Join();
+    pages_.Join();
     if (spare_fd_ >= 0) close(spare_fd_);
     spare_fd_ = -1;
   }
@@ -400,7 +431,11 @@ class Session : public SessionBase {
  public:
   Session(HttpServer::Impl& server, uint64_t id, Stream stream)
       : server_(server), id_(id), stream_(std::move(stream)) {}
-  ~Session() override { server_.Ended(id_, reason_); }
+  ~Session() override {
+    // A connection whose request was dropped at shutdown never saw an error of its own.
+    const bool dropped = server_.stopping() && std::string_view(reason_) == "error";
+    server_.Ended(id_, dropped ? "shutdown" : reason_);
+  }
 
   void Start() {
     if constexpr (kTls<Stream>) {

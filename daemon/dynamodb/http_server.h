@@ -16,9 +16,10 @@
 // Threads: `dynamodb_threads` I/O threads read requests, answer the short ones (Options::
 // runs_short, RunsShort by default: a GetItem, a Query with a small Limit) on the spot and write
 // answers. A long one (a Scan or Query page of up to 1 MB, a BatchGetItem) runs on a page
-// thread: as many as I/O threads, made when first needed, at nice 5, so that on a
-// shared CPU a short request's I/O thread takes the CPU from a page being built; long requests
-// queue for them (at most one per open connection). A page thread also computes its answer's
+// thread: as many as I/O threads, made when first needed, at a lower priority (kPageNice steps
+// of nice), so that on a shared CPU a short request's I/O thread gets most of it while a page
+// is built; long requests queue for them, at most dynamodb_max_pages queued or running, one
+// more answers ThrottlingException naming the field. A page thread also computes its answer's
 // CRC32. A request with a consistency header (x-cdcview-min-position,
 // x-cdcview-min-kafka-offsets, x-cdcview-max-staleness-seconds; MayWait) runs on a wait
 // thread: threads are made as needed up to dynamodb_max_waits, one per such request while it
@@ -37,7 +38,10 @@
 // - at most dynamodb_max_connections (lowered to the descriptor budget by SetMaxConnections):
 //   one more is accepted and closed at once (plaintext: after a best-effort 503
 //   ThrottlingException naming the field). Out of descriptors (EMFILE), a spare descriptor is
-//   given up to accept and close the connection, so the listener never spins or hangs.
+//   given up to accept and close the connection, so the listener never spins or hangs;
+// - at most dynamodb_max_waits requests with a consistency header, dynamodb_max_pages long
+//   requests: one more answers ThrottlingException naming the field (refusal reasons
+//   "max_waits", "max_pages").
 // One answer per connection is held at a time: pipelined requests are read after it is sent.
 //
 // Security: with `tls`, HTTPS only, each connection with the TlsServerContext current at accept
@@ -47,7 +51,8 @@
 // are not checked (as DynamoDB Local does).
 //
 // Shutdown: stops accepting, closes idle connections, lets requests in flight be answered
-// (with Connection: close) for up to the grace period, then closes the rest.
+// (with Connection: close) for up to the grace period, then drops the requests that have not
+// started and closes the rest.
 //
 // Thread-safety: Start, port, SetMaxConnections and Shutdown from any thread; the handler is
 // called from many threads at once. The probes and the token store must outlive the server.

@@ -23,11 +23,11 @@ Build first: scripts/build.sh cdcviewd.
 import argparse
 import http.client
 import json
+import multiprocessing
 import os
 import shutil
 import sys
 import tempfile
-import multiprocessing
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -103,8 +103,11 @@ def run(stream, keys, threads, args, daemon_cpu):
                 time.sleep(0.002)
         finally:
             stop.set()
-            scans = scans.get(timeout=120)
-            scanning.join()
+            scanning.join(timeout=120)
+        if scanning.exitcode != 0:
+            raise SystemExit(f"dynamodb_mixed_bench: the scanning process failed "
+                             f"(exit code {scanning.exitcode}); its error is above")
+        scans = scans.get(timeout=10)
         latency.sort()
         scans.sort()
         p50, p99 = latency[len(latency) // 2], latency[int(len(latency) * 0.99)]

@@ -1580,7 +1580,7 @@ def test_every_variable_in_help_sets_its_field(binaries):
     """--help lists a variable per settable field; each one really reaches that field (an
     invalid value is rejected naming the variable and the field)."""
     listed = re.findall(r"^\s+(CDCVIEW_[A-Z_]+)\s+\((\S+)\)$", help_text(), re.M)
-    assert len(listed) == 49, help_text()
+    assert len(listed) == 50, help_text()
     # The cluster block's fields are read together: the others are set validly around the one
     # tried, so the error is about it.
     cluster = {"CDCVIEW_CLUSTER_MEMBERS": "3", "CDCVIEW_CLUSTER_ORDINAL": "0",

@@ -775,7 +775,7 @@ TEST(ConfigTest, DynamoDbEndpointLimitsHaveSafeDefaultsAndBounds) {
             "disable), got \"8000\"");
   EXPECT_EQ(error("dynamodb_threads: 65"),
             "t.yaml:1: server.dynamodb_threads: expected a whole number from 0 to 64, got \"65\" "
-            "(at most 64: one thread each)");
+            "(at most 64: an I/O and a page thread each)");
   EXPECT_EQ(error("dynamodb_max_connections: 0"),
             "t.yaml:1: server.dynamodb_max_connections: expected a whole number from 1 to "
             "1048576, got \"0\"");
@@ -797,8 +797,8 @@ TEST(ConfigTest, DynamoDbEndpointLimitsHaveSafeDefaultsAndBounds) {
             "t.yaml:1: server.dynamodb_max_waits: expected a whole number from 1 to 4096, got "
             "\"4097\" (at most 4096: each waiting request holds a thread)");
   EXPECT_EQ(error("dynamodb_max_pages: 0"),
-            "t.yaml:1: server.dynamodb_max_pages: expected a whole number from 1 to 1048576, got "
-            "\"0\"");
+            "t.yaml:1: server.dynamodb_max_pages: expected a whole number from 1 to 4096, got "
+            "\"0\" (at most 4096: each is a request held until a page thread builds it)");
 }
 
 // Each of these counts time, threads or a rate: the message says why its maximum is the one.

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/synchronization/notification.h"
 #include "daemon/aws/sigv4.h"
 #include "daemon/metrics/metrics.h"
@@ -369,6 +370,9 @@ TEST_F(HttpServerTest, LongRequestsRunOnPageThreadsAndHoldNoShortOne) {
   limits_.dynamodb_threads = 1;
   limits_.dynamodb_max_pages = 2;
   absl::Notification release;
+  absl::Cleanup released = [&] {  // a failed assertion does not leave a page thread waiting
+    if (!release.HasBeenNotified()) release.Notify();
+  };
   std::atomic<int> pages{0};
   absl::Mutex names_mu;
   std::vector<std::string> names;
@@ -384,7 +388,8 @@ TEST_F(HttpServerTest, LongRequestsRunOnPageThreadsAndHoldNoShortOne) {
         names.emplace_back(name);
       }
       ++pages;
-      release.WaitForNotification();
+      // Bounded, so that a regression that builds pages on the I/O thread fails, not hangs.
+      release.WaitForNotificationWithTimeout(absl::Seconds(20));
       response.body = "{\"page\":true}";
     }
     return response;
@@ -417,11 +422,49 @@ TEST_F(HttpServerTest, LongRequestsRunOnPageThreadsAndHoldNoShortOne) {
   }
   EXPECT_EQ(pages.load(), 2);
   EXPECT_EQ(d.Send(scan).body(), "{\"page\":true}");  // a slot is free again
-  EXPECT_EQ(Metric("cdcview_requests_refused_total", {{"port", "dynamodb"}, {"reason", "max_pages"}}),
+  EXPECT_EQ(Metric("cdcview_requests_refused_total",
+                   {{"port", "dynamodb"}, {"reason", "max_pages"}}),
             1);
   absl::MutexLock lock(&names_mu);
   EXPECT_EQ(names,
             (std::vector<std::string>{"dynamodb-page", "dynamodb-page", "dynamodb-page"}));
+}
+
+// At shutdown, a long request still queued for a page thread after the grace period is not
+// built: its connection closes without an answer, counted as closed by the shutdown.
+TEST_F(HttpServerTest, ShutdownDropsLongRequestsNotStarted) {
+  limits_.dynamodb_threads = 1;
+  absl::Notification entered, release;
+  absl::Cleanup released = [&] {
+    if (!release.HasBeenNotified()) release.Notify();
+  };
+  std::atomic<int> pages{0};
+  Start([&](const ApiRequest&) {
+    if (++pages == 1) entered.Notify();
+    release.WaitForNotificationWithTimeout(absl::Seconds(20));
+    ApiResponse response;
+    response.operation = "Scan";
+    response.body = "{}";
+    return response;
+  });
+  Client running(server_->port()), queued(server_->port());
+  http::request<http::string_body> scan(http::verb::post, "/", 11);
+  scan.set("X-Amz-Target", "DynamoDB_20120810.Scan");
+  scan.body() = "{\"TableName\":\"App\"}";  // no Limit: long
+  scan.prepare_payload();
+  http::write(running.socket(), scan);
+  ASSERT_TRUE(entered.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  http::write(queued.socket(), scan);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // read and queued
+  std::thread stopper([&] { server_->Shutdown(100); });
+  EXPECT_EQ(queued.ReadToClose(), "");  // dropped, not answered
+  release.Notify();
+  stopper.join();
+  EXPECT_EQ(pages.load(), 1);
+  EXPECT_EQ(Metric("cdcview_connections_closed_total",
+                   {{"port", "dynamodb"}, {"reason", "shutdown"}}),
+            2);
+  EXPECT_EQ(Metric("cdcview_connections_open", {{"port", "dynamodb"}}), 0);
 }
 
 // Shutdown closes idle connections at once and answers a request in flight before closing.
