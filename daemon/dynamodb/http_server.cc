@@ -45,8 +45,8 @@ namespace {
 
 constexpr char kJsonType[] = "application/x-amz-json-1.0";
 constexpr size_t kReadChunk = 16 * 1024;
-// Page threads run at this nice value, so that a short request's I/O thread takes the CPU
-// from a page being built when both are runnable on the same CPU.
+// Page threads run this many steps of nice below the I/O threads, so that a short request's
+// I/O thread gets most of a CPU that a page being built also wants.
 constexpr int kPageNice = 5;
 
 std::string Crc32(std::string_view body) {
