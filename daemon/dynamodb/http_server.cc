@@ -629,36 +629,33 @@ class Session : public SessionBase {
     api_.min_kafka_offsets = View(request_["x-cdcview-min-kafka-offsets"]);
     api_.max_staleness_seconds = View(request_["x-cdcview-max-staleness-seconds"]);
     api_.who = who_ ? &*who_ : nullptr;
+    const auto& runs_short = server_.options().runs_short;
     if (server_.options().offload_all || MayWait(api_)) {
       if (!RunOn(server_.waits())) {
-        if (server_.options().connections != nullptr) {
-          server_.options().connections->RequestRefused("max_waits");
-        }
-        Reply(ErrorResponse(
-            400, "ThrottlingException",
-            absl::StrCat("too many requests with a consistency header at once: ",
-                         server_.waits().max_in_flight(),
-                         " are running (server.dynamodb_max_waits); retry later"),
-            operation));
+        RefuseBusy("max_waits", "requests with a consistency header", server_.waits(),
+                   "are running", "dynamodb_max_waits", operation);
       }
-      return;
-    }
-    const auto& runs_short = server_.options().runs_short;
-    if (runs_short && !runs_short(api_)) {
+    } else if (runs_short && !runs_short(api_)) {
       if (!RunOn(server_.pages())) {
-        if (server_.options().connections != nullptr) {
-          server_.options().connections->RequestRefused("max_pages");
-        }
-        Reply(ErrorResponse(
-            400, "ThrottlingException",
-            absl::StrCat("too many long requests (Scan and Query pages, BatchGetItem) at once: ",
-                         server_.pages().max_in_flight(),
-                         " are queued or running (server.dynamodb_max_pages); retry later"),
-            operation));
+        RefuseBusy("max_pages", "long requests (Scan and Query pages, BatchGetItem)",
+                   server_.pages(), "are queued or running", "dynamodb_max_pages", operation);
       }
-      return;
+    } else {
+      Reply(server_.handler()(api_));
     }
-    Reply(server_.handler()(api_));
+  }
+
+  // A pool at its cap: ThrottlingException naming the field (SDKs retry it with back-off),
+  // counted under `reason`.
+  void RefuseBusy(const char* reason, absl::string_view what, const TaskPool& pool,
+                  absl::string_view state, absl::string_view field, std::string operation) {
+    if (server_.options().connections != nullptr) {
+      server_.options().connections->RequestRefused(reason);
+    }
+    Reply(ErrorResponse(400, "ThrottlingException",
+                        absl::StrCat("too many ", what, " at once: ", pool.max_in_flight(), " ",
+                                     state, " (server.", field, "); retry later"),
+                        std::move(operation)));
   }
 
   // Hands the request to `pool`, whose thread posts the answer back to this connection's

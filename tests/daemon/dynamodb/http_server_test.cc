@@ -5,6 +5,7 @@
 #include <prometheus/registry.h>
 #include <pthread.h>
 
+#include <atomic>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -43,6 +44,14 @@ double Value(prometheus::Registry& registry, const std::string& name,
     }
   }
   return -1;
+}
+
+// `count` once it reaches `target`, or what it is after 2.5 s.
+int Reached(const std::atomic<int>& count, int target) {
+  for (int i = 0; i < 500 && count.load() < target; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return count.load();
 }
 
 std::string Crc32(const std::string& body) {
@@ -340,10 +349,7 @@ TEST_F(HttpServerTest, WaitsRunApartAndAreCapped) {
   wait.prepare_payload();
   http::write(a.socket(), wait);
   http::write(b.socket(), wait);
-  for (int i = 0; i < 500 && waiting.load() < 2; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  ASSERT_EQ(waiting.load(), 2);
+  ASSERT_EQ(Reached(waiting, 2), 2);
   Response refused = c.Send(wait);
   EXPECT_EQ(refused.result_int(), 400);
   EXPECT_EQ(refused.body(),
@@ -401,10 +407,7 @@ TEST_F(HttpServerTest, LongRequestsRunOnPageThreadsAndHoldNoShortOne) {
   scan.prepare_payload();
   http::write(a.socket(), scan);
   http::write(b.socket(), scan);
-  for (int i = 0; i < 500 && pages.load() < 1; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  ASSERT_EQ(pages.load(), 1);
+  ASSERT_EQ(Reached(pages, 1), 1);
   EXPECT_EQ(c.Post("{\"Limit\":1}").body(), "{\"short\":true}");
   EXPECT_EQ(pages.load(), 1);  // the second Scan waits for the one page thread
   Response refused = d.Send(scan);
