@@ -98,6 +98,19 @@ class TaskPool {
   }
   uint32_t max_in_flight() const { return max_in_flight_; }
 
+  // Counts one request that runs elsewhere against max_in_flight; false at the cap or once
+  // closed. Release gives the slot back.
+  bool TryHold() {
+    absl::MutexLock lock(&mu_);
+    if (stop_ || in_flight_ >= max_in_flight_) return false;
+    ++in_flight_;
+    return true;
+  }
+  void Release() {
+    absl::MutexLock lock(&mu_);
+    --in_flight_;
+  }
+
   void Stop() {
     Close();
     Join();
@@ -173,6 +186,23 @@ class TaskPool {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
 };
 
+// A slot of a TaskPool held by a request that runs on another pool, given back when the last
+// copy of the task holding it goes (run or dropped).
+class PoolHold {
+ public:
+  static std::shared_ptr<PoolHold> Try(TaskPool& pool) {
+    if (!pool.TryHold()) return nullptr;
+    return std::shared_ptr<PoolHold>(new PoolHold(pool));
+  }
+  ~PoolHold() { pool_.Release(); }
+  PoolHold(const PoolHold&) = delete;
+  PoolHold& operator=(const PoolHold&) = delete;
+
+ private:
+  explicit PoolHold(TaskPool& pool) : pool_(pool) {}
+  TaskPool& pool_;
+};
+
 // What Shutdown needs of a connection, whatever its stream.
 class SessionBase : public std::enable_shared_from_this<SessionBase> {
  public:
@@ -191,6 +221,8 @@ class HttpServer::Impl {
         options_(std::move(options)),
         waits_("dynamodb-wait", limits.dynamodb_max_waits, limits.dynamodb_max_waits, 0),
         pages_("dynamodb-page", limits.dynamodb_threads, limits.dynamodb_max_pages, kPageNice),
+        page_waits_("dynamodb-pgwait", limits.dynamodb_max_pages, limits.dynamodb_max_pages,
+                    kPageNice),
         max_connections_(limits.dynamodb_max_connections),
         ioc_(static_cast<int>(limits.dynamodb_threads)),
         accept_strand_(asio::make_strand(ioc_)),
@@ -256,6 +288,7 @@ class HttpServer::Impl {
     // What has not started by now is not answered: its connection ends with the others.
     waits_.Close();
     pages_.Close();
+    page_waits_.Close();
     ForEachSession([](SessionBase& s) { s.Close(); });
     const Clock::time_point closing = Clock::now() + std::chrono::seconds(1);
     while (open_.load() > 0 && Clock::now() < closing) {
@@ -267,6 +300,7 @@ class HttpServer::Impl {
     // Waits still running end by their own deadline (server.max_wait_ms at most).
     waits_.Join();
     pages_.Join();
+    page_waits_.Join();
     if (spare_fd_ >= 0) close(spare_fd_);
     spare_fd_ = -1;
   }
@@ -277,6 +311,7 @@ class HttpServer::Impl {
   const Handler& handler() const { return handler_; }
   TaskPool& waits() { return waits_; }
   TaskPool& pages() { return pages_; }
+  TaskPool& page_waits() { return page_waits_; }
   bool stopping() const { return stopping_.load(); }
 
   void Ended(uint64_t id, std::string_view reason) {
@@ -396,6 +431,8 @@ class HttpServer::Impl {
   const Options options_;
   TaskPool waits_;
   TaskPool pages_;
+  // Long requests with a consistency header: each holds a place of waits_ and of pages_.
+  TaskPool page_waits_;
   std::atomic<uint32_t> max_connections_;
   std::atomic<uint32_t> open_{0};
   std::atomic<bool> stopping_{false};
@@ -466,6 +503,7 @@ class Session : public SessionBase {
   void Close() override {
     asio::post(stream_.get_executor(), [self = Self()] {
       self->closing_ = true;
+      absl::MutexLock lock(&self->socket_mu_);
       self->Lowest().close();
     });
   }
@@ -600,28 +638,11 @@ class Session : public SessionBase {
                           "Content-Type must be application/x-amz-json-1.0 (or 1.1)", operation));
       return;
     }
-    if (server_.options().tokens != nullptr) {
-      SignedRequest signed_request;
-      signed_request.method = View(request_.method_string());
-      signed_request.target = path;
-      for (const auto& field : request_) {
-        signed_request.headers.emplace_back(View(field.name_string()), View(field.value()));
-      }
-      signed_request.body = request_.body();
-      SigV4Verdict verdict =
-          VerifySigV4(signed_request, *server_.options().tokens, server_.options().now());
-      if (!verdict.ok) {
-        if (security::AuthProbe* probe = server_.options().auth_probe) {
-          probe->RecordRefusal(absl::UnauthenticatedError(
-              verdict.error_type == "MissingAuthenticationTokenException"
-                  ? security::kNoTokenMessage
-                  : verdict.message));
-        }
-        Reply(ErrorResponse(400, verdict.error_type, verdict.message, operation));
-        return;
-      }
-      who_ = std::move(verdict.who);
-    }
+    operation_ = operation;
+    // A body too long to be short is hashed for its signature on the thread that runs it.
+    const bool sign_later =
+        server_.options().tokens != nullptr && request_.body().size() > kMaxShortBody;
+    if (server_.options().tokens != nullptr && !sign_later && !Authenticated()) return;
     api_ = ApiRequest{};
     api_.target = target;
     api_.body = request_.body();
@@ -630,45 +651,153 @@ class Session : public SessionBase {
     api_.max_staleness_seconds = View(request_["x-cdcview-max-staleness-seconds"]);
     api_.who = who_ ? &*who_ : nullptr;
     const auto& runs_short = server_.options().runs_short;
-    if (server_.options().offload_all || MayWait(api_)) {
-      if (!RunOn(server_.waits())) {
-        RefuseBusy("max_waits", "requests with a consistency header", server_.waits(),
-                   "are running", "dynamodb_max_waits", operation);
-      }
-    } else if (runs_short && !runs_short(api_)) {
-      if (!RunOn(server_.pages())) {
-        RefuseBusy("max_pages", "long requests (Scan and Query pages, BatchGetItem)",
-                   server_.pages(), "are queued or running", "dynamodb_max_pages", operation);
-      }
-    } else {
+    const bool long_request = runs_short && !runs_short(api_);
+    const bool waits = server_.options().offload_all || MayWait(api_);
+    if (!waits && !long_request) {
+      if (sign_later && !Authenticated()) return;
       Reply(server_.handler()(api_));
+      return;
     }
+    sign_later_ = sign_later;
+    if (waits && long_request) {
+      // It waits as a wait and builds a page: a place of each, on a thread of the pages' priority.
+      std::shared_ptr<PoolHold> page = PoolHold::Try(server_.pages());
+      if (page == nullptr) {
+        RefusePages();
+        return;
+      }
+      std::shared_ptr<PoolHold> wait = PoolHold::Try(server_.waits());
+      if (wait == nullptr || !RunOn(server_.page_waits(), /*queued_for_page=*/false,
+                                    {std::move(page), std::move(wait)})) {
+        RefuseWaits();
+      }
+    } else if (waits) {
+      if (!RunOn(server_.waits(), /*queued_for_page=*/false, {})) RefuseWaits();
+    } else if (!RunOn(server_.pages(), /*queued_for_page=*/true, {})) {
+      RefusePages();
+    }
+  }
+
+  // Checks the request's SigV4 signature against the tokens, setting who_ and api_.who: the
+  // refusal to answer when it does not hold. On the strand, or on the pool thread that runs
+  // the request.
+  std::optional<ApiResponse> Authenticate() {
+    SignedRequest signed_request;
+    signed_request.method = View(request_.method_string());
+    signed_request.target = View(request_.target());
+    for (const auto& field : request_) {
+      signed_request.headers.emplace_back(View(field.name_string()), View(field.value()));
+    }
+    signed_request.body = request_.body();
+    SigV4Verdict verdict =
+        VerifySigV4(signed_request, *server_.options().tokens, server_.options().now());
+    if (!verdict.ok) {
+      if (security::AuthProbe* probe = server_.options().auth_probe) {
+        probe->RecordRefusal(absl::UnauthenticatedError(
+            verdict.error_type == "MissingAuthenticationTokenException"
+                ? security::kNoTokenMessage
+                : verdict.message));
+      }
+      return ErrorResponse(400, verdict.error_type, verdict.message, operation_);
+    }
+    who_ = std::move(verdict.who);
+    api_.who = &*who_;
+    return std::nullopt;
+  }
+
+  // On the strand: whether the signature holds; when not, its refusal is answered.
+  bool Authenticated() {
+    std::optional<ApiResponse> refusal = Authenticate();
+    if (refusal.has_value()) Reply(std::move(*refusal));
+    return !refusal.has_value();
+  }
+
+  void RefusePages() {
+    RefuseBusy("max_pages", "long requests (Scan and Query pages, BatchGetItem)",
+               server_.pages(), "are queued or running", "dynamodb_max_pages");
+  }
+  void RefuseWaits() {
+    RefuseBusy("max_waits", "requests with a consistency header", server_.waits(), "are running",
+               "dynamodb_max_waits");
   }
 
   // A pool at its cap: ThrottlingException naming the field (SDKs retry it with back-off),
   // counted under `reason`.
   void RefuseBusy(const char* reason, absl::string_view what, const TaskPool& pool,
-                  absl::string_view state, absl::string_view field, std::string operation) {
-    if (server_.options().connections != nullptr) {
-      server_.options().connections->RequestRefused(reason);
-    }
+                  absl::string_view state, absl::string_view field) {
+    CountRefused(reason);
     Reply(ErrorResponse(400, "ThrottlingException",
                         absl::StrCat("too many ", what, " at once: ", pool.max_in_flight(), " ",
                                      state, " (server.", field, "); retry later"),
-                        std::move(operation)));
+                        operation_));
+  }
+
+  void CountRefused(const char* reason) {
+    if (server_.options().connections != nullptr) {
+      server_.options().connections->RequestRefused(reason);
+    }
   }
 
   // Hands the request to `pool`, whose thread posts the answer back to this connection's
-  // strand; false when the pool refuses it.
-  bool RunOn(TaskPool& pool) {
-    return pool.TrySubmit([self = Self()] {
-      ApiResponse response = self->server_.handler()(self->api_);
-      std::string crc = Crc32(response.body);
-      asio::post(self->stream_.get_executor(),
-                 [self, response = std::move(response), crc = std::move(crc)]() mutable {
-                   self->Reply(std::move(response), kJsonType, std::move(crc));
-                 });
+  // strand; false when the pool refuses it. `holds`: places of other pools the request keeps
+  // until it has run.
+  bool RunOn(TaskPool& pool, bool queued_for_page, std::vector<std::shared_ptr<PoolHold>> holds) {
+    return pool.TrySubmit([self = Self(), queued_for_page, holds = std::move(holds)] {
+      self->Run(queued_for_page);
     });
+  }
+
+  // On a pool's thread. A request that queued for a page thread is not built when its client
+  // has gone, nor after waiting longer than the request timeout (ThrottlingException: the
+  // page threads are behind).
+  void Run(bool queued_for_page) {
+    if (queued_for_page) {
+      if (ClientLeft()) {
+        CountRefused("client_gone");
+        asio::post(stream_.get_executor(), [self = Self()] { self->reason_ = "client"; });
+        return;
+      }
+      const auto waited =
+          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started_);
+      if (waited > RequestTimeout()) {
+        CountRefused("page_timeout");
+        PostReply(ErrorResponse(
+            400, "ThrottlingException",
+            absl::StrCat("waited ", waited.count(),
+                         " ms for a page thread, longer than server.dynamodb_request_timeout_ms (",
+                         RequestTimeout().count(),
+                         " ms): long requests arrive faster than they are built; retry later"),
+            operation_));
+        return;
+      }
+    }
+    if (sign_later_) {
+      if (std::optional<ApiResponse> refusal = Authenticate()) {
+        PostReply(std::move(*refusal));
+        return;
+      }
+    }
+    PostReply(server_.handler()(api_));
+  }
+
+  // From a pool's thread: the answer's CRC is computed here, the answer sent on the strand.
+  void PostReply(ApiResponse response) {
+    std::string crc = Crc32(response.body);
+    asio::post(stream_.get_executor(),
+               [self = Self(), response = std::move(response), crc = std::move(crc)]() mutable {
+                 self->Reply(std::move(response), kJsonType, std::move(crc));
+               });
+  }
+
+  // Whether the client has closed its side (or reset) while its request queued: a look at the
+  // socket that takes nothing from it. A request pipelined behind this one says it is there.
+  bool ClientLeft() {
+    absl::MutexLock lock(&socket_mu_);
+    if (!Lowest().socket().is_open()) return true;
+    char byte;
+    const ssize_t n =
+        recv(Lowest().socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
   }
 
   // `crc`: the body's Crc32 when the thread that made the answer computed it.
@@ -742,6 +871,10 @@ class Session : public SessionBase {
   http::request<http::string_body> request_;
   std::optional<security::Principal> who_;
   ApiRequest api_;
+  std::string operation_;   // the request's operation, for its refusals
+  bool sign_later_ = false;  // the signature is checked on the thread that runs the request
+  // Held while the socket is closed from the strand and while a pool thread looks at it.
+  absl::Mutex socket_mu_;
   std::optional<http::response<http::string_body>> response_;
   Clock::time_point started_ = Clock::now();
   bool keep_alive_ = true;

@@ -19,13 +19,19 @@
 // thread: as many as I/O threads, made when first needed, at a lower priority (kPageNice steps
 // of nice), so that on a shared CPU a short request's I/O thread gets most of it while a page
 // is built; long requests queue for them, at most dynamodb_max_pages queued or running, one
-// more answers ThrottlingException naming the field. A page thread also computes its answer's
+// more answers ThrottlingException naming the field. When a page thread takes a request whose
+// client has closed its side meanwhile, the request is not built (refusal reason
+// "client_gone"); one that queued longer than dynamodb_request_timeout_ms answers
+// ThrottlingException saying so ("page_timeout"). A page thread also computes its answer's
 // CRC32. A request with a consistency header (x-cdcview-min-position,
 // x-cdcview-min-kafka-offsets, x-cdcview-max-staleness-seconds; MayWait) runs on a wait
 // thread: threads are made as needed up to dynamodb_max_waits, one per such request while it
 // runs, so a wait never holds up a request behind it; one more answers ThrottlingException
-// naming the field (SDKs retry it with back-off). With `offload_all` (a cluster member, whose
-// reads ask the other members over the network) every request runs there.
+// naming the field (SDKs retry it with back-off). A long one runs on a page-wait thread
+// instead (made as needed, at most dynamodb_max_pages, at the page threads' priority) and holds
+// a place of both dynamodb_max_waits and dynamodb_max_pages while it runs. With `offload_all`
+// (a cluster member, whose reads ask the other members over the network) every request runs on
+// the wait threads, the long ones on the page-wait threads.
 //
 // Limits (ServerConfig's dynamodb_* fields; every refusal counted, see Options):
 // - a request head at most kMaxHeaderBytes (431), a body at most dynamodb_max_request_bytes
@@ -40,15 +46,17 @@
 //   ThrottlingException naming the field). Out of descriptors (EMFILE), a spare descriptor is
 //   given up to accept and close the connection, so the listener never spins or hangs;
 // - at most dynamodb_max_waits requests with a consistency header, dynamodb_max_pages long
-//   requests: one more answers ThrottlingException naming the field (refusal reasons
-//   "max_waits", "max_pages").
+//   requests (those with a consistency header among them): one more answers
+//   ThrottlingException naming the field (refusal reasons "max_waits", "max_pages");
+// - a long request waits for a page thread at most dynamodb_request_timeout_ms from its read.
 // One answer per connection is held at a time: pipelined requests are read after it is sent.
 //
 // Security: with `tls`, HTTPS only, each connection with the TlsServerContext current at accept
 // (a rotated certificate serves new connections; open ones keep theirs; client certificates
 // as its context requires). With `tokens`, every POST must carry an AWS SigV4 signature by a
 // token (sigv4_verify.h), whose principal the API checks views against; without, signatures
-// are not checked (as DynamoDB Local does).
+// are not checked (as DynamoDB Local does). A body longer than kMaxShortBody is hashed for its
+// signature on the thread that runs the request, not on an I/O thread.
 //
 // Shutdown: stops accepting, closes idle connections, lets requests in flight be answered
 // (with Connection: close) for up to the grace period, then drops the requests that have not

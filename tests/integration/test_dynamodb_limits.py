@@ -5,12 +5,14 @@ ThrottlingException; a client that sends its request slowly is cut at the reques
 idle one at the idle timeout; requests waiting for a position past dynamodb_max_waits get a
 ThrottlingException; HTTPS with a certificate rotated without a restart; SigV4 against the
 tokens file; one I/O thread per CPU the daemon may use unless set, with as many page threads at
-a lower priority for the long requests. Each refusal is counted, and the counters are checked
-exactly.
+a lower priority for the long requests, which are not built once their client has left and are
+throttled once they queued past the request timeout. Each refusal is counted, and the counters
+are checked exactly.
 """
 
 import base64
 import http.client
+import json
 import os
 import re
 import socket
@@ -42,10 +44,11 @@ MISMATCH = ("The request signature we calculated does not match the signature yo
             "documentation for details.")
 
 
-def config(tmp_path, **server):
+def config(tmp_path, records=None, **server):
+    """The daemon's config, its stream holding `records` (three short items unless given)."""
     stream = str(tmp_path / "a.ndjson")
     with open(stream, "w") as f:
-        f.write("".join(record(n, f"I{n}", "D1") for n in range(3)))
+        f.write("".join(records or [record(n, f"I{n}", "D1") for n in range(3)]))
     return stream, {
         "storage": {"path": str(tmp_path / "store"), "map_size": "64MiB"},
         "server": {"grpc": "127.0.0.1:0", "metrics": "127.0.0.1:0", "dynamodb": "127.0.0.1:0",
@@ -58,9 +61,9 @@ def config(tmp_path, **server):
     }
 
 
-def start(daemon_factory, tmp_path, **server):
-    """A plaintext daemon with the endpoint and `server`'s fields, three records applied."""
-    stream, cfg = config(tmp_path, **server)
+def start(daemon_factory, tmp_path, records=None, **server):
+    """A plaintext daemon with the endpoint and `server`'s fields, its records applied."""
+    stream, cfg = config(tmp_path, records, **server)
     d = daemon_factory(cfg).start()
     d.dynamodb_port = int(PORT_LINE.search(d.log()).group(2))
     wait_for("the records to apply", lambda: d.positions("app").get("") == expected_position(stream))
@@ -252,6 +255,69 @@ def test_waits_past_the_cap_are_throttled_and_do_not_hold_up_other_reads(daemon_
     d.stop()
 
 
+# A Scan of ByDay without Limit (a long request) that answers no item: over 30,000 items it
+# evaluates every one, tens of milliseconds on one page thread.
+EMPTY_PAGE_SCAN = ('{"TableName":"App","IndexName":"ByDay","FilterExpression":"#p = :none",'
+                   '"ExpressionAttributeNames":{"#p":"pad"},'
+                   '"ExpressionAttributeValues":{":none":{"S":"-"}}}')
+
+
+def send_scan(d):
+    """A connection that has sent EMPTY_PAGE_SCAN and reads nothing."""
+    body = EMPTY_PAGE_SCAN.encode()
+    s = raw(d)
+    s.sendall(b"POST / HTTP/1.1\r\nHost: localhost\r\nX-Amz-Target: DynamoDB_20120810.Scan\r\n"
+              b"Content-Type: application/x-amz-json-1.0\r\nContent-Length: %d\r\n\r\n" % len(body)
+              + body)
+    return s
+
+
+def test_long_requests_whose_clients_left_or_waited_too_long_are_not_built(daemon_factory, tmp_path):
+    """One page thread, Scans of tens of milliseconds each: of 30 clients that send one and
+    close at once, those whose turn comes after they left are not built (counted as
+    client_gone); of 30 that send one and wait for their answers, those queued past
+    dynamodb_request_timeout_ms get a ThrottlingException saying how long they waited
+    (page_timeout). Every request is counted once."""
+    d = start(daemon_factory, tmp_path, [record(n, f"I{n}", "D1") for n in range(30000)],
+              dynamodb_threads=1, dynamodb_request_timeout_ms=100)
+
+    def counts():  # Scans built, dropped, throttled; a series appears when first counted
+        m = d.metrics()
+        return tuple(m.get((name, frozenset(labels.items())), 0) for name, labels in (
+            ("cdcview_dynamodb_api_requests_total", {"operation": "Scan", "outcome": "ok"}),
+            ("cdcview_requests_refused_total", {"port": "dynamodb", "reason": "client_gone"}),
+            ("cdcview_requests_refused_total", {"port": "dynamodb", "reason": "page_timeout"})))
+
+    for s in [send_scan(d) for _ in range(30)]:
+        s.close()
+    wait_for("the 30 Scans to be built or dropped", lambda: sum(counts()) == 30)
+    built, gone, late = counts()
+    assert late == 0
+    assert gone >= 20, (built, gone)  # a page takes tens of milliseconds; they left in less
+
+    answers = []
+    for s in [send_scan(d) for _ in range(30)]:
+        r = http.client.HTTPResponse(s)
+        r.begin()
+        answers.append((r.status, r.read().decode()))
+        s.close()
+    throttled = [body for status, body in answers if status == 400]
+    assert sorted({status for status, _ in answers}) == [200, 400]
+    for body in throttled:
+        assert re.fullmatch(
+            r'\{"__type":"com\.amazonaws\.dynamodb\.v20120810#ThrottlingException","message":'
+            r'"waited \d+ ms for a page thread, longer than server\.dynamodb_request_timeout_ms '
+            r'\(100 ms\): long requests arrive faster than they are built; retry later"\}', body), body
+    assert counts() == (built + 30 - len(throttled), gone, len(throttled))
+    assert len(throttled) >= 20, counts()  # a few pages fit in 100 ms
+    assert {body for status, body in answers if status == 200} == {
+        '{"Items":[],"Count":0,"ScannedCount":30000}'}
+    # Served as before: a point query, and a long request once the queue is gone.
+    assert day_query(dynamodb(d), "ByPk")["Count"] == 1
+    assert post(d, "Scan", EMPTY_PAGE_SCAN)[0] == 200
+    d.stop()
+
+
 def peer_serial(d, pki):
     context = ssl.create_default_context(cafile=pki.ca_cert)
     with socket.create_connection(("127.0.0.1", d.dynamodb_port), timeout=10) as s:
@@ -374,7 +440,8 @@ def test_io_threads_default_to_the_cpus_the_daemon_may_use(daemon_factory, tmp_p
     pinned to one CPU, named at start; a count that is set is kept. Long requests (a Scan
     without Limit) run on page threads 5 steps of nice below the I/O threads, made when first
     needed, as many at most as I/O threads; short ones (GetItem, a Query with Limit 1) make
-    none."""
+    none. A long request with a consistency header runs on a page-wait thread at that
+    priority."""
     stream, cfg = config(tmp_path)
     pinned = daemon_factory(cfg, name="pinned", prefix=["taskset", "-c", "0"]).start()
     pinned.dynamodb_port = int(PORT_LINE.search(pinned.log()).group(2))
@@ -394,6 +461,12 @@ def test_io_threads_default_to_the_cpus_the_daemon_may_use(daemon_factory, tmp_p
         assert client.scan(TableName="App", IndexName="ByDay")["Count"] == 3
     assert day_query(client)["Count"] == 3  # no Limit: a page
     assert threads_named(pinned, "dynamodb-page") == [min(19, io_nice + 5)]
+    # A page that waits for a position: on a page-wait thread, at the pages' priority.
+    _, _, headers = post(pinned, "GetItem", '{"TableName":"App","Key":{"PK":{"S":"I1"}}}')
+    status, body, _ = post(pinned, "Scan", '{"TableName":"App","IndexName":"ByDay"}',
+                           {"x-cdcview-min-position": headers["x-cdcview-applied-position"]})
+    assert (status, json.loads(body)["Count"]) == (200, 3)
+    assert threads_named(pinned, "dynamodb-pgwait") == [min(19, io_nice + 5)]
     pinned.stop()
     for count, name, threads in ((2, "two", "2 I/O and 2 page threads"),
                                  (3, "three", "3 I/O and 3 page threads")):

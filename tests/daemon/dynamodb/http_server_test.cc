@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "daemon/aws/sigv4.h"
 #include "daemon/metrics/metrics.h"
@@ -507,20 +508,51 @@ TEST_F(HttpServerTest, ShutdownFinishesRequestsInFlight) {
 }
 
 // With a tokens file every request needs a SigV4 signature by one of its tokens.
-TEST_F(HttpServerTest, SignedRequestsCarryTheirPrincipal) {
-  test::TempDir dir;
-  const std::string path = dir.Sub("tokens.yaml");
-  std::ofstream(path) << "tokens:\n  - { name: reader, token: \"reader-secret-0123456\", "
-                         "views: [ByDay] }\n";
-  auto tokens = security::TokenStore::Open(path);
-  ASSERT_TRUE(tokens.ok()) << tokens.status();
-  security::AuthProbe auth(metrics_->registry(), "dynamodb");
-  HttpServer::Options options;
-  options.tokens = *tokens;
-  options.auth_probe = &auth;
-  const absl::Time now = absl::FromUnixSeconds(1764680000);
-  options.now = [now] { return now; };
-  Start(nullptr, std::move(options));
+// The headers aws::Sign adds to a Query of `body` signed by the token "reader" with `secret`.
+std::map<std::string, std::string> SignedHeaders(const std::string& body,
+                                                 const std::string& secret, absl::Time at) {
+  aws::RequestToSign sign;
+  sign.headers = {{"Host", "localhost"},
+                  {"Content-Type", "application/x-amz-json-1.0"},
+                  {"X-Amz-Target", "DynamoDB_20120810.Query"}};
+  sign.body = body;
+  aws::SignedParts parts =
+      aws::Sign(sign, aws::SigningKey{"reader", secret, ""}, "eu-west-1", "dynamodb", at);
+  std::map<std::string, std::string> headers;
+  for (const auto& [name, value] : parts.added_headers) headers[name] = value;
+  return headers;
+}
+
+class SignedHttpServerTest : public HttpServerTest {
+ protected:
+  static constexpr char kSecret[] = "reader-secret-0123456";
+  static constexpr char kWrongSecret[] = "reader-secret-0123457";
+  static constexpr char kBadSignature[] =
+      "{\"__type\":\"com.amazonaws.dynamodb.v20120810#InvalidSignatureException\","
+      "\"message\":\"The request signature we calculated does not match the signature you "
+      "provided. Check your AWS Secret Access Key and signing method. Consult the service "
+      "documentation for details.\"}";
+  // Starts the server with a tokens file of one token, "reader", its clock at now_.
+  void StartSigned(HttpServer::Handler handler = nullptr) {
+    const std::string path = dir_.Sub("tokens.yaml");
+    std::ofstream(path) << "tokens:\n  - { name: reader, token: \"" << kSecret
+                        << "\", views: [ByDay] }\n";
+    auto tokens = security::TokenStore::Open(path);
+    ASSERT_TRUE(tokens.ok()) << tokens.status();
+    HttpServer::Options options;
+    options.tokens = *tokens;
+    options.auth_probe = &auth_;
+    options.now = [now = now_] { return now; };
+    Start(std::move(handler), std::move(options));
+  }
+
+  test::TempDir dir_;
+  security::AuthProbe auth_{metrics_->registry(), "dynamodb"};
+  const absl::Time now_ = absl::FromUnixSeconds(1764680000);
+};
+
+TEST_F(SignedHttpServerTest, SignedRequestsCarryTheirPrincipal) {
+  StartSigned();
 
   Client client(server_->port());
   Response unsigned_answer = client.Post("{}");
@@ -530,26 +562,14 @@ TEST_F(HttpServerTest, SignedRequestsCarryTheirPrincipal) {
             "\"message\":\"Request is missing Authentication Token\"}");
 
   auto signed_post = [&](const std::string& secret, absl::Time at) {
-    aws::RequestToSign sign;
-    sign.headers = {{"Host", "localhost"},
-                    {"Content-Type", "application/x-amz-json-1.0"},
-                    {"X-Amz-Target", "DynamoDB_20120810.Query"}};
-    sign.body = "{\"TableName\":\"App\"}";
-    aws::SignedParts parts =
-        aws::Sign(sign, aws::SigningKey{"reader", secret, ""}, "eu-west-1", "dynamodb", at);
-    std::map<std::string, std::string> headers;
-    for (const auto& [name, value] : parts.added_headers) headers[name] = value;
-    return client.Post(sign.body, headers);
+    const std::string body = "{\"TableName\":\"App\"}";
+    return client.Post(body, SignedHeaders(body, secret, at));
   };
-  Response good = signed_post("reader-secret-0123456", now - absl::Minutes(14));
+  Response good = signed_post(kSecret, now_ - absl::Minutes(14));
   EXPECT_EQ(good.result_int(), 200) << good.body();
-  Response wrong = signed_post("reader-secret-0123457", now);
+  Response wrong = signed_post(kWrongSecret, now_);
   EXPECT_EQ(wrong.result_int(), 400);
-  EXPECT_EQ(wrong.body(),
-            "{\"__type\":\"com.amazonaws.dynamodb.v20120810#InvalidSignatureException\","
-            "\"message\":\"The request signature we calculated does not match the signature you "
-            "provided. Check your AWS Secret Access Key and signing method. Consult the service "
-            "documentation for details.\"}");
+  EXPECT_EQ(wrong.body(), kBadSignature);
   {
     absl::MutexLock lock(&mu_);
     ASSERT_EQ(seen_.size(), 1u);
@@ -559,6 +579,172 @@ TEST_F(HttpServerTest, SignedRequestsCarryTheirPrincipal) {
             1);
   EXPECT_EQ(Metric("cdcview_auth_refused_total", {{"port", "dynamodb"}, {"reason", "bad_token"}}),
             1);
+}
+
+// A body too long to be short is checked for its signature on the page thread that runs it,
+// not on an I/O thread: a good signature reaches the handler there, a bad one is refused.
+TEST_F(SignedHttpServerTest, ALongBodyIsSignedOnItsPageThread) {
+  absl::Mutex names_mu;
+  std::vector<std::string> names;
+  StartSigned([&](const ApiRequest& request) {
+    char name[16] = {};
+    pthread_getname_np(pthread_self(), name, sizeof name);
+    absl::MutexLock lock(&names_mu);
+    names.push_back(absl::StrCat(name, " ", request.who != nullptr ? request.who->name : "-"));
+    ApiResponse response;
+    response.operation = "Query";
+    response.body = "{}";
+    return response;
+  });
+  const std::string body =
+      absl::StrCat("{\"TableName\":\"App\",\"Limit\":1,\"pad\":\"",
+                   std::string(kMaxShortBody, 'x'), "\"}");
+  Client client(server_->port());
+  Response good = client.Post(body, SignedHeaders(body, kSecret, now_));
+  EXPECT_EQ(good.result_int(), 200) << good.body();
+  Response wrong = client.Post(body, SignedHeaders(body, kWrongSecret, now_));
+  EXPECT_EQ(wrong.result_int(), 400);
+  EXPECT_EQ(wrong.body(), kBadSignature);
+  EXPECT_EQ(wrong["x-amz-crc32"], Crc32(wrong.body()));
+  EXPECT_EQ(Metric("cdcview_auth_refused_total", {{"port", "dynamodb"}, {"reason", "bad_token"}}),
+            1);
+  absl::MutexLock lock(&names_mu);
+  EXPECT_EQ(names, (std::vector<std::string>{"dynamodb-page reader"}));
+}
+
+// The fixture's server with one I/O and one page thread, whose Scans hold the page thread
+// until `release` (at most 20 s, so that a regression fails rather than hangs); `pages` counts
+// the Scans built.
+class PageQueueTest : public HttpServerTest {
+ protected:
+  void SetUp() override {
+    HttpServerTest::SetUp();
+    limits_.dynamodb_threads = 1;
+    scan_.set("X-Amz-Target", "DynamoDB_20120810.Scan");
+    scan_.body() = "{\"TableName\":\"App\"}";  // no Limit: long
+    scan_.prepare_payload();
+  }
+  void TearDown() override {
+    if (!release_.HasBeenNotified()) release_.Notify();
+  }
+  // `on_scan` runs on the thread that builds each Scan.
+  void StartHolding(std::function<void()> on_scan = [] {}) {
+    Start([this, on_scan](const ApiRequest& request) {
+      ApiResponse response;
+      response.operation = "Scan";
+      response.body = "{\"page\":true}";
+      if (request.target == "DynamoDB_20120810.Scan") {
+        on_scan();
+        ++pages_;
+        release_.WaitForNotificationWithTimeout(absl::Seconds(20));
+      }
+      return response;
+    });
+  }
+  double Refused(const std::string& reason) {
+    return Metric("cdcview_requests_refused_total", {{"port", "dynamodb"}, {"reason", reason}});
+  }
+
+  http::request<http::string_body> scan_{http::verb::post, "/", 11};
+  absl::Notification release_;
+  std::atomic<int> pages_{0};
+};
+
+// A long request whose client closes while it queues is not built when its turn comes.
+TEST_F(PageQueueTest, AQueuedLongRequestWhoseClientLeftIsNotBuilt) {
+  StartHolding();
+  Client running(server_->port());
+  http::write(running.socket(), scan_);
+  ASSERT_EQ(Reached(pages_, 1), 1);
+  {
+    Client gone(server_->port());
+    http::write(gone.socket(), scan_);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // read and queued
+  }
+  release_.Notify();
+  EXPECT_EQ(running.Read().body(), "{\"page\":true}");
+  auto closed_by_client = [&] {
+    return Metric("cdcview_connections_closed_total", {{"port", "dynamodb"}, {"reason", "client"}});
+  };
+  for (int i = 0; i < 500 && closed_by_client() < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(closed_by_client(), 1);
+  EXPECT_EQ(Refused("client_gone"), 1);
+  EXPECT_EQ(pages_.load(), 1);
+  http::write(running.socket(), scan_);  // the page thread is free for the next
+  EXPECT_EQ(running.Read().body(), "{\"page\":true}");
+  EXPECT_EQ(pages_.load(), 2);
+}
+
+// A long request still queued for a page thread after dynamodb_request_timeout_ms is answered
+// ThrottlingException saying how long it waited, and not built.
+TEST_F(PageQueueTest, ALongRequestQueuedPastTheRequestTimeoutIsThrottled) {
+  limits_.dynamodb_request_timeout_ms = 200;
+  StartHolding();
+  Client running(server_->port()), queued(server_->port());
+  http::write(running.socket(), scan_);
+  ASSERT_EQ(Reached(pages_, 1), 1);
+  http::write(queued.socket(), scan_);
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  release_.Notify();
+  EXPECT_EQ(running.Read().body(), "{\"page\":true}");
+  Response late = queued.Read();
+  EXPECT_EQ(late.result_int(), 400);
+  const std::string prefix =
+      "{\"__type\":\"com.amazonaws.dynamodb.v20120810#ThrottlingException\",\"message\":"
+      "\"waited ";
+  const std::string suffix =
+      " ms for a page thread, longer than server.dynamodb_request_timeout_ms (200 ms): long "
+      "requests arrive faster than they are built; retry later\"}";
+  ASSERT_TRUE(late.body().starts_with(prefix) && late.body().ends_with(suffix)) << late.body();
+  const int waited = std::stoi(late.body().substr(prefix.size()));
+  EXPECT_GT(waited, 200);
+  EXPECT_LT(waited, 20000);
+  EXPECT_TRUE(late.keep_alive());
+  EXPECT_EQ(Refused("page_timeout"), 1);
+  EXPECT_EQ(pages_.load(), 1);
+  EXPECT_EQ(queued.Send(scan_).body(), "{\"page\":true}");  // on time now
+}
+
+// A long request with a consistency header runs on a page-wait thread and holds a place of
+// dynamodb_max_pages and of dynamodb_max_waits meanwhile: with one of each, a plain long request
+// and a short one with a consistency header are refused until it ends; a short one is not.
+TEST_F(PageQueueTest, ALongRequestThatWaitsHoldsAPageAndAWait) {
+  limits_.dynamodb_max_pages = 1;
+  limits_.dynamodb_max_waits = 1;
+  absl::Mutex thread_mu;
+  std::string thread;
+  StartHolding([&] {
+    char name[16] = {};
+    pthread_getname_np(pthread_self(), name, sizeof name);
+    absl::MutexLock lock(&thread_mu);
+    thread = name;
+  });
+  Client waiting(server_->port()), other(server_->port());
+  http::request<http::string_body> scan_after = scan_;
+  scan_after.set("x-cdcview-min-position", "Y3AB");
+  http::write(waiting.socket(), scan_after);
+  ASSERT_EQ(Reached(pages_, 1), 1);
+  EXPECT_EQ(other.Send(scan_).body(),
+            "{\"__type\":\"com.amazonaws.dynamodb.v20120810#ThrottlingException\",\"message\":"
+            "\"too many long requests (Scan and Query pages, BatchGetItem) at once: 1 are queued "
+            "or running (server.dynamodb_max_pages); retry later\"}");
+  EXPECT_EQ(other.Post("{\"Limit\":1}", {{"x-cdcview-min-position", "Y3AB"}}).body(),
+            "{\"__type\":\"com.amazonaws.dynamodb.v20120810#ThrottlingException\",\"message\":"
+            "\"too many requests with a consistency header at once: 1 are running "
+            "(server.dynamodb_max_waits); retry later\"}");
+  EXPECT_EQ(other.Post("{\"Limit\":1}").result_int(), 200);  // short: not held up
+  release_.Notify();
+  EXPECT_EQ(waiting.Read().body(), "{\"page\":true}");
+  {
+    absl::MutexLock lock(&thread_mu);
+    EXPECT_EQ(thread, "dynamodb-pgwait");
+  }
+  EXPECT_EQ(other.Send(scan_).body(), "{\"page\":true}");  // both places are free again
+  EXPECT_EQ(other.Send(scan_after).body(), "{\"page\":true}");
+  EXPECT_EQ(Refused("max_pages"), 1);
+  EXPECT_EQ(Refused("max_waits"), 1);
 }
 
 }  // namespace
