@@ -75,6 +75,7 @@ constexpr std::string_view kOtherReads[] = {
 struct Answer {
   std::string body;
   std::string applied_token;  // AppliedPosition.token bytes; "" when none
+  bool run_long = false;      // read past ApiRequest::inline_bytes: nothing answered
 };
 
 #define API_RETURN_IF_ERROR(expr)              \
@@ -916,7 +917,8 @@ class Operation {
     std::string items;  // the items' JSON, joined by ","
     uint64_t count = 0;
     uint64_t scanned = 0;
-    uint64_t bytes = 0;
+    uint64_t read = 0;   // entries read, in a segment or not
+    uint64_t bytes = 0;  // their ItemSize
     std::optional<Item> last_evaluated;
     std::string applied_token;
     bool stopped = false;  // by Limit or the 1 MB
@@ -932,6 +934,7 @@ class Operation {
     for (int i = 0; i < entries.size(); ++i) {
       const v1::ViewEntry& entry = entries[i];
       API_ASSIGN_OR_RETURN(Item item, IndexItem(entry, v));
+      ++page->read;
       page->bytes += ItemSize(item);
       if (in_segment(entry)) {
         ++page->scanned;
@@ -951,6 +954,31 @@ class Operation {
       }
     }
     return absl::OkStatus();
+  }
+
+  // How many entries the next ViewQueries call may read, `limit_left` at most: kEntriesPerCall,
+  // or under ApiRequest::inline_bytes one at first, then as many as the bytes left of the bound
+  // hold at the average size read so far (and one more, to pass it).
+  uint64_t Want(const Page& page, std::optional<uint64_t> limit_left) const {
+    uint64_t want = kEntriesPerCall;
+    if (const uint64_t bound = request_.inline_bytes; bound > 0 && page.read == 0) {
+      want = 1;
+    } else if (bound > 0) {
+      const uint64_t average = std::max<uint64_t>(1, page.bytes / page.read);
+      want = std::min<uint64_t>(want, (bound - std::min(bound, page.bytes)) / average + 1);
+    }
+    return limit_left.has_value() ? std::min(want, *limit_left) : want;
+  }
+
+  // Whether a page with more to read has gone past ApiRequest::inline_bytes.
+  bool PastInlineBound(const Page& page) const {
+    return request_.inline_bytes > 0 && page.bytes > request_.inline_bytes;
+  }
+
+  static Answer RunLong() {
+    Answer answer;
+    answer.run_long = true;
+    return answer;
   }
 
   static Answer PageAnswer(const Page& page, bool count_only) {
@@ -1083,9 +1111,9 @@ class Operation {
     const Projection* projection_ptr = projection.has_value() ? &*projection : nullptr;
     Page page;
     for (;;) {
-      uint64_t want = kEntriesPerCall;
-      if (limit.has_value()) want = std::min<uint64_t>(want, *limit - page.scanned);
-      q.set_limit(static_cast<uint32_t>(want));
+      std::optional<uint64_t> limit_left;
+      if (limit.has_value()) limit_left = *limit - page.scanned;
+      q.set_limit(static_cast<uint32_t>(Want(page, limit_left)));
       absl::StatusOr<v1::QueryResponse> response = queries_.Query(q, request_.deadline);
       if (!response.ok()) return ViewReadError(response.status(), v);
       q.clear_consistency();  // waited for once; the later calls read later states
@@ -1094,6 +1122,7 @@ class Operation {
       API_RETURN_IF_ERROR(Evaluate(response->entries(), more, v, filter.get(), projection_ptr, count_only,
                                    limit, [](const v1::ViewEntry&) { return true; }, &page));
       if (page.stopped || !more) break;
+      if (PastInlineBound(page)) return RunLong();
       q.set_page_token(response->next_page_token());
     }
     return PageAnswer(page, count_only);
@@ -1183,9 +1212,9 @@ class Operation {
     const Projection* projection_ptr = projection.has_value() ? &*projection : nullptr;
     Page page;
     for (;;) {
-      uint64_t want = kEntriesPerCall;
-      if (limit.has_value() && segments == 1) want = std::min<uint64_t>(want, *limit - page.scanned);
-      s.set_limit(static_cast<uint32_t>(want));
+      std::optional<uint64_t> limit_left;
+      if (limit.has_value() && segments == 1) limit_left = *limit - page.scanned;
+      s.set_limit(static_cast<uint32_t>(Want(page, limit_left)));
       absl::StatusOr<v1::ScanResponse> response = queries_.Scan(s, request_.deadline);
       if (!response.ok()) return ViewReadError(response.status(), v);
       s.clear_consistency();
@@ -1194,6 +1223,7 @@ class Operation {
       API_RETURN_IF_ERROR(Evaluate(response->entries(), more, v, filter.get(), projection_ptr, count_only,
                                    limit, in_segment, &page));
       if (page.stopped || !more) break;
+      if (PastInlineBound(page)) return RunLong();
       s.set_page_token(response->next_page_token());
     }
     return PageAnswer(page, count_only);
@@ -1640,6 +1670,7 @@ ApiResponse DynamoDbApi::Handle(const ApiRequest& request) const {
   absl::StatusOr<Answer> answer = handling.Run(op, simdjson::dom::object(root));
   if (!answer.ok()) return StatusResponse(answer.status(), operation);
   ApiResponse response;
+  response.run_long = answer->run_long;
   response.body = std::move(answer->body);
   if (!answer->applied_token.empty()) response.applied_position = Base64Encode(answer->applied_token);
   response.operation = operation;

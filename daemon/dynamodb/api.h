@@ -12,7 +12,9 @@
 // As DynamoDB answers (its messages for the common mistakes):
 // - Query and Scan read the view through ViewQueries, up to 1,000 entries a call, until Limit
 //   entries are evaluated (before FilterExpression: Count vs ScannedCount), 1 MB of index
-//   items (ItemSize) is read, or the view ends. LastEvaluatedKey (table key + index key) comes
+//   items (ItemSize) is read, or the view ends. Under ApiRequest::inline_bytes, the first call
+//   reads one entry and each later one as many as the bytes left hold at the average size
+//   read so far. LastEvaluatedKey (table key + index key) comes
 //   only when the page stopped early and another entry follows; ExclusiveStartKey becomes the
 //   page token the store issues after that entry (a merged token for a write-sharded view
 //   queried by its logical key).
@@ -70,6 +72,10 @@ struct ApiRequest {
   std::string_view max_staleness_seconds;
   const security::Principal* who = nullptr;  // null: the endpoint authenticates no one
   ViewQueries::Deadline deadline = ViewQueries::Deadline::max();
+  // Set when the request is answered on an I/O thread (kShortPageBytes): a Query or Scan stops
+  // once it has read past this many bytes of index items with more to read, and answers
+  // run_long instead. 0: no bound.
+  uint64_t inline_bytes = 0;
 };
 
 struct ApiResponse {
@@ -78,6 +84,9 @@ struct ApiResponse {
   std::string applied_position;  // x-cdcview-applied-position (base64); "" when none
   std::string operation;       // for metrics: the operation's name, or "unknown"
   std::string error_type;      // "" on success, else e.g. "ValidationException"
+  // The request read past ApiRequest::inline_bytes and was not answered: run it again without
+  // the bound, off the I/O thread. Nothing else is set but `operation`.
+  bool run_long = false;
 };
 
 // True when the request carries a consistency header, so Handle may wait.
@@ -87,6 +96,9 @@ bool MayWait(const ApiRequest& request);
 inline constexpr int64_t kShortPageLimit = 100;
 // A body longer than this is not short, whatever it asks (parsing it takes time of its own).
 inline constexpr size_t kMaxShortBody = 64 * 1024;
+// What a short Query or Scan may read on an I/O thread (ApiRequest::inline_bytes): bytes of
+// index items (ItemSize), the last item read included.
+inline constexpr uint64_t kShortPageBytes = 64 * 1024;
 
 // True when the request's work is bounded by a few entries before it runs: a target that is
 // not DynamoDB's (answered with an error unread), and within kMaxShortBody bytes GetItem,
@@ -94,9 +106,10 @@ inline constexpr size_t kMaxShortBody = 64 * 1024;
 // with an error), and a Query or an unsegmented Scan with a Limit of 1-kShortPageLimit. False
 // for the rest: Query and Scan pages of up to 1 MB, segmented Scans (a segment walks past the
 // other segments' entries), BatchGetItem (up to 100 items) and long bodies. Parses a Query or
-// Scan body's top level, not the catalog: a short page of large items can still near 1 MB,
-// and a Query of a write-sharded view by its logical key opens a cursor per shard. The
-// endpoint answers short requests on its I/O threads and runs the others on page threads.
+// Scan body's top level, not the catalog: what a short page reads is bounded on the I/O
+// thread by ApiRequest::inline_bytes instead (a Query of a write-sharded view by its logical
+// key still opens a cursor per shard there). The endpoint answers short requests on its I/O
+// threads and runs the others on page threads.
 bool RunsShort(const ApiRequest& request);
 
 // An error in DynamoDB's shape: {"__type": "<namespace>#<type>", "message": "..."}.

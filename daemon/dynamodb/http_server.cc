@@ -655,7 +655,16 @@ class Session : public SessionBase {
     const bool waits = server_.options().offload_all || MayWait(api_);
     if (!waits && !long_request) {
       if (sign_later && !Authenticated()) return;
-      Reply(server_.handler()(api_));
+      api_.inline_bytes = kShortPageBytes;
+      ApiResponse response = server_.handler()(api_);
+      if (!response.run_long) {
+        Reply(std::move(response));
+        return;
+      }
+      // It read more than a short request may here: again, on a page thread.
+      api_.inline_bytes = 0;
+      if (DynamoDbApiProbe* probe = server_.options().probe) probe->Moved();
+      if (!RunOn(server_.pages(), /*queued_for_page=*/true, {})) RefusePages();
       return;
     }
     sign_later_ = sign_later;

@@ -14,20 +14,22 @@
 // which botocore checks) and, when the read reported one, x-cdcview-applied-position.
 //
 // Threads: `dynamodb_threads` I/O threads read requests, answer the short ones (Options::
-// runs_short, RunsShort by default: a GetItem, a Query with a small Limit) on the spot and write
-// answers. A long one (a Scan or Query page of up to 1 MB, a BatchGetItem) runs on a page
-// thread: as many as I/O threads, made when first needed, at a lower priority (kPageNice steps
-// of nice), so that on a shared CPU a short request's I/O thread gets most of it while a page
-// is built; long requests queue for them, at most dynamodb_max_pages queued or running, one
-// more answers ThrottlingException naming the field. When a page thread takes a request whose
-// client has closed its side meanwhile, the request is not built (refusal reason
-// "client_gone"); one that queued longer than dynamodb_request_timeout_ms answers
-// ThrottlingException saying so ("page_timeout"). A page thread also computes its answer's
-// CRC32. A request with a consistency header (x-cdcview-min-position,
-// x-cdcview-min-kafka-offsets, x-cdcview-max-staleness-seconds; MayWait) runs on a wait
-// thread: threads are made as needed up to dynamodb_max_waits, one per such request while it
-// runs, so a wait never holds up a request behind it; one more answers ThrottlingException
-// naming the field (SDKs retry it with back-off). A long one runs on a page-wait thread
+// runs_short, RunsShort by default: a GetItem, a Query with a small Limit) on the spot, bounded
+// by ApiRequest::inline_bytes = kShortPageBytes (one that reads past it, answering run_long,
+// runs again on a page thread, counted by DynamoDbApiProbe::Moved) and write answers. A long
+// one (a Scan or Query page of up to 1 MB, a BatchGetItem) runs on a page thread: as many as
+// I/O threads, made when first needed, at a lower priority (kPageNice steps of nice), so that
+// on a shared CPU a short request's I/O thread gets most of it while a page is built; long
+// requests queue for them, at most dynamodb_max_pages queued or running, one more answers
+// ThrottlingException naming the field. When a page thread takes a request whose client has
+// closed its side meanwhile, the request is not built (refusal reason "client_gone"); one
+// that queued longer than dynamodb_request_timeout_ms answers ThrottlingException saying so
+// ("page_timeout"). A page thread also computes its answer's CRC32. A request with a
+// consistency header (x-cdcview-min-position, x-cdcview-min-kafka-offsets,
+// x-cdcview-max-staleness-seconds; MayWait) runs on a wait thread: threads are made as needed
+// up to dynamodb_max_waits, one per such request while it runs, so a wait never holds up a
+// request behind it; one more answers ThrottlingException naming the field (SDKs retry it
+// with back-off). A long one runs on a page-wait thread
 // instead (made as needed, at most dynamodb_max_pages, at the page threads' priority) and holds
 // a place of both dynamodb_max_waits and dynamodb_max_pages while it runs. With `offload_all`
 // (a cluster member, whose reads ask the other members over the network) every request runs on

@@ -48,6 +48,12 @@ DynamoDbApiProbe::DynamoDbApiProbe(MetricsRegistry& metrics) {
                    .Help("Time from a DynamoDB endpoint request's arrival to its answer, per "
                          "operation.")
                    .Register(metrics.registry());
+  moved_ = &prometheus::BuildCounter()
+                .Name("cdcview_dynamodb_api_moved_total")
+                .Help("Short requests (a Query or Scan with a small Limit) that read past the "
+                      "I/O threads' bound of index item bytes and ran again on a page thread.")
+                .Register(metrics.registry())
+                .Add({});
   absl::MutexLock lock(&mu_);
   for (std::string_view op : kServed) {
     histograms_.emplace(
@@ -88,5 +94,7 @@ void DynamoDbApiProbe::Observe(std::string_view operation, std::string_view outc
   counter->Increment();
   histogram->Observe(seconds);
 }
+
+void DynamoDbApiProbe::Moved() { moved_->Increment(); }
 
 }  // namespace cdcview

@@ -5,6 +5,8 @@
 //       the error type answered, e.g. "ValidationException", "ThrottlingException")
 //   cdcview_dynamodb_api_request_duration_seconds{operation} histogram: from the request's
 //       last byte to its answer handed to the socket
+//   cdcview_dynamodb_api_moved_total                          counter: short requests that read
+//       past the I/O threads' bound (dynamodb::kShortPageBytes) and ran again on a page thread
 //
 // Not cdcview_dynamodb_requests_total: that family is the DynamoDB Streams source's calls to
 // AWS (DynamoDbProbe), labelled source, call and result.
@@ -36,6 +38,8 @@ class DynamoDbApiProbe {
 
   // `operation` is kept only when it is one of DynamoDB's operation names, else "unknown".
   void Observe(std::string_view operation, std::string_view outcome, double seconds);
+  // A short request moved to a page thread.
+  void Moved();
 
   // One of DynamoDB_20120810's operation names (Query, GetItem, PutItem, ...)?
   static bool IsDynamoDbOperation(std::string_view name);
@@ -43,6 +47,7 @@ class DynamoDbApiProbe {
  private:
   prometheus::Family<prometheus::Counter>* requests_;
   prometheus::Family<prometheus::Histogram>* duration_;
+  prometheus::Counter* moved_;
   absl::Mutex mu_;
   std::map<std::pair<std::string, std::string>, prometheus::Counter*, std::less<>> counters_
       ABSL_GUARDED_BY(mu_);

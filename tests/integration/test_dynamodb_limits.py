@@ -161,7 +161,8 @@ def test_boto3_reads_and_oversized_bodies_are_refused_naming_the_field(daemon_fa
     assert metric(m, "cdcview_dynamodb_api_request_duration_seconds_count", operation="GetItem") == 2
     # Every endpoint metric a dashboard panel or alert names is in the real output.
     api_metrics = dashboard_metric_names("cdcview_dynamodb_api_")
-    assert api_metrics == ["cdcview_dynamodb_api_request_duration_seconds_bucket",
+    assert api_metrics == ["cdcview_dynamodb_api_moved_total",
+                           "cdcview_dynamodb_api_request_duration_seconds_bucket",
                            "cdcview_dynamodb_api_requests_total"]
     assert [n for n in api_metrics if n not in {name for name, _ in m}] == []
     d.stop()
@@ -315,6 +316,38 @@ def test_long_requests_whose_clients_left_or_waited_too_long_are_not_built(daemo
     # Served as before: a point query, and a long request once the queue is gone.
     assert day_query(dynamodb(d), "ByPk")["Count"] == 1
     assert post(d, "Scan", EMPTY_PAGE_SCAN)[0] == 200
+    d.stop()
+
+
+def test_a_short_query_of_large_items_moves_to_a_page_thread(daemon_factory, tmp_path):
+    """A Query with a small Limit is answered on an I/O thread while it reads at most 64 KiB of
+    index items; one that reads more runs again on a page thread, with the same answer,
+    counted in cdcview_dynamodb_api_moved_total."""
+    records = [json.dumps({
+        "eventID": f"e{n}", "eventName": "INSERT",
+        "dynamodb": {"ApproximateCreationDateTime": time.time(), "Keys": {"PK": {"S": f"I{n}"}},
+                     "NewImage": {"PK": {"S": f"I{n}"}, "day": {"S": "D1"}, "pad": {"S": "x" * 30000}},
+                     "SequenceNumber": str(1000 + n)},
+    }) + "\n" for n in range(5)]
+    d = start(daemon_factory, tmp_path, records)
+    client = dynamodb(d)
+
+    def pks(limit):
+        answer = client.query(TableName="App", IndexName="ByDay", Limit=limit,
+                              KeyConditionExpression="#k = :v", ProjectionExpression="PK",
+                              ExpressionAttributeNames={"#k": "day"},
+                              ExpressionAttributeValues={":v": {"S": "D1"}})
+        return [item["PK"]["S"] for item in answer["Items"]]
+
+    def moved():
+        return metric(d.metrics(), "cdcview_dynamodb_api_moved_total")
+
+    assert pks(2) == ["I0", "I1"]
+    assert moved() == 0
+    assert threads_named(d, "dynamodb-page") == []
+    assert pks(5) == ["I0", "I1", "I2", "I3", "I4"]
+    assert moved() == 1
+    assert len(threads_named(d, "dynamodb-page")) == 1
     d.stop()
 
 

@@ -377,6 +377,45 @@ TEST_F(DynamoDbApiTest, QueryStopsAtOneMegabyte) {
             R"({"Items":[{"PK":{"S":"B#4"}}],"Count":1,"ScannedCount":1})");
 }
 
+// Under inline_bytes (an I/O thread's bound) a Query or Scan reads one entry, then as many as
+// the bytes left hold: a page that needs more once past the bound answers run_long and nothing
+// else; the others answer what they answer without it.
+TEST_F(DynamoDbApiTest, InlineBytesMoveOnlyPagesThatReadPastThem) {
+  Ready();
+  PutGsi1();
+  for (int i = 0; i < 5; ++i) {  // about 30,000 bytes each
+    Put({{"PK", S(absl::StrCat("B#", i))}, {"SK", S("X")}, {"GSI1PK", S("BIG")},
+         {"GSI1SK", S(absl::StrCat(i))}, {"blob", S(std::string(30000, 'x'))}});
+  }
+  ApiRequest bounded;
+  bounded.inline_bytes = kShortPageBytes;
+  auto both = [&](std::string_view op, const std::string& body) {
+    EXPECT_EQ(Ok(op, body, bounded), Ok(op, body)) << body;
+  };
+  for (int limit = 1; limit <= 8; ++limit) {
+    both("Query", absl::StrCat(R"({"TableName":"App","IndexName":"GSI1","KeyConditionExpression":"GSI1PK = :p","ExpressionAttributeValues":{":p":{"S":"G"}},"Limit":)", limit, "}"));
+    // A Scan meets the large items first: one, then two more, past the bound with Limit 4.
+    const std::string scan = absl::StrCat(
+        R"({"TableName":"App","IndexName":"GSI1","ProjectionExpression":"PK","Limit":)", limit, "}");
+    if (limit <= 3) {
+      both("Scan", scan);
+    } else {
+      EXPECT_TRUE(Call("Scan", scan, bounded).run_long) << limit;
+    }
+  }
+  const std::string big =
+      R"({"TableName":"App","IndexName":"GSI1","ProjectionExpression":"PK","KeyConditionExpression":"GSI1PK = :p","ExpressionAttributeValues":{":p":{"S":"BIG"}},"Limit":)";
+  // Limit 3: one item, then two more in the call that passes the bound, where the page ends.
+  both("Query", big + "3}");
+  ApiResponse moved = Call("Query", big + "5}", bounded);
+  EXPECT_TRUE(moved.run_long);
+  EXPECT_EQ(moved.http_status, 200);
+  EXPECT_EQ(moved.body, "");
+  EXPECT_EQ(moved.operation, "Query");
+  EXPECT_FALSE(Call("Query", big + "5}").run_long);
+  EXPECT_TRUE(Call("Scan", R"({"TableName":"App","IndexName":"GSI1","Limit":100})", bounded).run_long);
+}
+
 TEST_F(DynamoDbApiTest, QueryMergesTheShardsOfALogicalKey) {
   Ready();
   Put({{"PK", S("E#1")}, {"SK", S("X")}, {"day", S("D#0")}, {"at", S("10")}});

@@ -434,6 +434,38 @@ TEST_F(HttpServerTest, LongRequestsRunOnPageThreadsAndHoldNoShortOne) {
             (std::vector<std::string>{"dynamodb-page", "dynamodb-page", "dynamodb-page"}));
 }
 
+// A short request that reads past kShortPageBytes on the I/O thread (the handler answers
+// run_long) runs again on a page thread without the bound, counted as moved.
+TEST_F(HttpServerTest, AShortRequestThatReadsTooMuchMovesToAPageThread) {
+  absl::Mutex calls_mu;
+  std::vector<std::string> calls;
+  Start([&](const ApiRequest& request) {
+    char name[16] = {};
+    pthread_getname_np(pthread_self(), name, sizeof name);
+    {
+      absl::MutexLock lock(&calls_mu);
+      calls.push_back(absl::StrCat(name, " ", request.inline_bytes));
+    }
+    ApiResponse response;
+    response.operation = "Query";
+    response.run_long = request.inline_bytes > 0;
+    response.body = response.run_long ? "" : "{\"moved\":true}";
+    return response;
+  });
+  Client client(server_->port());
+  Response answer = client.Post("{\"Limit\":1}");
+  EXPECT_EQ(answer.body(), "{\"moved\":true}");
+  EXPECT_EQ(answer["x-amz-crc32"], Crc32(answer.body()));
+  {
+    absl::MutexLock lock(&calls_mu);
+    EXPECT_EQ(calls, (std::vector<std::string>{absl::StrCat("dynamodb-io ", kShortPageBytes),
+                                               "dynamodb-page 0"}));
+  }
+  EXPECT_EQ(Metric("cdcview_dynamodb_api_moved_total", {}), 1);
+  EXPECT_EQ(Metric("cdcview_dynamodb_api_requests_total", {{"operation", "Query"}, {"outcome", "ok"}}),
+            1);
+}
+
 // At shutdown, a long request still queued for a page thread after the grace period is not
 // built: its connection closes without an answer, counted as closed by the shutdown.
 TEST_F(HttpServerTest, ShutdownDropsLongRequestsNotStarted) {
