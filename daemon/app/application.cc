@@ -282,7 +282,8 @@ absl::Status Application::StartDynamoDb(const ViewQueries& queries) {
                        dynamodb_->port(), " with ", n,
                        cluster_queries_ != nullptr
                            ? absl::StrCat(" I/O thread", n == 1 ? "" : "s",
-                                          "; a cluster member's requests run on wait threads")
+                                          "; a cluster member's requests run on wait threads, "
+                                          "its long ones on page-wait threads")
                            : absl::StrCat(" I/O and ", n, " page thread", n == 1 ? "" : "s")));
   return absl::OkStatus();
 }

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <openssl/ssl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -77,16 +78,19 @@ absl::StatusOr<int> ListenOn(const std::string& address) { return ListenSocket(a
 
 // Threads that run requests off the I/O threads: made as needed, up to `max_threads`, each
 // running one request at a time; TrySubmit refuses past `max_in_flight` requests queued or
-// running, or once closed. Threads run `nice` steps below the thread that made them (at most
+// running, or once closed. A task returns what to do once its place is given back (an answer
+// posted from there finds the place free for the client's next request), or nothing. Threads run `nice` steps below the thread that made them (at most
 // 19), so that they yield the CPU to the I/O threads. Close drops what has not started (its
 // connection ends); Join waits for what runs.
 class TaskPool {
  public:
+  using Task = std::function<std::function<void()>()>;
+
   TaskPool(const char* name, uint32_t max_threads, uint32_t max_in_flight, int nice)
       : name_(name), max_threads_(max_threads), max_in_flight_(max_in_flight), nice_(nice) {}
   ~TaskPool() { Stop(); }
 
-  bool TrySubmit(std::function<void()> task) {
+  bool TrySubmit(Task task) {
     absl::MutexLock lock(&mu_);
     if (stop_ || in_flight_ >= max_in_flight_) return false;
     ++in_flight_;
@@ -116,7 +120,7 @@ class TaskPool {
     Join();
   }
   void Close() {
-    std::deque<std::function<void()>> dropped;
+    std::deque<Task> dropped;
     {
       absl::MutexLock lock(&mu_);
       stop_ = true;
@@ -144,13 +148,19 @@ class TaskPool {
       mu_.Await(absl::Condition(this, &TaskPool::HasWorkOrStops));
       --idle_;
       if (queue_.empty()) return;  // stopping, nothing left
-      std::function<void()> task = std::move(queue_.front());
+      Task task = std::move(queue_.front());
       queue_.pop_front();
       mu_.Unlock();
-      task();
+      std::function<void()> then = task();
       task = nullptr;  // what it holds goes before the slot is given back
       mu_.Lock();
       --in_flight_;
+      if (then) {
+        mu_.Unlock();
+        then();
+        then = nullptr;
+        mu_.Lock();
+      }
     }
   }
 
@@ -179,7 +189,7 @@ class TaskPool {
   const uint32_t max_in_flight_;
   const int nice_;
   mutable absl::Mutex mu_;
-  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<Task> queue_ ABSL_GUARDED_BY(mu_);
   std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
   uint32_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   size_t idle_ ABSL_GUARDED_BY(mu_) = 0;
@@ -221,7 +231,9 @@ class HttpServer::Impl {
         options_(std::move(options)),
         waits_("dynamodb-wait", limits.dynamodb_max_waits, limits.dynamodb_max_waits, 0),
         pages_("dynamodb-page", limits.dynamodb_threads, limits.dynamodb_max_pages, kPageNice),
-        page_waits_("dynamodb-pgwait", limits.dynamodb_max_pages, limits.dynamodb_max_pages,
+        // Its requests are counted by the places they hold of waits_ and pages_, which they
+        // give back just before their own here: twice as many, so that it never refuses one.
+        page_waits_("dynamodb-pgwait", limits.dynamodb_max_pages, 2 * limits.dynamodb_max_pages,
                     kPageNice),
         max_connections_(limits.dynamodb_max_connections),
         ioc_(static_cast<int>(limits.dynamodb_threads)),
@@ -639,10 +651,12 @@ class Session : public SessionBase {
       return;
     }
     operation_ = operation;
-    // A body too long to be short is hashed for its signature on the thread that runs it.
+    // A body too long to be short is hashed for its signature on the thread that runs it; the
+    // rest of the signature is checked here.
     const bool sign_later =
         server_.options().tokens != nullptr && request_.body().size() > kMaxShortBody;
-    if (server_.options().tokens != nullptr && !sign_later && !Authenticated()) return;
+    sign_later_ = sign_later;
+    if (server_.options().tokens != nullptr && !Authenticated(/*read_body=*/!sign_later)) return;
     api_ = ApiRequest{};
     api_.target = target;
     api_.body = request_.body();
@@ -654,7 +668,8 @@ class Session : public SessionBase {
     const bool long_request = runs_short && !runs_short(api_);
     const bool waits = server_.options().offload_all || MayWait(api_);
     if (!waits && !long_request) {
-      if (sign_later && !Authenticated()) return;
+      if (sign_later && !Authenticated(/*read_body=*/true)) return;
+      sign_later_ = false;
       api_.inline_bytes = kShortPageBytes;
       ApiResponse response = server_.handler()(api_);
       if (!response.run_long) {
@@ -663,11 +678,13 @@ class Session : public SessionBase {
       }
       // It read more than a short request may here: again, on a page thread.
       api_.inline_bytes = 0;
-      if (DynamoDbApiProbe* probe = server_.options().probe) probe->Moved();
-      if (!RunOn(server_.pages(), /*queued_for_page=*/true, {})) RefusePages();
+      if (!RunOn(server_.pages(), /*queued_for_page=*/true, {})) {
+        RefusePages();
+      } else if (DynamoDbApiProbe* probe = server_.options().probe) {
+        probe->Moved();
+      }
       return;
     }
-    sign_later_ = sign_later;
     if (waits && long_request) {
       // It waits as a wait and builds a page: a place of each, on a thread of the pages' priority.
       std::shared_ptr<PoolHold> page = PoolHold::Try(server_.pages());
@@ -688,9 +705,10 @@ class Session : public SessionBase {
   }
 
   // Checks the request's SigV4 signature against the tokens, setting who_ and api_.who: the
-  // refusal to answer when it does not hold. On the strand, or on the pool thread that runs
+  // refusal to answer when it does not hold. Without `read_body`, only what does not need the
+  // body (PrecheckSigV4), and who_ is not set. On the strand, or on the pool thread that runs
   // the request.
-  std::optional<ApiResponse> Authenticate() {
+  std::optional<ApiResponse> Authenticate(bool read_body = true) {
     SignedRequest signed_request;
     signed_request.method = View(request_.method_string());
     signed_request.target = View(request_.target());
@@ -699,7 +717,8 @@ class Session : public SessionBase {
     }
     signed_request.body = request_.body();
     SigV4Verdict verdict =
-        VerifySigV4(signed_request, *server_.options().tokens, server_.options().now());
+        read_body ? VerifySigV4(signed_request, *server_.options().tokens, server_.options().now())
+                  : PrecheckSigV4(signed_request, *server_.options().tokens, server_.options().now());
     if (!verdict.ok) {
       if (security::AuthProbe* probe = server_.options().auth_probe) {
         probe->RecordRefusal(absl::UnauthenticatedError(
@@ -709,14 +728,17 @@ class Session : public SessionBase {
       }
       return ErrorResponse(400, verdict.error_type, verdict.message, operation_);
     }
-    who_ = std::move(verdict.who);
-    api_.who = &*who_;
+    if (read_body) {
+      who_ = std::move(verdict.who);
+      api_.who = &*who_;
+    }
     return std::nullopt;
   }
 
-  // On the strand: whether the signature holds; when not, its refusal is answered.
-  bool Authenticated() {
-    std::optional<ApiResponse> refusal = Authenticate();
+  // On the strand: whether the signature holds (as far as Authenticate checks); when not, its
+  // refusal is answered.
+  bool Authenticated(bool read_body) {
+    std::optional<ApiResponse> refusal = Authenticate(read_body);
     if (refusal.has_value()) Reply(std::move(*refusal));
     return !refusal.has_value();
   }
@@ -752,61 +774,63 @@ class Session : public SessionBase {
   // until it has run.
   bool RunOn(TaskPool& pool, bool queued_for_page, std::vector<std::shared_ptr<PoolHold>> holds) {
     return pool.TrySubmit([self = Self(), queued_for_page, holds = std::move(holds)] {
-      self->Run(queued_for_page);
+      return self->Run(queued_for_page);
     });
   }
 
-  // On a pool's thread. A request that queued for a page thread is not built when its client
-  // has gone, nor after waiting longer than the request timeout (ThrottlingException: the
-  // page threads are behind).
-  void Run(bool queued_for_page) {
+  // On a pool's thread; returns what sends the answer, for once the request's places are
+  // given back. A request that queued for a page thread is not built when its client has
+  // gone, nor after waiting longer than the request timeout (ThrottlingException: the page
+  // threads are behind).
+  std::function<void()> Run(bool queued_for_page) {
     if (queued_for_page) {
       if (ClientLeft()) {
         CountRefused("client_gone");
         asio::post(stream_.get_executor(), [self = Self()] { self->reason_ = "client"; });
-        return;
+        return nullptr;
       }
       const auto waited =
           std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started_);
       if (waited > RequestTimeout()) {
         CountRefused("page_timeout");
-        PostReply(ErrorResponse(
+        return ReplyLater(ErrorResponse(
             400, "ThrottlingException",
             absl::StrCat("waited ", waited.count(),
                          " ms for a page thread, longer than server.dynamodb_request_timeout_ms (",
                          RequestTimeout().count(),
                          " ms): long requests arrive faster than they are built; retry later"),
             operation_));
-        return;
       }
     }
     if (sign_later_) {
       if (std::optional<ApiResponse> refusal = Authenticate()) {
-        PostReply(std::move(*refusal));
-        return;
+        return ReplyLater(std::move(*refusal));
       }
     }
-    PostReply(server_.handler()(api_));
+    return ReplyLater(server_.handler()(api_));
   }
 
-  // From a pool's thread: the answer's CRC is computed here, the answer sent on the strand.
-  void PostReply(ApiResponse response) {
+  // On a pool's thread: the answer's CRC is computed here; what it returns sends the answer
+  // on the strand.
+  std::function<void()> ReplyLater(ApiResponse response) {
     std::string crc = Crc32(response.body);
-    asio::post(stream_.get_executor(),
-               [self = Self(), response = std::move(response), crc = std::move(crc)]() mutable {
-                 self->Reply(std::move(response), kJsonType, std::move(crc));
-               });
+    return [self = Self(), response = std::move(response), crc = std::move(crc)]() mutable {
+      asio::post(self->stream_.get_executor(),
+                 [self, response = std::move(response), crc = std::move(crc)]() mutable {
+                   self->Reply(std::move(response), kJsonType, std::move(crc));
+                 });
+    };
   }
 
-  // Whether the client has closed its side (or reset) while its request queued: a look at the
-  // socket that takes nothing from it. A request pipelined behind this one says it is there.
+  // Whether the client has closed its side or reset the connection while its request queued
+  // (as a proxy takes a client that hangs up as gone): a look at the socket that takes
+  // nothing from it, so a TLS close_notify or a pipelined request before the FIN does not
+  // hide it.
   bool ClientLeft() {
     absl::MutexLock lock(&socket_mu_);
     if (!Lowest().socket().is_open()) return true;
-    char byte;
-    const ssize_t n =
-        recv(Lowest().socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    pollfd watch{Lowest().socket().native_handle(), POLLRDHUP, 0};
+    return poll(&watch, 1, 0) > 0 && (watch.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
   }
 
   // `crc`: the body's Crc32 when the thread that made the answer computed it.

@@ -172,8 +172,11 @@ std::optional<Authorization> ParseAuthorization(std::string_view header, std::st
 
 }  // namespace
 
-SigV4Verdict VerifySigV4(const SignedRequest& request, security::TokenStore& tokens,
-                         absl::Time now) {
+namespace {
+
+// VerifySigV4, or with `read_body` false PrecheckSigV4.
+SigV4Verdict Verify(const SignedRequest& request, security::TokenStore& tokens, absl::Time now,
+                    bool read_body) {
   // Header names are case-insensitive; a repeated header's values are joined with ",".
   std::map<std::string, std::string> headers;
   for (const auto& [name, value] : request.headers) {
@@ -232,6 +235,11 @@ SigV4Verdict VerifySigV4(const SignedRequest& request, security::TokenStore& tok
                                 aws::AmzDate(now + kMaxClockSkew), " (", aws::AmzDate(now),
                                 " + 15 min.)"));
   }
+  if (!read_body) {
+    SigV4Verdict may_hold;
+    may_hold.ok = true;
+    return may_hold;
+  }
 
   std::string canonical = absl::StrCat(Av(request.method), "\n",
                                        CanonicalUriAndQuery(request.target), "\n");
@@ -256,6 +264,18 @@ SigV4Verdict VerifySigV4(const SignedRequest& request, security::TokenStore& tok
   verdict.ok = true;
   verdict.who = std::move(key->principal);
   return verdict;
+}
+
+}  // namespace
+
+SigV4Verdict VerifySigV4(const SignedRequest& request, security::TokenStore& tokens,
+                         absl::Time now) {
+  return Verify(request, tokens, now, /*read_body=*/true);
+}
+
+SigV4Verdict PrecheckSigV4(const SignedRequest& request, security::TokenStore& tokens,
+                           absl::Time now) {
+  return Verify(request, tokens, now, /*read_body=*/false);
 }
 
 }  // namespace cdcview::dynamodb

@@ -65,4 +65,11 @@ struct SigV4Verdict {
 SigV4Verdict VerifySigV4(const SignedRequest& request, security::TokenStore& tokens,
                          absl::Time now);
 
+// VerifySigV4's checks that do not read the body: the Authorization header and X-Amz-Date,
+// the access key id, the scope and the clock skew. `ok` says only that the signature may still
+// hold (VerifySigV4 decides); `who` is left unset. For a long body, whose hash waits for a
+// thread other than the one that read it.
+SigV4Verdict PrecheckSigV4(const SignedRequest& request, security::TokenStore& tokens,
+                           absl::Time now);
+
 }  // namespace cdcview::dynamodb

@@ -466,6 +466,34 @@ TEST_F(HttpServerTest, AShortRequestThatReadsTooMuchMovesToAPageThread) {
             1);
 }
 
+// A cluster member (offload_all) runs every request off the I/O threads: short ones on wait
+// threads, long ones on page-wait threads.
+TEST_F(HttpServerTest, AClusterMembersRequestsRunOnWaitThreads) {
+  absl::Mutex names_mu;
+  std::vector<std::string> names;
+  HttpServer::Options options;
+  options.offload_all = true;
+  Start(
+      [&](const ApiRequest& request) {
+        char name[16] = {};
+        pthread_getname_np(pthread_self(), name, sizeof name);
+        {
+          absl::MutexLock lock(&names_mu);
+          names.push_back(absl::StrCat(name, " ", std::string(request.body)));
+        }
+        ApiResponse response;
+        response.operation = "Query";
+        response.body = "{}";
+        return response;
+      },
+      std::move(options));
+  Client client(server_->port());
+  EXPECT_EQ(client.Post("{\"Limit\":1}").result_int(), 200);
+  EXPECT_EQ(client.Post("{}").result_int(), 200);  // no Limit: long
+  absl::MutexLock lock(&names_mu);
+  EXPECT_EQ(names, (std::vector<std::string>{"dynamodb-wait {\"Limit\":1}", "dynamodb-pgwait {}"}));
+}
+
 // At shutdown, a long request still queued for a page thread after the grace period is not
 // built: its connection closes without an answer, counted as closed by the shutdown.
 TEST_F(HttpServerTest, ShutdownDropsLongRequestsNotStarted) {
@@ -642,6 +670,43 @@ TEST_F(SignedHttpServerTest, ALongBodyIsSignedOnItsPageThread) {
             1);
   absl::MutexLock lock(&names_mu);
   EXPECT_EQ(names, (std::vector<std::string>{"dynamodb-page reader"}));
+}
+
+// A long body without a signature is refused on the I/O thread, before it takes a place of
+// dynamodb_max_pages: with the one place held, it is told what is missing, not to retry.
+TEST_F(SignedHttpServerTest, AnUnsignedLongBodyTakesNoPlace) {
+  limits_.dynamodb_max_pages = 1;
+  absl::Notification entered, release;
+  absl::Cleanup released = [&] {
+    if (!release.HasBeenNotified()) release.Notify();
+  };
+  StartSigned([&](const ApiRequest&) {
+    entered.Notify();
+    release.WaitForNotificationWithTimeout(absl::Seconds(20));
+    ApiResponse response;
+    response.operation = "Query";
+    response.body = "{}";
+    return response;
+  });
+  const std::string body = absl::StrCat("{\"TableName\":\"App\",\"pad\":\"",
+                                        std::string(kMaxShortBody, 'x'), "\"}");
+  Client holder(server_->port()), other(server_->port());
+  http::request<http::string_body> held(http::verb::post, "/", 11);
+  held.set(http::field::host, "localhost");
+  held.set(http::field::content_type, "application/x-amz-json-1.0");
+  held.set("X-Amz-Target", "DynamoDB_20120810.Query");
+  for (const auto& [name, value] : SignedHeaders(body, kSecret, now_)) held.set(name, value);
+  held.body() = body;
+  held.prepare_payload();
+  http::write(holder.socket(), held);
+  ASSERT_TRUE(entered.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  EXPECT_EQ(other.Post(body).body(),
+            "{\"__type\":\"com.amazonaws.dynamodb.v20120810#MissingAuthenticationTokenException\","
+            "\"message\":\"Request is missing Authentication Token\"}");
+  release.Notify();
+  EXPECT_EQ(holder.Read().result_int(), 200);
+  EXPECT_EQ(Metric("cdcview_requests_refused_total", {{"port", "dynamodb"}, {"reason", "max_pages"}}),
+            -1);  // no series: never refused
 }
 
 // The fixture's server with one I/O and one page thread, whose Scans hold the page thread

@@ -53,7 +53,8 @@ class SigV4VerifyTest : public ::testing::Test {
       if (!value.empty()) request.headers.emplace_back(name, value);
     }
     request.body = body_;
-    return VerifySigV4(request, *tokens_, signed_at_ + clock_offset);
+    return precheck_ ? PrecheckSigV4(request, *tokens_, signed_at_ + clock_offset)
+                     : VerifySigV4(request, *tokens_, signed_at_ + clock_offset);
   }
 
   void ExpectRefused(const SigV4Verdict& verdict, const std::string& type,
@@ -69,6 +70,7 @@ class SigV4VerifyTest : public ::testing::Test {
   absl::Time signed_at_;
   std::vector<std::pair<std::string, std::string>> headers_;
   std::string body_;
+  bool precheck_ = false;  // Verify calls PrecheckSigV4
 };
 
 TEST_F(SigV4VerifyTest, AcceptsBotocoresSignaturesInAnyRegion) {
@@ -146,6 +148,31 @@ TEST_F(SigV4VerifyTest, ASignatureMoreThanFifteenMinutesAwayHasExpired) {
                 "InvalidSignatureException",
                 "Signature not yet current: 20261202T142419Z is still later than "
                 "20261202T142418Z (20261202T140918Z + 15 min.)");
+}
+
+// PrecheckSigV4 refuses what VerifySigV4 refuses without the signature itself, as VerifySigV4
+// does; what only the signature decides (here a changed body) passes it, naming no one.
+TEST_F(SigV4VerifyTest, ThePrecheckRefusesAllButWhatTheSignatureDecides) {
+  precheck_ = true;
+  SigV4Verdict good = Verify(kGetItemAuthorization);
+  EXPECT_TRUE(good.ok) << good.message;
+  EXPECT_EQ(good.who.name, "");
+  EXPECT_TRUE(Verify(kGetItemAuthorization, "DynamoDB_20120810.GetItem",
+                     absl::StrReplaceAll(kBody, {{"I1", "I2"}}))
+                  .ok);
+  ExpectRefused(Verify(""), "MissingAuthenticationTokenException",
+                "Request is missing Authentication Token");
+  ExpectRefused(Verify(absl::StrReplaceAll(kGetItemAuthorization, {{"reader/", "nobody/"}})),
+                "UnrecognizedClientException",
+                "The security token included in the request is invalid.");
+  ExpectRefused(Verify(kGetItemAuthorization, "DynamoDB_20120810.GetItem", kBody, ""),
+                "IncompleteSignatureException",
+                "Authorization header requires existence of a 'X-Amz-Date' header.");
+  ExpectRefused(Verify(kGetItemAuthorization, "DynamoDB_20120810.GetItem", kBody, kDate,
+                       absl::Minutes(15) + absl::Seconds(1)),
+                "InvalidSignatureException",
+                "Signature expired: 20261202T142419Z is now earlier than 20261202T142420Z "
+                "(20261202T143920Z - 15 min.)");
 }
 
 }  // namespace
