@@ -1075,6 +1075,9 @@ class Operation {
     API_RETURN_IF_ERROR(CheckProjected(paths, v));
 
     const bool merged = v.spec->shards.enabled() && !v.spec->shards.Split(partition.scalar());
+    if (merged && request_.inline_shards > 0 && v.spec->shards.count > request_.inline_shards) {
+      return RunLong();
+    }
     if (start.has_value()) {
       API_ASSIGN_OR_RETURN(Item start_key, DecodeAttributeMap(*start));
       AttributeValue start_pk;

@@ -72,10 +72,12 @@ struct ApiRequest {
   std::string_view max_staleness_seconds;
   const security::Principal* who = nullptr;  // null: the endpoint authenticates no one
   ViewQueries::Deadline deadline = ViewQueries::Deadline::max();
-  // Set when the request is answered on an I/O thread (kShortPageBytes): a Query or Scan stops
-  // once it has read past this many bytes of index items with more to read, and answers
+  // Set when the request is answered on an I/O thread (kShortPageBytes, kShortMergeShards): a
+  // Query or Scan stops once it has read past this many bytes of index items with more to
+  // read, and a Query that merges more shards than inline_shards does not start; both answer
   // run_long instead. 0: no bound.
   uint64_t inline_bytes = 0;
+  uint32_t inline_shards = 0;
 };
 
 struct ApiResponse {
@@ -99,6 +101,9 @@ inline constexpr size_t kMaxShortBody = 64 * 1024;
 // What a short Query or Scan may read on an I/O thread (ApiRequest::inline_bytes): bytes of
 // index items (ItemSize), the last item read included.
 inline constexpr uint64_t kShortPageBytes = 64 * 1024;
+// The most shards a Query of a write-sharded view by its logical key merges on an I/O thread
+// (ApiRequest::inline_shards): each of its reads opens a cursor per shard.
+inline constexpr uint32_t kShortMergeShards = 16;
 
 // True when the request's work is bounded by a few entries before it runs: a target that is
 // not DynamoDB's (answered with an error unread), and within kMaxShortBody bytes GetItem,
@@ -107,9 +112,8 @@ inline constexpr uint64_t kShortPageBytes = 64 * 1024;
 // for the rest: Query and Scan pages of up to 1 MB, segmented Scans (a segment walks past the
 // other segments' entries), BatchGetItem (up to 100 items) and long bodies. Parses a Query or
 // Scan body's top level, not the catalog: what a short page reads is bounded on the I/O
-// thread by ApiRequest::inline_bytes instead (a Query of a write-sharded view by its logical
-// key still opens a cursor per shard there). The endpoint answers short requests on its I/O
-// threads and runs the others on page threads.
+// thread by ApiRequest::inline_bytes and inline_shards instead. The endpoint answers short
+// requests on its I/O threads and runs the others on page threads.
 bool RunsShort(const ApiRequest& request);
 
 // An error in DynamoDB's shape: {"__type": "<namespace>#<type>", "message": "..."}.

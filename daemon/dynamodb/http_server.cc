@@ -671,13 +671,15 @@ class Session : public SessionBase {
       if (sign_later && !Authenticated(/*read_body=*/true)) return;
       sign_later_ = false;
       api_.inline_bytes = kShortPageBytes;
+      api_.inline_shards = kShortMergeShards;
       ApiResponse response = server_.handler()(api_);
       if (!response.run_long) {
         Reply(std::move(response));
         return;
       }
-      // It read more than a short request may here: again, on a page thread.
+      // It reads more than a short request may here: again, on a page thread.
       api_.inline_bytes = 0;
+      api_.inline_shards = 0;
       if (!RunOn(server_.pages(), /*queued_for_page=*/true, {})) {
         RefusePages();
       } else if (DynamoDbApiProbe* probe = server_.options().probe) {

@@ -15,8 +15,9 @@
 //
 // Threads: `dynamodb_threads` I/O threads read requests, answer the short ones (Options::
 // runs_short, RunsShort by default: a GetItem, a Query with a small Limit) on the spot, bounded
-// by ApiRequest::inline_bytes = kShortPageBytes (one that reads past it, answering run_long,
-// runs again on a page thread, counted by DynamoDbApiProbe::Moved) and write answers. A long
+// by ApiRequest::inline_bytes = kShortPageBytes and inline_shards = kShortMergeShards (one
+// that needs more, answering run_long, runs again on a page thread, counted by
+// DynamoDbApiProbe::Moved) and write answers. A long
 // one (a Scan or Query page of up to 1 MB, a BatchGetItem) runs on a page thread: as many as
 // I/O threads, made when first needed, at a lower priority (kPageNice steps of nice), so that
 // on a shared CPU a short request's I/O thread gets most of it while a page is built; long

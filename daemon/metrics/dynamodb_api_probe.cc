@@ -50,8 +50,9 @@ DynamoDbApiProbe::DynamoDbApiProbe(MetricsRegistry& metrics) {
                    .Register(metrics.registry());
   moved_ = &prometheus::BuildCounter()
                 .Name("cdcview_dynamodb_api_moved_total")
-                .Help("Short requests (a Query or Scan with a small Limit) that read past the "
-                      "I/O threads' bound of index item bytes and ran again on a page thread.")
+                .Help("Short requests (a Query or Scan with a small Limit) that needed more "
+                      "than an I/O thread may do (bytes of index items, shards merged) and ran "
+                      "again on a page thread.")
                 .Register(metrics.registry())
                 .Add({});
   absl::MutexLock lock(&mu_);

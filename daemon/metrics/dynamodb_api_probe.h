@@ -5,8 +5,9 @@
 //       the error type answered, e.g. "ValidationException", "ThrottlingException")
 //   cdcview_dynamodb_api_request_duration_seconds{operation} histogram: from the request's
 //       last byte to its answer handed to the socket
-//   cdcview_dynamodb_api_moved_total                          counter: short requests that read
-//       past the I/O threads' bound (dynamodb::kShortPageBytes) and ran again on a page thread
+//   cdcview_dynamodb_api_moved_total                          counter: short requests that
+//       needed more than an I/O thread may do (dynamodb::kShortPageBytes of items,
+//       kShortMergeShards shards) and ran again on a page thread
 //
 // Not cdcview_dynamodb_requests_total: that family is the DynamoDB Streams source's calls to
 // AWS (DynamoDbProbe), labelled source, call and result.

@@ -44,8 +44,9 @@ MISMATCH = ("The request signature we calculated does not match the signature yo
             "documentation for details.")
 
 
-def config(tmp_path, records=None, **server):
-    """The daemon's config, its stream holding `records` (three short items unless given)."""
+def config(tmp_path, records=None, views=(), **server):
+    """The daemon's config, its stream holding `records` (three short items unless given), App's
+    views ByDay, ByPk and `views`."""
     stream = str(tmp_path / "a.ndjson")
     with open(stream, "w") as f:
         f.write("".join(records or [record(n, f"I{n}", "D1") for n in range(3)]))
@@ -57,13 +58,14 @@ def config(tmp_path, records=None, **server):
         "tables": [{"name": "App", "key": {"partition": "PK"},
                     "views": [{"name": "ByDay",
                                "partition_key": {"attribute": "day", "type": "S"}},
-                              {"name": "ByPk", "partition_key": {"attribute": "PK", "type": "S"}}]}],
+                              {"name": "ByPk", "partition_key": {"attribute": "PK", "type": "S"}},
+                              *views]}],
     }
 
 
-def start(daemon_factory, tmp_path, records=None, **server):
+def start(daemon_factory, tmp_path, records=None, views=(), **server):
     """A plaintext daemon with the endpoint and `server`'s fields, its records applied."""
-    stream, cfg = config(tmp_path, records, **server)
+    stream, cfg = config(tmp_path, records, views, **server)
     d = daemon_factory(cfg).start()
     d.dynamodb_port = int(PORT_LINE.search(d.log()).group(2))
     wait_for("the records to apply", lambda: d.positions("app").get("") == expected_position(stream))
@@ -321,23 +323,27 @@ def test_long_requests_whose_clients_left_or_waited_too_long_are_not_built(daemo
 
 def test_a_short_query_of_large_items_moves_to_a_page_thread(daemon_factory, tmp_path):
     """A Query with a small Limit is answered on an I/O thread while it reads at most 64 KiB of
-    index items; one that reads more runs again on a page thread, with the same answer,
-    counted in cdcview_dynamodb_api_moved_total."""
+    index items and merges at most 16 shards; one that needs more runs again on a page thread,
+    with the same answer, counted in cdcview_dynamodb_api_moved_total."""
     records = [json.dumps({
         "eventID": f"e{n}", "eventName": "INSERT",
         "dynamodb": {"ApproximateCreationDateTime": time.time(), "Keys": {"PK": {"S": f"I{n}"}},
-                     "NewImage": {"PK": {"S": f"I{n}"}, "day": {"S": "D1"}, "pad": {"S": "x" * 30000}},
+                     "NewImage": {"PK": {"S": f"I{n}"}, "day": {"S": "D1"}, "pad": {"S": "x" * 30000},
+                                  "wide": {"S": f"W#{n}"}, "narrow": {"S": f"N#{n % 2}"}},
                      "SequenceNumber": str(1000 + n)},
     }) + "\n" for n in range(5)]
-    d = start(daemon_factory, tmp_path, records)
+    sharded = [{"name": name, "partition_key": {"attribute": name.lower(), "type": "S"},
+                "shards": {"count": count, "suffix": "#{shard}"}}
+               for name, count in (("Wide", 17), ("Narrow", 16))]
+    d = start(daemon_factory, tmp_path, records, sharded)
     client = dynamodb(d)
 
-    def pks(limit):
-        answer = client.query(TableName="App", IndexName="ByDay", Limit=limit,
+    def pks(limit, view="ByDay", key="day", value="D1"):
+        answer = client.query(TableName="App", IndexName=view, Limit=limit,
                               KeyConditionExpression="#k = :v", ProjectionExpression="PK",
-                              ExpressionAttributeNames={"#k": "day"},
-                              ExpressionAttributeValues={":v": {"S": "D1"}})
-        return [item["PK"]["S"] for item in answer["Items"]]
+                              ExpressionAttributeNames={"#k": key},
+                              ExpressionAttributeValues={":v": {"S": value}})
+        return sorted(item["PK"]["S"] for item in answer["Items"])
 
     def moved():
         return metric(d.metrics(), "cdcview_dynamodb_api_moved_total")
@@ -348,6 +354,14 @@ def test_a_short_query_of_large_items_moves_to_a_page_thread(daemon_factory, tmp
     assert pks(5) == ["I0", "I1", "I2", "I3", "I4"]
     assert moved() == 1
     assert len(threads_named(d, "dynamodb-page")) == 1
+    # Write-sharded views queried by their logical key: 16 shards merge here, 17 move.
+    items = {"I0", "I1", "I2", "I3", "I4"}
+    narrow = pks(2, "Narrow", "narrow", "N")
+    assert len(narrow) == 2 and set(narrow) <= items
+    assert moved() == 1
+    wide = pks(2, "Wide", "wide", "W")
+    assert len(wide) == 2 and set(wide) <= items
+    assert moved() == 2
     d.stop()
 
 

@@ -436,6 +436,27 @@ TEST_F(DynamoDbApiTest, QueryMergesTheShardsOfALogicalKey) {
             (Strings{"E#1", "E#3"}));
 }
 
+// Under inline_shards a Query that would merge more shards than that does not start (run_long);
+// one that merges no more, or names one shard, answers as without the bound.
+TEST_F(DynamoDbApiTest, InlineShardsMoveWideMerges) {
+  Ready();
+  Put({{"PK", S("E#1")}, {"SK", S("X")}, {"day", S("D#0")}, {"at", S("10")}});
+  Put({{"PK", S("E#2")}, {"SK", S("X")}, {"day", S("D#1")}, {"at", S("11")}});
+  const std::string logical =
+      R"({"TableName":"App","IndexName":"ByDay","Limit":5,"KeyConditions":{"day":{"ComparisonOperator":"EQ","AttributeValueList":[{"S":"D"}]}}})";
+  const std::string physical =
+      R"({"TableName":"App","IndexName":"ByDay","Limit":5,"KeyConditions":{"day":{"ComparisonOperator":"EQ","AttributeValueList":[{"S":"D#1"}]}}})";
+  ApiRequest one;  // ByDay has two shards
+  one.inline_shards = 1;
+  ApiRequest two;
+  two.inline_shards = 2;
+  ApiResponse moved = Call("Query", logical, one);
+  EXPECT_TRUE(moved.run_long);
+  EXPECT_EQ(moved.body, "");
+  EXPECT_EQ(Column(Ok("Query", logical, two), "PK"), (Strings{"E#1", "E#2"}));
+  EXPECT_EQ(Ok("Query", physical, one), Ok("Query", physical));
+}
+
 TEST_F(DynamoDbApiTest, QueryRefusesWhatDynamoDbRefuses) {
   Ready();
   PutGsi1();
