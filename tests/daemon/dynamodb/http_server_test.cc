@@ -55,6 +55,26 @@ int Reached(const std::atomic<int>& count, int target) {
   return count.load();
 }
 
+// What handlers record of their calls, from whichever threads run them: "<thread name>" and,
+// when given, " <detail>".
+class ThreadLog {
+ public:
+  void Add(absl::string_view detail = {}) {
+    char name[16] = {};
+    pthread_getname_np(pthread_self(), name, sizeof name);
+    absl::MutexLock lock(&mu_);
+    calls_.push_back(detail.empty() ? std::string(name) : absl::StrCat(name, " ", detail));
+  }
+  std::vector<std::string> Calls() {
+    absl::MutexLock lock(&mu_);
+    return calls_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::string> calls_ ABSL_GUARDED_BY(mu_);
+};
+
 std::string Crc32(const std::string& body) {
   boost::crc_32_type crc;
   crc.process_bytes(body.data(), body.size());
@@ -381,19 +401,13 @@ TEST_F(HttpServerTest, LongRequestsRunOnPageThreadsAndHoldNoShortOne) {
     if (!release.HasBeenNotified()) release.Notify();
   };
   std::atomic<int> pages{0};
-  absl::Mutex names_mu;
-  std::vector<std::string> names;
+  ThreadLog threads;
   Start([&](const ApiRequest& request) {
     ApiResponse response;
     response.operation = "Scan";
     response.body = "{\"short\":true}";
     if (request.target == "DynamoDB_20120810.Scan") {
-      char name[16] = {};
-      pthread_getname_np(pthread_self(), name, sizeof name);
-      {
-        absl::MutexLock lock(&names_mu);
-        names.emplace_back(name);
-      }
+      threads.Add();
       ++pages;
       // Bounded, so that a regression that builds pages on the I/O thread fails, not hangs.
       release.WaitForNotificationWithTimeout(absl::Seconds(20));
@@ -429,23 +443,16 @@ TEST_F(HttpServerTest, LongRequestsRunOnPageThreadsAndHoldNoShortOne) {
   EXPECT_EQ(Metric("cdcview_requests_refused_total",
                    {{"port", "dynamodb"}, {"reason", "max_pages"}}),
             1);
-  absl::MutexLock lock(&names_mu);
-  EXPECT_EQ(names,
+  EXPECT_EQ(threads.Calls(),
             (std::vector<std::string>{"dynamodb-page", "dynamodb-page", "dynamodb-page"}));
 }
 
 // A short request that reads past kShortPageBytes on the I/O thread (the handler answers
 // run_long) runs again on a page thread without the bound, counted as moved.
 TEST_F(HttpServerTest, AShortRequestThatReadsTooMuchMovesToAPageThread) {
-  absl::Mutex calls_mu;
-  std::vector<std::string> calls;
+  ThreadLog threads;
   Start([&](const ApiRequest& request) {
-    char name[16] = {};
-    pthread_getname_np(pthread_self(), name, sizeof name);
-    {
-      absl::MutexLock lock(&calls_mu);
-      calls.push_back(absl::StrCat(name, " ", request.inline_bytes));
-    }
+    threads.Add(absl::StrCat(request.inline_bytes));
     ApiResponse response;
     response.operation = "Query";
     response.run_long = request.inline_bytes > 0;
@@ -456,11 +463,8 @@ TEST_F(HttpServerTest, AShortRequestThatReadsTooMuchMovesToAPageThread) {
   Response answer = client.Post("{\"Limit\":1}");
   EXPECT_EQ(answer.body(), "{\"moved\":true}");
   EXPECT_EQ(answer["x-amz-crc32"], Crc32(answer.body()));
-  {
-    absl::MutexLock lock(&calls_mu);
-    EXPECT_EQ(calls, (std::vector<std::string>{absl::StrCat("dynamodb-io ", kShortPageBytes),
-                                               "dynamodb-page 0"}));
-  }
+  EXPECT_EQ(threads.Calls(), (std::vector<std::string>{
+                                 absl::StrCat("dynamodb-io ", kShortPageBytes), "dynamodb-page 0"}));
   EXPECT_EQ(Metric("cdcview_dynamodb_api_moved_total", {}), 1);
   EXPECT_EQ(Metric("cdcview_dynamodb_api_requests_total", {{"operation", "Query"}, {"outcome", "ok"}}),
             1);
@@ -469,18 +473,12 @@ TEST_F(HttpServerTest, AShortRequestThatReadsTooMuchMovesToAPageThread) {
 // A cluster member (offload_all) runs every request off the I/O threads: short ones on wait
 // threads, long ones on page-wait threads.
 TEST_F(HttpServerTest, AClusterMembersRequestsRunOnWaitThreads) {
-  absl::Mutex names_mu;
-  std::vector<std::string> names;
+  ThreadLog threads;
   HttpServer::Options options;
   options.offload_all = true;
   Start(
       [&](const ApiRequest& request) {
-        char name[16] = {};
-        pthread_getname_np(pthread_self(), name, sizeof name);
-        {
-          absl::MutexLock lock(&names_mu);
-          names.push_back(absl::StrCat(name, " ", std::string(request.body)));
-        }
+        threads.Add(std::string(request.body));
         ApiResponse response;
         response.operation = "Query";
         response.body = "{}";
@@ -490,8 +488,8 @@ TEST_F(HttpServerTest, AClusterMembersRequestsRunOnWaitThreads) {
   Client client(server_->port());
   EXPECT_EQ(client.Post("{\"Limit\":1}").result_int(), 200);
   EXPECT_EQ(client.Post("{}").result_int(), 200);  // no Limit: long
-  absl::MutexLock lock(&names_mu);
-  EXPECT_EQ(names, (std::vector<std::string>{"dynamodb-wait {\"Limit\":1}", "dynamodb-pgwait {}"}));
+  EXPECT_EQ(threads.Calls(),
+            (std::vector<std::string>{"dynamodb-wait {\"Limit\":1}", "dynamodb-pgwait {}"}));
 }
 
 // At shutdown, a long request still queued for a page thread after the grace period is not
@@ -644,13 +642,9 @@ TEST_F(SignedHttpServerTest, SignedRequestsCarryTheirPrincipal) {
 // A body too long to be short is checked for its signature on the page thread that runs it,
 // not on an I/O thread: a good signature reaches the handler there, a bad one is refused.
 TEST_F(SignedHttpServerTest, ALongBodyIsSignedOnItsPageThread) {
-  absl::Mutex names_mu;
-  std::vector<std::string> names;
+  ThreadLog threads;
   StartSigned([&](const ApiRequest& request) {
-    char name[16] = {};
-    pthread_getname_np(pthread_self(), name, sizeof name);
-    absl::MutexLock lock(&names_mu);
-    names.push_back(absl::StrCat(name, " ", request.who != nullptr ? request.who->name : "-"));
+    threads.Add(request.who != nullptr ? request.who->name : "-");
     ApiResponse response;
     response.operation = "Query";
     response.body = "{}";
@@ -668,8 +662,7 @@ TEST_F(SignedHttpServerTest, ALongBodyIsSignedOnItsPageThread) {
   EXPECT_EQ(wrong["x-amz-crc32"], Crc32(wrong.body()));
   EXPECT_EQ(Metric("cdcview_auth_refused_total", {{"port", "dynamodb"}, {"reason", "bad_token"}}),
             1);
-  absl::MutexLock lock(&names_mu);
-  EXPECT_EQ(names, (std::vector<std::string>{"dynamodb-page reader"}));
+  EXPECT_EQ(threads.Calls(), (std::vector<std::string>{"dynamodb-page reader"}));
 }
 
 // A long body without a signature is refused on the I/O thread, before it takes a place of
@@ -810,14 +803,8 @@ TEST_F(PageQueueTest, ALongRequestQueuedPastTheRequestTimeoutIsThrottled) {
 TEST_F(PageQueueTest, ALongRequestThatWaitsHoldsAPageAndAWait) {
   limits_.dynamodb_max_pages = 1;
   limits_.dynamodb_max_waits = 1;
-  absl::Mutex thread_mu;
-  std::string thread;
-  StartHolding([&] {
-    char name[16] = {};
-    pthread_getname_np(pthread_self(), name, sizeof name);
-    absl::MutexLock lock(&thread_mu);
-    thread = name;
-  });
+  ThreadLog threads;
+  StartHolding([&] { threads.Add(); });
   Client waiting(server_->port()), other(server_->port());
   http::request<http::string_body> scan_after = scan_;
   scan_after.set("x-cdcview-min-position", "Y3AB");
@@ -834,10 +821,7 @@ TEST_F(PageQueueTest, ALongRequestThatWaitsHoldsAPageAndAWait) {
   EXPECT_EQ(other.Post("{\"Limit\":1}").result_int(), 200);  // short: not held up
   release_.Notify();
   EXPECT_EQ(waiting.Read().body(), "{\"page\":true}");
-  {
-    absl::MutexLock lock(&thread_mu);
-    EXPECT_EQ(thread, "dynamodb-pgwait");
-  }
+  EXPECT_EQ(threads.Calls(), std::vector<std::string>{"dynamodb-pgwait"});
   EXPECT_EQ(other.Send(scan_).body(), "{\"page\":true}");  // both places are free again
   EXPECT_EQ(other.Send(scan_after).body(), "{\"page\":true}");
   EXPECT_EQ(Refused("max_pages"), 1);
