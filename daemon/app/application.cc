@@ -427,6 +427,8 @@ void Application::Shutdown() {
   }
   stop_writer_ = true;
   if (writer_.joinable()) writer_.join();
+  // Reads waiting for a position the writer has not applied answer now, not at their deadline.
+  if (published_) published_->SetWriterStopped();
   // Watch streams never end by themselves, and one whose client stopped reading blocks in a
   // Write: cancel them all, or the server would wait its whole grace period for them.
   if (watch_hub_) watch_hub_->Shutdown();

@@ -24,6 +24,11 @@ class ViewQueries {
   // A wait that ran out answers DEADLINE_EXCEEDED "<what>: " + kNotAppliedInTime, then, when
   // the request had no deadline, CappedWaitNote(server.max_wait_ms), then ": <where it stands>".
   static constexpr char kNotAppliedInTime[] = "min_position not applied before the deadline";
+  // A wait for a position not applied when the daemon stops answers UNAVAILABLE "<what>:
+  // consistency cannot be reached here (<where it stands>) because " + kStopping.
+  static constexpr char kStopping[] =
+      "cdcviewd is shutting down and applies nothing more; retry against another replica or "
+      "after its restart";
   static std::string CappedWaitNote(std::chrono::milliseconds cap);
 
   virtual ~ViewQueries() = default;

@@ -809,6 +809,8 @@ absl::Status ViewReader::AwaitConsistency(const v1::ReadConsistency& consistency
     const bool capped = deadline == Deadline::max();
     if (capped) deadline = std::chrono::steady_clock::now() + cap;
     for (;;) {
+      // Read the writer's stop before the positions: they are final when it has stopped.
+      const bool final = published_.writer_stopped();
       // Read the count before the positions: a commit in between wakes the wait at once.
       const uint64_t since = published_.commit_count();
       const PositionRequirement* pending = nullptr;
@@ -833,6 +835,10 @@ absl::Status ViewReader::AwaitConsistency(const v1::ReadConsistency& consistency
         return absl::UnavailableError(absl::StrCat(what, ": consistency cannot be reached (", where,
                                                    ") because source ", source, " is in error: ",
                                                    error));
+      }
+      if (final) {
+        return absl::UnavailableError(absl::StrCat(what, ": consistency cannot be reached here (",
+                                                   where, ") because ", kStopping));
       }
       const auto now = std::chrono::steady_clock::now();
       if (now >= deadline) {

@@ -106,10 +106,18 @@ bool PublishedState::WaitForCommitAfter(uint64_t since,
   const absl::Time until =
       absl::Now() + absl::FromChrono(deadline - std::chrono::steady_clock::now());
   absl::MutexLock lock(&commit_mu_);
-  while (commits_.load() <= since) {
-    if (committed_.WaitWithDeadline(&commit_mu_, until) && commits_.load() <= since) return false;
+  while (commits_.load() <= since && !writer_stopped_.load()) {
+    if (committed_.WaitWithDeadline(&commit_mu_, until)) break;
   }
-  return true;
+  return commits_.load() > since;
+}
+
+void PublishedState::SetWriterStopped() {
+  {
+    absl::MutexLock lock(&commit_mu_);
+    writer_stopped_.store(true, std::memory_order_release);
+  }
+  committed_.SignalAll();
 }
 
 void PublishedState::SetViewState(size_t global_view, ViewState state, double progress) {

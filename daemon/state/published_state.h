@@ -126,14 +126,19 @@ class PublishedState {
   // How many records of a source wait in the queue before the writer (null: none).
   void WatchQueue(std::function<size_t(size_t source)> queued);
   HotKeyTracker& hot_keys() { return hot_keys_; }
+  // The writer has stopped for good (the daemon is shutting down): no commit follows. Wakes
+  // WaitForCommitAfter, so a read waiting for a position not applied by now answers at once.
+  void SetWriterStopped();
 
   // ---- Readers ----
 
   std::shared_ptr<const CommitSnapshot> Snapshot() const;
   // Waiting for the writer: returns once a commit after `since` (a commit_count) is
-  // published, true, or when the deadline passes, false.
+  // published, true, or when the deadline passes or the writer has stopped, false.
   uint64_t commit_count() const { return commits_.load(); }
   bool WaitForCommitAfter(uint64_t since, std::chrono::steady_clock::time_point deadline) const;
+  // Whether SetWriterStopped was called. Read before the positions: every commit precedes it.
+  bool writer_stopped() const { return writer_stopped_.load(std::memory_order_acquire); }
 
   ViewState GetViewState(size_t global_view, double* progress = nullptr) const;
   ViewState GetAggregateState(size_t global_aggregate, double* progress = nullptr) const;
@@ -185,6 +190,7 @@ class PublishedState {
   std::atomic<uint64_t> commits_{0};
   mutable absl::Mutex commit_mu_;  // only for the wait below; the count is commits_
   mutable absl::CondVar committed_;
+  std::atomic<bool> writer_stopped_{false};  // stored under commit_mu_, read without it
 
   // Built once; each element updated atomically (state and progress are read separately).
   std::unique_ptr<std::atomic<int>[]> view_states_;

@@ -3,7 +3,8 @@ daemon: boto3 reads through it; a body over dynamodb_max_request_bytes is refuse
 field and the daemon keeps serving; connections past the cap are closed with a
 ThrottlingException; a client that sends its request slowly is cut at the request timeout, an
 idle one at the idle timeout; requests waiting for a position past dynamodb_max_waits get a
-ThrottlingException; HTTPS with a certificate rotated without a restart; SigV4 against the
+ThrottlingException, and answer ServiceUnavailable at once when the daemon stops (the gRPC
+port's UNAVAILABLE); HTTPS with a certificate rotated without a restart; SigV4 against the
 tokens file; one I/O thread per CPU the daemon may use unless set, with as many page threads at
 a lower priority for the long requests, which are not built once their client has left and are
 throttled once they queued past the request timeout. Each refusal is counted, and the counters
@@ -22,6 +23,7 @@ import time
 import urllib.request
 
 import boto3
+import grpc
 import botocore
 import pytest
 from botocore.config import Config as BotoConfig
@@ -124,6 +126,15 @@ def error_of(call):
         call()
     e = err.value.response
     return e["ResponseMetadata"]["HTTPStatusCode"], e["Error"]["Code"], e["Error"]["Message"]
+
+
+def rpc_error(call):
+    """The grpc.RpcError `call` raises (None if it answers)."""
+    try:
+        call()
+    except grpc.RpcError as e:
+        return e
+    return None
 
 
 def day_query(client, view="ByDay"):
@@ -256,6 +267,49 @@ def test_waits_past_the_cap_are_throttled_and_do_not_hold_up_other_reads(daemon_
                   outcome="ThrottlingException") == 1
     assert metric(m, "cdcview_dynamodb_api_requests_total", operation="GetItem", outcome="ok") == 3
     d.stop()
+
+
+def test_waits_end_when_the_daemon_stops(daemon_factory, pb, tmp_path):
+    """A read waiting for a position its daemon has not applied answers as soon as the daemon
+    stops (its writer then applies nothing more), on both ports, instead of holding the drain
+    until server.max_wait_ms: the client can retry against another replica."""
+    d = start(daemon_factory, tmp_path, max_wait_ms=120000)
+    get = '{"TableName":"App","Key":{"PK":{"S":"I1"}}}'
+    applied = expected_position(str(tmp_path / "a.ndjson"))
+    far = position_token([("app", "", "999999999:1000000")])
+    answers = {}
+    # A channel of its own: Daemon.stop closes d.stub's before it signals.
+    channel = grpc.insecure_channel(d.addr)
+    stub = pb.grpc.ViewServiceStub(channel)
+    waiters = [
+        threading.Thread(target=lambda: answers.update(
+            dynamodb=post(d, "GetItem", get, {"x-cdcview-min-position": base64.b64encode(far).decode()}))),
+        threading.Thread(target=lambda: answers.update(grpc=rpc_error(lambda: stub.Query(
+            pb.vs.QueryRequest(view="ByDay", partition_key=pb.av.AttributeValue(s="D1"),
+                               consistency=pb.vs.ReadConsistency(min_position=far)),
+            timeout=None)))),
+    ]
+    for w in waiters:
+        w.start()
+    time.sleep(0.5)
+    assert answers == {}  # both wait
+    t = time.monotonic()
+    d.stop()
+    for w in waiters:
+        w.join()
+    channel.close()
+    assert time.monotonic() - t < 30
+    where = f"(source app: applied up to {applied}, waiting for 999999999:1000000)"
+    because = ("because cdcviewd is shutting down and applies nothing more; retry against another "
+               "replica or after its restart")
+    status, body, _ = answers["dynamodb"]
+    assert (status, json.loads(body)) == (503, {
+        "__type": "com.amazonaws.dynamodb.v20120810#ServiceUnavailable",
+        "message": f"table App: consistency cannot be reached here {where} {because}"})
+    error = answers["grpc"]
+    assert (error.code(), error.details()) == (
+        grpc.StatusCode.UNAVAILABLE,
+        f"view ByDay: consistency cannot be reached here {where} {because}")
 
 
 # A Scan of ByDay without Limit (a long request) that answers no item: it evaluates every one

@@ -426,6 +426,26 @@ TEST_F(ReadConsistencyTest, SourceFallingIntoErrorWhileWaitedForIsUnavailable) {
   EXPECT_TRUE(absl::IsUnavailable(s)) << s;
 }
 
+TEST_F(ReadConsistencyTest, AWaitEndsWhenTheWriterStops) {
+  Apply(0, "orders/0", "41", "a");
+  std::thread stopper([this] {
+    std::this_thread::sleep_for(milliseconds(100));
+    Apply(0, "orders/0", "50", "b");  // the last commit
+    published_->SetWriterStopped();
+  });
+  absl::Status s = reader_->Query(Query(Kafka("orders", 0, 56)), In(milliseconds(60000))).status();
+  stopper.join();
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  EXPECT_EQ(Text(s),
+            "view ByDay: consistency cannot be reached here (source orders partition orders/0: "
+            "applied up to 50, waiting for offset 56) because cdcviewd is shutting down and "
+            "applies nothing more; retry against another replica or after its restart");
+  // What was applied before the stop is answered as before, without a request deadline too.
+  auto applied = reader_->Query(Query(Kafka("orders", 0, 49)));
+  ASSERT_TRUE(applied.ok()) << applied.status();
+  EXPECT_EQ(applied->entries_size(), 2);
+}
+
 TEST_F(ReadConsistencyTest, KafkaTopicsAndOtherTables) {
   EXPECT_EQ(Text(reader_->Query(Query(Kafka("payments", 0, 1))).status()),
             "consistency.min_kafka_offsets: no source reads topic \"payments\" (topics read: "

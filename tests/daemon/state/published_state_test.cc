@@ -96,6 +96,22 @@ TEST_F(PublishedStateTest, WaitForCommitAfterWakesOnAPublishedCommit) {
   EXPECT_TRUE(published_->WaitForCommitAfter(0, std::chrono::steady_clock::now()));
 }
 
+TEST_F(PublishedStateTest, WaitForCommitAfterEndsWhenTheWriterStops) {
+  Commit(0, "", "1", 1);
+  std::thread stopper([this] {
+    std::this_thread::sleep_for(milliseconds(50));
+    published_->SetWriterStopped();
+  });
+  EXPECT_FALSE(published_->writer_stopped());
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(published_->WaitForCommitAfter(1, start + std::chrono::seconds(60)));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  stopper.join();
+  EXPECT_TRUE(published_->writer_stopped());
+  // A commit already past `since` is still reported.
+  EXPECT_TRUE(published_->WaitForCommitAfter(0, std::chrono::steady_clock::now() + std::chrono::seconds(60)));
+}
+
 TEST_F(PublishedStateTest, UnappliedRecordsAreQueuedOrInFlight) {
   EXPECT_FALSE(published_->HasUnapplied(0));
   published_->CountInFlight(0, 3);
