@@ -520,7 +520,12 @@ absl::Status WatchHub::Run(const v1::WatchRequest& request, const WatchStream& s
       continue;
     }
     if (lag == 0 && !snapshot) {
-      published_.WaitForCommitAfter(commits, std::chrono::steady_clock::now() + kPollInterval);
+      // A stopped writer commits nothing more, and the wait would return at once: poll.
+      if (published_.writer_stopped()) {
+        std::this_thread::sleep_for(kPollInterval);
+      } else {
+        published_.WaitForCommitAfter(commits, std::chrono::steady_clock::now() + kPollInterval);
+      }
     }
   }
 }

@@ -134,7 +134,8 @@ class PublishedState {
 
   std::shared_ptr<const CommitSnapshot> Snapshot() const;
   // Waiting for the writer: returns once a commit after `since` (a commit_count) is
-  // published, true, or when the deadline passes or the writer has stopped, false.
+  // published, true, or when the deadline passes or the writer has stopped, false: once it
+  // has stopped, at once, so a loop around it checks writer_stopped() rather than spin.
   uint64_t commit_count() const { return commits_.load(); }
   bool WaitForCommitAfter(uint64_t since, std::chrono::steady_clock::time_point deadline) const;
   // Whether SetWriterStopped was called. Read before the positions: every commit precedes it.

@@ -590,8 +590,10 @@ class SignedHttpServerTest : public HttpServerTest {
       "\"message\":\"The request signature we calculated does not match the signature you "
       "provided. Check your AWS Secret Access Key and signing method. Consult the service "
       "documentation for details.\"}";
-  // Starts the server with a tokens file of one token, "reader", its clock at now_.
-  void StartSigned(HttpServer::Handler handler = nullptr) {
+  void TearDown() override { server_.reset(); }  // before the tokens and auth_ it uses
+  // Starts the server with a tokens file of one token, "reader", its clock at now_; `clock`,
+  // when given, records the thread of each signature check (each reads the clock once).
+  void StartSigned(HttpServer::Handler handler = nullptr, ThreadLog* clock = nullptr) {
     const std::string path = dir_.Sub("tokens.yaml");
     std::ofstream(path) << "tokens:\n  - { name: reader, token: \"" << kSecret
                         << "\", views: [ByDay] }\n";
@@ -600,7 +602,10 @@ class SignedHttpServerTest : public HttpServerTest {
     HttpServer::Options options;
     options.tokens = *tokens;
     options.auth_probe = &auth_;
-    options.now = [now = now_] { return now; };
+    options.now = [now = now_, clock] {
+      if (clock != nullptr) clock->Add();
+      return now;
+    };
     Start(std::move(handler), std::move(options));
   }
 
@@ -642,14 +647,15 @@ TEST_F(SignedHttpServerTest, SignedRequestsCarryTheirPrincipal) {
 // A body too long to be short is checked for its signature on the page thread that runs it,
 // not on an I/O thread: a good signature reaches the handler there, a bad one is refused.
 TEST_F(SignedHttpServerTest, ALongBodyIsSignedOnItsPageThread) {
-  ThreadLog threads;
+  ThreadLog threads, clock;
   StartSigned([&](const ApiRequest& request) {
     threads.Add(request.who != nullptr ? request.who->name : "-");
     ApiResponse response;
     response.operation = "Query";
     response.body = "{}";
     return response;
-  });
+  }, &clock);
+  absl::Cleanup stop = [&] { server_.reset(); };  // before the logs go
   const std::string body =
       absl::StrCat("{\"TableName\":\"App\",\"Limit\":1,\"pad\":\"",
                    std::string(kMaxShortBody, 'x'), "\"}");
@@ -663,6 +669,9 @@ TEST_F(SignedHttpServerTest, ALongBodyIsSignedOnItsPageThread) {
   EXPECT_EQ(Metric("cdcview_auth_refused_total", {{"port", "dynamodb"}, {"reason", "bad_token"}}),
             1);
   EXPECT_EQ(threads.Calls(), (std::vector<std::string>{"dynamodb-page reader"}));
+  // Each request: what needs no body on the I/O thread, the signature on the page thread.
+  EXPECT_EQ(clock.Calls(), (std::vector<std::string>{"dynamodb-io", "dynamodb-page",
+                                                     "dynamodb-io", "dynamodb-page"}));
 }
 
 // A long body without a signature is refused on the I/O thread, before it takes a place of
@@ -716,6 +725,7 @@ class PageQueueTest : public HttpServerTest {
   }
   void TearDown() override {
     if (!release_.HasBeenNotified()) release_.Notify();
+    server_.reset();  // before release_ and pages_, which its handler uses
   }
   // `on_scan` runs on the thread that builds each Scan.
   void StartHolding(std::function<void()> on_scan = [] {}) {

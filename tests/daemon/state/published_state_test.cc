@@ -98,11 +98,11 @@ TEST_F(PublishedStateTest, WaitForCommitAfterWakesOnAPublishedCommit) {
 
 TEST_F(PublishedStateTest, WaitForCommitAfterEndsWhenTheWriterStops) {
   Commit(0, "", "1", 1);
+  EXPECT_FALSE(published_->writer_stopped());
   std::thread stopper([this] {
     std::this_thread::sleep_for(milliseconds(50));
     published_->SetWriterStopped();
   });
-  EXPECT_FALSE(published_->writer_stopped());
   const auto start = std::chrono::steady_clock::now();
   EXPECT_FALSE(published_->WaitForCommitAfter(1, start + std::chrono::seconds(60)));
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
