@@ -956,18 +956,19 @@ class Operation {
     return absl::OkStatus();
   }
 
-  // How many entries the next ViewQueries call may read, `limit_left` at most: kEntriesPerCall,
-  // or under ApiRequest::inline_bytes one at first, then as many as the bytes left of the bound
-  // hold at the average size read so far (and one more, to pass it).
-  uint64_t Want(const Page& page, std::optional<uint64_t> limit_left) const {
+  // Bounds the next ViewQueries call: at most kEntriesPerCall entries (`limit_left` at most),
+  // and none after the one that reaches the bytes left of the 1 MB page, or under
+  // ApiRequest::inline_bytes of that bound (the store's max_bytes). The store counts the bytes
+  // it keeps, not ItemSize, so a call may end short of the page (the loop reads on) or past it
+  // (Evaluate stops at 1 MB); either way one call reads about one bound.
+  template <typename Request>
+  void BoundCall(const Page& page, std::optional<uint64_t> limit_left, Request* call) const {
     uint64_t want = kEntriesPerCall;
-    if (const uint64_t bound = request_.inline_bytes; bound > 0 && page.read == 0) {
-      want = 1;
-    } else if (bound > 0) {
-      const uint64_t average = std::max<uint64_t>(1, page.bytes / page.read);
-      want = std::min<uint64_t>(want, (bound - std::min(bound, page.bytes)) / average + 1);
-    }
-    return limit_left.has_value() ? std::min(want, *limit_left) : want;
+    if (limit_left.has_value()) want = std::min(want, *limit_left);
+    call->set_limit(static_cast<uint32_t>(want));
+    uint64_t bound = kPageBytes;
+    if (request_.inline_bytes > 0) bound = std::min(bound, request_.inline_bytes);
+    call->set_max_bytes(static_cast<uint32_t>(std::max<uint64_t>(1, bound - std::min(bound, page.bytes))));
   }
 
   // Whether a page with more to read has gone past ApiRequest::inline_bytes.
@@ -1116,7 +1117,7 @@ class Operation {
     for (;;) {
       std::optional<uint64_t> limit_left;
       if (limit.has_value()) limit_left = *limit - page.scanned;
-      q.set_limit(static_cast<uint32_t>(Want(page, limit_left)));
+      BoundCall(page, limit_left, &q);
       absl::StatusOr<v1::QueryResponse> response = queries_.Query(q, request_.deadline);
       if (!response.ok()) return ViewReadError(response.status(), v);
       q.clear_consistency();  // waited for once; the later calls read later states
@@ -1217,7 +1218,7 @@ class Operation {
     for (;;) {
       std::optional<uint64_t> limit_left;
       if (limit.has_value() && segments == 1) limit_left = *limit - page.scanned;
-      s.set_limit(static_cast<uint32_t>(Want(page, limit_left)));
+      BoundCall(page, limit_left, &s);
       absl::StatusOr<v1::ScanResponse> response = queries_.Scan(s, request_.deadline);
       if (!response.ok()) return ViewReadError(response.status(), v);
       s.clear_consistency();

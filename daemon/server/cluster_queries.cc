@@ -164,7 +164,7 @@ absl::Status MergePages(std::vector<Resp>* by_member, bool backward, bool remain
   std::string last;
   uint32_t n = 0;
   // A member whose page ran out while it has more: what follows it was not fetched, so the
-  // page ends here (it cannot be short of `limit`: that member's page alone was `limit`).
+  // page ends here (short of `limit` only when that member's page ended by max_bytes).
   bool cut = false;
   while (!merge.empty() && n < limit) {
     PageSource* top = merge.Take();

@@ -74,11 +74,16 @@ absl::StatusOr<AttributeValue> KeyValue(const v1::AttributeValue& proto, AttrTyp
   return value;
 }
 
-// Entries in [lower, upper) ("" upper: no bound), forward or backward, after the token's key.
+// Whether a page with `bytes` stored for its entries so far is full by `max_bytes` (0: none).
+bool PastMaxBytes(uint64_t bytes, uint32_t max_bytes) { return max_bytes > 0 && bytes >= max_bytes; }
+
+// Entries in [lower, upper) ("" upper: no bound), forward or backward, after the token's key, at
+// most `limit` of them and none after the one that reaches `max_bytes` stored (0: no bound).
 template <typename Response>
 absl::Status Walk(const Txn& txn, MDB_dbi dbi, const ViewSpec& view, std::string_view fingerprint,
                   std::string lower, std::string upper, bool backward, uint32_t limit,
-                  const std::string& resume_after, bool with_keys, Response* out) {
+                  uint32_t max_bytes, const std::string& resume_after, bool with_keys,
+                  Response* out) {
   if (!resume_after.empty()) {
     if (backward) {
       if (upper.empty() || resume_after < upper) upper = resume_after;
@@ -100,7 +105,8 @@ absl::Status Walk(const Txn& txn, MDB_dbi dbi, const ViewSpec& view, std::string
   }
   std::string last;
   uint32_t n = 0;
-  while (ok && n < limit) {
+  uint64_t bytes = 0;
+  while (ok && n < limit && !PastMaxBytes(bytes, max_bytes)) {
     v1::ViewEntry* entry = out->add_entries();
     if (absl::Status s = EntryToProto(view, cursor->key(), cursor->value(), entry); !s.ok()) {
       return s;
@@ -108,6 +114,7 @@ absl::Status Walk(const Txn& txn, MDB_dbi dbi, const ViewSpec& view, std::string
     if (with_keys) entry->set_key(std::string(cursor->key()));
     last.assign(cursor->key());
     ++n;
+    bytes += cursor->key().size() + cursor->value().size();
     ok = backward ? cursor->Prev() && cursor->key() >= lower
                   : cursor->Next() && below_upper(cursor->key());
   }
@@ -251,7 +258,8 @@ absl::StatusOr<v1::QueryResponse> QueryShards(const Store& store, const ViewRef&
   v1::QueryResponse response;
   std::string last;
   uint32_t n = 0;
-  while (!merge.empty() && n < limit) {
+  uint64_t bytes = 0;
+  while (!merge.empty() && n < limit && !PastMaxBytes(bytes, request.max_bytes())) {
     ShardCursor* top = merge.Take();
     v1::ViewEntry* entry = response.add_entries();
     if (absl::Status s = EntryToProto(spec, top->cursor->key(), top->cursor->value(), entry);
@@ -261,6 +269,7 @@ absl::StatusOr<v1::QueryResponse> QueryShards(const Store& store, const ViewRef&
     if (with_keys) entry->set_key(std::string(top->cursor->key()));
     last.assign(top->remainder());
     ++n;
+    bytes += top->cursor->key().size() + top->cursor->value().size();
     bool more = backward ? top->cursor->Prev() && top->cursor->key() >= top->bound
                          : top->cursor->Next() && top->cursor->key() < top->bound;
     if (more) {
@@ -590,7 +599,8 @@ absl::StatusOr<v1::QueryResponse> ViewReader::Query(const v1::QueryRequest& requ
   v1::QueryResponse response;
   if (absl::Status s = Walk(**txn, store_.view(spec.name), spec, fingerprint,
                             prefix + range->lower, prefix + range->upper,
-                            request.scan_backward(), limit, resume, member_parts_, &response);
+                            request.scan_backward(), limit, request.max_bytes(), resume,
+                            member_parts_, &response);
       !s.ok()) {
     return s;
   }
@@ -621,7 +631,7 @@ absl::StatusOr<v1::ScanResponse> ViewReader::Scan(const v1::ScanRequest& request
   if (!txn.ok()) return txn.status();
   v1::ScanResponse response;
   if (absl::Status s = Walk(**txn, store_.view(view.spec->name), *view.spec, fingerprint, "", "",
-                            false, limit, resume, member_parts_, &response);
+                            false, limit, request.max_bytes(), resume, member_parts_, &response);
       !s.ok()) {
     return s;
   }

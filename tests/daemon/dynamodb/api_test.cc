@@ -394,7 +394,7 @@ TEST_F(DynamoDbApiTest, InlineBytesMoveOnlyPagesThatReadPastThem) {
   };
   for (int limit = 1; limit <= 8; ++limit) {
     both("Query", absl::StrCat(R"({"TableName":"App","IndexName":"GSI1","KeyConditionExpression":"GSI1PK = :p","ExpressionAttributeValues":{":p":{"S":"G"}},"Limit":)", limit, "}"));
-    // A Scan meets the large items first: one, then two more, past the bound with Limit 4.
+    // A Scan meets the large items first: the third passes the bound, so Limit 4 moves.
     const std::string scan = absl::StrCat(
         R"({"TableName":"App","IndexName":"GSI1","ProjectionExpression":"PK","Limit":)", limit, "}");
     if (limit <= 3) {
@@ -405,7 +405,7 @@ TEST_F(DynamoDbApiTest, InlineBytesMoveOnlyPagesThatReadPastThem) {
   }
   const std::string big =
       R"({"TableName":"App","IndexName":"GSI1","ProjectionExpression":"PK","KeyConditionExpression":"GSI1PK = :p","ExpressionAttributeValues":{":p":{"S":"BIG"}},"Limit":)";
-  // Limit 3: one item, then two more in the call that passes the bound, where the page ends.
+  // Limit 3: the third item passes the bound and ends the page.
   both("Query", big + "3}");
   ApiResponse moved = Call("Query", big + "5}", bounded);
   EXPECT_TRUE(moved.run_long);
@@ -414,6 +414,28 @@ TEST_F(DynamoDbApiTest, InlineBytesMoveOnlyPagesThatReadPastThem) {
   EXPECT_EQ(moved.operation, "Query");
   EXPECT_FALSE(Call("Query", big + "5}").run_long);
   EXPECT_TRUE(Call("Scan", R"({"TableName":"App","IndexName":"GSI1","Limit":100})", bounded).run_long);
+}
+
+// The store ends a bounded read after the entry that passes the bound, whatever the sizes
+// before it: a small item then large ones stops at the first large one, so Limit 3 moves.
+TEST_F(DynamoDbApiTest, InlineBytesHoldForUnevenItems) {
+  Ready();
+  Put({{"PK", S("U#0")}, {"SK", S("X")}, {"GSI1PK", S("UNEVEN")}, {"GSI1SK", S("0")}});
+  for (int i = 1; i <= 4; ++i) {  // about 100,000 bytes each
+    Put({{"PK", S(absl::StrCat("U#", i))}, {"SK", S("X")}, {"GSI1PK", S("UNEVEN")},
+         {"GSI1SK", S(absl::StrCat(i))}, {"blob", S(std::string(100000, 'x'))}});
+  }
+  ApiRequest bounded;
+  bounded.inline_bytes = kShortPageBytes;
+  const std::string query =
+      R"({"TableName":"App","IndexName":"GSI1","ProjectionExpression":"PK","KeyConditionExpression":"GSI1PK = :p","ExpressionAttributeValues":{":p":{"S":"UNEVEN"}},"Limit":)";
+  // Limit 2: the small item and the first large one end the page as the bound is passed.
+  EXPECT_EQ(Ok("Query", query + "2}", bounded), Ok("Query", query + "2}"));
+  for (int limit = 3; limit <= 5; ++limit) {
+    EXPECT_TRUE(Call("Query", absl::StrCat(query, limit, "}"), bounded).run_long) << limit;
+    EXPECT_EQ(Column(Ok("Query", absl::StrCat(query, limit, "}")), "PK").size(),
+              static_cast<size_t>(limit));
+  }
 }
 
 TEST_F(DynamoDbApiTest, QueryMergesTheShardsOfALogicalKey) {

@@ -276,6 +276,28 @@ TEST_F(ShardedViewTest, SixteenShardsMergeExactlyForEveryConditionDirectionAndPa
 
 // The brute force is itself checked once by hand: the first entries of the merge, with
 // equal sort keys from different shards ordered by table key.
+// A merged page ends by max_bytes as a single partition's does: max_bytes 1 gives one entry a
+// page, and the pages, forward and backward, are the whole merged answer.
+TEST_F(ShardedViewTest, MaxBytesEndsAMergedPageAfterTheEntryThatReachesIt) {
+  PutItems();
+  const ShardSpec& shards = catalog_->FindView("V16")->spec->shards;
+  for (bool backward : {false, true}) {
+    v1::QueryRequest request = Request("V16", "HOT", 0, backward);
+    request.set_max_bytes(1);
+    Strings all;
+    for (int i = 0; i < 100; ++i) {
+      auto response = reader_->Query(request);
+      ASSERT_TRUE(response.ok()) << response.status();
+      ASSERT_EQ(response->entries_size(), 1);
+      all.push_back(Entries(*response)[0]);
+      if (response->next_page_token().empty()) break;
+      request.set_page_token(response->next_page_token());
+    }
+    EXPECT_EQ(all, Expected(v16_, shards, "HOT", Cond{"none", v1::SortCondition::OP_UNSPECIFIED,
+                                                      "", ""}, backward));
+  }
+}
+
 TEST_F(ShardedViewTest, MergeOrderIsSortKeyThenTableKeyAcrossShards) {
   PutItems();
   auto response = reader_->Query(Request("V4", "DAY#one", 8));

@@ -371,6 +371,49 @@ TEST_F(ViewReaderTest, LastPageHasNoTokenAndLimitIsCapped) {
   }
 }
 
+// max_bytes ends a page after the entry whose stored bytes reach it: entries of about 1,000
+// bytes under max_bytes 2,500 come three to a page; 1 gives one entry a page; every page but
+// the last carries a token, and the pages concatenate to the whole answer.
+TEST_F(ViewReaderTest, MaxBytesEndsAPageAfterTheEntryThatReachesIt) {
+  Ready();
+  for (const char* sk : {"a", "b", "c", "d", "e"}) {
+    Put({{"PK", S(absl::StrCat("M#", sk))}, {"SK", S("X")}, {"GSI1PK", S("M")}, {"GSI1SK", S(sk)},
+         {"blob", S(std::string(1000, 'x'))}});
+  }
+  auto pages = [&](auto request, uint32_t max_bytes, auto call) {
+    std::vector<Strings> out;
+    request.set_max_bytes(max_bytes);
+    for (int i = 0; i < 10; ++i) {
+      auto response = call(request);
+      EXPECT_TRUE(response.ok()) << response.status();
+      if (!response.ok()) break;
+      out.push_back(Keys(*response));
+      if (response->next_page_token().empty()) break;
+      request.set_page_token(response->next_page_token());
+    }
+    return out;
+  };
+  auto query = [&](const v1::QueryRequest& r) { return reader_->Query(r); };
+  EXPECT_EQ(pages(Q("GSI1", PS("M")), 2500, query),
+            (std::vector<Strings>{{"a@M#a", "b@M#b", "c@M#c"}, {"d@M#d", "e@M#e"}}));
+  EXPECT_EQ(pages(Backward(Q("GSI1", PS("M"))), 2500, query),
+            (std::vector<Strings>{{"e@M#e", "d@M#d", "c@M#c"}, {"b@M#b", "a@M#a"}}));
+  EXPECT_EQ(pages(Q("GSI1", PS("M")), 1, query),
+            (std::vector<Strings>{{"a@M#a"}, {"b@M#b"}, {"c@M#c"}, {"d@M#d"}, {"e@M#e"}}));
+  // With a limit, whichever comes first ends the page.
+  v1::QueryRequest two = Q("GSI1", PS("M"));
+  two.set_limit(2);
+  EXPECT_EQ(pages(two, 2500, query),
+            (std::vector<Strings>{{"a@M#a", "b@M#b"}, {"c@M#c", "d@M#d"}, {"e@M#e"}}));
+  // 0: no bound.
+  EXPECT_EQ(pages(Q("GSI1", PS("M")), 0, query),
+            (std::vector<Strings>{{"a@M#a", "b@M#b", "c@M#c", "d@M#d", "e@M#e"}}));
+  v1::ScanRequest scan;
+  scan.set_view("GSI1");
+  EXPECT_EQ(pages(scan, 2500, [&](const v1::ScanRequest& r) { return reader_->Scan(r); }),
+            (std::vector<Strings>{{"a@M#a", "b@M#b", "c@M#c"}, {"d@M#d", "e@M#e"}}));
+}
+
 TEST_F(ViewReaderTest, ScanPagesThroughTheWholeView) {
   Ready();
   PutScores();
