@@ -1134,24 +1134,18 @@ TEST_F(DynamoDbApiTest, QuotedValuesAreCutOnACharacterBoundary) {
                                     "ALL_ATTRIBUTES, ALL_PROJECTED_ATTRIBUTES]")));
 }
 
-// ViewQueries whose stored items do not decode (an N that is not a number).
-class CorruptQueries : public ViewQueries {
+// ViewQueries that pass every call on to `inner`; tests override what they change.
+class ForwardingQueries : public ViewQueries {
  public:
-  explicit CorruptQueries(const ViewQueries& inner) : inner_(inner) {}
+  explicit ForwardingQueries(const ViewQueries& inner) : inner_(inner) {}
   absl::StatusOr<v1::QueryResponse> Query(const v1::QueryRequest& r, Deadline d) const override {
-    absl::StatusOr<v1::QueryResponse> out = inner_.Query(r, d);
-    if (out.ok()) {
-      for (v1::ViewEntry& e : *out->mutable_entries()) Corrupt(e.mutable_item());
-    }
-    return out;
+    return inner_.Query(r, d);
   }
   absl::StatusOr<v1::ScanResponse> Scan(const v1::ScanRequest& r, Deadline d) const override {
     return inner_.Scan(r, d);
   }
   absl::StatusOr<v1::GetItemResponse> GetItem(const v1::GetItemRequest& r, Deadline d) const override {
-    absl::StatusOr<v1::GetItemResponse> out = inner_.GetItem(r, d);
-    if (out.ok() && out->found()) Corrupt(out->mutable_item());
-    return out;
+    return inner_.GetItem(r, d);
   }
   absl::StatusOr<v1::AggregateGroup> GetAggregate(const v1::GetAggregateRequest& r, Deadline d) const override {
     return inner_.GetAggregate(r, d);
@@ -1169,10 +1163,63 @@ class CorruptQueries : public ViewQueries {
     return inner_.GetHotKeys(r);
   }
 
- private:
-  static void Corrupt(v1::Item* item) { (*item->mutable_attributes())["n"].set_n("not a number"); }
+ protected:
   const ViewQueries& inner_;
 };
+
+// ViewQueries whose stored items do not decode (an N that is not a number).
+class CorruptQueries : public ForwardingQueries {
+ public:
+  using ForwardingQueries::ForwardingQueries;
+  absl::StatusOr<v1::QueryResponse> Query(const v1::QueryRequest& r, Deadline d) const override {
+    absl::StatusOr<v1::QueryResponse> out = inner_.Query(r, d);
+    if (out.ok()) {
+      for (v1::ViewEntry& e : *out->mutable_entries()) Corrupt(e.mutable_item());
+    }
+    return out;
+  }
+  absl::StatusOr<v1::GetItemResponse> GetItem(const v1::GetItemRequest& r, Deadline d) const override {
+    absl::StatusOr<v1::GetItemResponse> out = inner_.GetItem(r, d);
+    if (out.ok() && out->found()) Corrupt(out->mutable_item());
+    return out;
+  }
+
+ private:
+  static void Corrupt(v1::Item* item) { (*item->mutable_attributes())["n"].set_n("not a number"); }
+};
+
+// ViewQueries that count the entries each Scan call returns.
+class CountingQueries : public ForwardingQueries {
+ public:
+  using ForwardingQueries::ForwardingQueries;
+  absl::StatusOr<v1::ScanResponse> Scan(const v1::ScanRequest& r, Deadline d) const override {
+    absl::StatusOr<v1::ScanResponse> out = inner_.Scan(r, d);
+    if (out.ok()) calls.push_back(out->entries_size());
+    return out;
+  }
+  mutable std::vector<int> calls;
+};
+
+// A page of large items reads about the 1 MB it answers, not a call's 1,000 entries: a Scan of
+// twelve items of 300,000 bytes reads four (the fourth passes 1 MB and ends the page).
+TEST_F(DynamoDbApiTest, APageOfLargeItemsReadsAboutOneMegabyte) {
+  Ready();
+  for (int i = 0; i < 12; ++i) {
+    Put({{"PK", S(absl::StrCat("L#", i))}, {"SK", S("X")}, {"GSI1PK", S("LARGE")},
+         {"GSI1SK", S(absl::StrCat(i))}, {"blob", S(std::string(300000, 'x'))}});
+  }
+  CountingQueries counting(*reader_);
+  DynamoDbApi api(*catalog_, counting, kCreated);
+  const std::string target = "DynamoDB_20120810.Scan";
+  ApiRequest request;
+  request.target = target;
+  request.body = R"({"TableName":"App","IndexName":"GSI1","Select":"COUNT"})";
+  ApiResponse r = api.Handle(request);
+  EXPECT_EQ(r.http_status, 200) << r.body;
+  EXPECT_EQ(r.body.substr(0, r.body.find(",\"LastEvaluatedKey\"")),
+            R"({"Count":4,"ScannedCount":4)");
+  EXPECT_EQ(counting.calls, (std::vector<int>{4}));
+}
 
 TEST_F(DynamoDbApiTest, AStoredItemThatDoesNotDecodeIsAnInternalError) {
   Ready();
