@@ -429,6 +429,8 @@ void Application::Shutdown() {
   if (writer_.joinable()) writer_.join();
   // Reads waiting for a position the writer has not applied answer now, not at their deadline.
   if (published_) published_->SetWriterStopped();
+  // And so do those waiting for a peer's: what this member answers now, it answers at once.
+  if (peers_) peers_->Stop();
   // Watch streams never end by themselves, and one whose client stopped reading blocks in a
   // Write: cancel them all, or the server would wait its whole grace period for them.
   if (watch_hub_) watch_hub_->Shutdown();

@@ -117,6 +117,12 @@ absl::Status ClusterPeers::NotAnswered(uint32_t ordinal, const std::string& why)
       "; every member is needed for a whole answer: retry when it is back"));
 }
 
+absl::Status ClusterPeers::Stopped(uint32_t ordinal) const {
+  return absl::UnavailableError(absl::StrCat("cluster member ", ordinal, " (", addresses_[ordinal],
+                                             ") was not waited for because ",
+                                             ViewQueries::kStopping));
+}
+
 absl::Status ClusterPeers::PeerError(uint32_t ordinal, const grpc::Status& s) const {
   if (s.ok()) return absl::OkStatus();
   const bool waited = s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&

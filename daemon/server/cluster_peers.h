@@ -19,6 +19,7 @@
 // Owns the channels and stubs; `registry` (may be null: no metrics) must outlive it.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -78,6 +79,16 @@ class ClusterPeers {
   // failed, its code (cdcview_cluster_fanout_errors_total{peer,code}).
   void Observe(uint32_t ordinal, double seconds, const grpc::Status& s) const;
 
+  // This member is shutting down: calls to peers in flight, and those started after, are
+  // cancelled within kStopPoll unless answered first, answering Stopped(ordinal), so a read
+  // waiting for a peer's position does not hold the drain. Any thread.
+  void Stop() { stopping_.store(true); }
+  bool stopping() const { return stopping_.load(); }
+  // The UNAVAILABLE status of a call to member `ordinal` cancelled by Stop.
+  absl::Status Stopped(uint32_t ordinal) const;
+  // How often a fan-out waiting for its peers looks at stopping().
+  static constexpr std::chrono::milliseconds kStopPoll{100};
+
  private:
   uint32_t members_;
   uint32_t ordinal_;
@@ -87,6 +98,7 @@ class ClusterPeers {
   absl::Status credentials_status_;
   prometheus::Family<prometheus::Counter>* errors_ = nullptr;
   std::vector<prometheus::Histogram*> seconds_;  // by ordinal; null for this member
+  std::atomic<bool> stopping_{false};
 };
 
 }  // namespace cdcview

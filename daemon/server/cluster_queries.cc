@@ -63,17 +63,29 @@ std::vector<absl::StatusOr<Resp>> AskAll(const ClusterPeers& peers,
   }
   void* tag;
   bool ok;
-  while (pending > 0 && cq.Next(&tag, &ok)) {
+  bool stopped = false;  // the remote calls were cancelled by ClusterPeers::Stop
+  while (pending > 0) {
+    const auto next = cq.AsyncNext(&tag, &ok, std::chrono::system_clock::now() + ClusterPeers::kStopPoll);
+    if (next == grpc::CompletionQueue::SHUTDOWN) break;
+    if (next == grpc::CompletionQueue::TIMEOUT) {
+      if (!stopped && peers.stopping()) {
+        stopped = true;
+        for (auto& r : remotes) {
+          if (r != nullptr) r->ctx.TryCancel();
+        }
+      }
+      continue;
+    }
     const auto i = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(tag));
     --pending;
     Remote& r = *remotes[i];
-    if (!cancelled) {
+    if (!cancelled && !stopped) {
       peers.Observe(i, std::chrono::duration<double>(Clock::now() - start).count(), r.status);
     }
     if (r.status.ok()) {
       out[i] = std::move(r.answer);
     } else {
-      out[i] = peers.PeerError(i, r.status);
+      out[i] = stopped ? peers.Stopped(i) : peers.PeerError(i, r.status);
     }
   }
   cq.Shutdown();

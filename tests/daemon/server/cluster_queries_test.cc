@@ -556,6 +556,33 @@ TEST_F(ClusterQueriesTest, AMemberThatDoesNotAnswerInTimeFailsTheCallAtTheDeadli
   (*server)->Shutdown(0);
 }
 
+// A member that stops does not wait for its peers: a read waiting for one (here a Scan the
+// peer takes 1.5 s to answer, with a minute to go) answers UNAVAILABLE once Stop is called.
+TEST_F(ClusterQueriesTest, AStoppingMemberDoesNotWaitForItsPeers) {
+  SlowScan slow(*members_[2]->reader);
+  auto server = ViewServer::Start("127.0.0.1:0", slow, nullptr, nullptr, ServerConfig{}, nullptr,
+                                  nullptr, MainPortSecurity{}, &slow);
+  ASSERT_TRUE(server.ok()) << server.status();
+  ClusterConfig slow_cluster = cluster_;
+  slow_cluster.peers[2] = absl::StrCat("127.0.0.1:", (*server)->port());
+  Connect(slow_cluster);
+  v1::ScanRequest request;
+  request.set_view("NoSort");
+  std::thread stopper([this] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    peers_->Stop();
+  });
+  const auto start = Clock::now();
+  auto got = queries_->Scan(request, start + std::chrono::seconds(60));
+  EXPECT_LT(Clock::now() - start, std::chrono::milliseconds(1400));
+  stopper.join();
+  EXPECT_EQ(Text(got.status()),
+            absl::StrCat("UNAVAILABLE: cluster member 2 (", slow_cluster.peers[2],
+                         ") was not waited for because cdcviewd is shutting down and applies "
+                         "nothing more; retry against another replica or after its restart"));
+  (*server)->Shutdown(0);
+}
+
 TEST_F(ClusterQueriesTest, ErrorsOfTheRequestPassThrough) {
   v1::QueryRequest request;
   request.set_view("Nope");
