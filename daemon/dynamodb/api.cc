@@ -960,15 +960,26 @@ class Operation {
   // and none after the one that reaches the bytes left of the 1 MB page, or under
   // ApiRequest::inline_bytes of that bound (the store's max_bytes). The store counts the bytes
   // it keeps, not ItemSize, so a call may end short of the page (the loop reads on) or past it
-  // (Evaluate stops at 1 MB); either way one call reads about one bound.
+  // (Evaluate stops at 1 MB); either way one call reads about one bound. A call that carries
+  // the request's wait reads one entry when ApiRequest::before_build is set (BeforeBuild).
   template <typename Request>
   void BoundCall(const Page& page, std::optional<uint64_t> limit_left, Request* call) const {
     uint64_t want = kEntriesPerCall;
     if (limit_left.has_value()) want = std::min(want, *limit_left);
-    call->set_limit(static_cast<uint32_t>(want));
     uint64_t bound = kPageBytes;
     if (request_.inline_bytes > 0) bound = std::min(bound, request_.inline_bytes);
-    call->set_max_bytes(static_cast<uint32_t>(std::max<uint64_t>(1, bound - std::min(bound, page.bytes))));
+    bound = std::max<uint64_t>(1, bound - std::min(bound, page.bytes));
+    if (call->has_consistency() && request_.before_build) want = bound = 1;
+    call->set_limit(static_cast<uint32_t>(want));
+    call->set_max_bytes(static_cast<uint32_t>(bound));
+  }
+
+  // After the first read, which carried the request's wait: ApiRequest::before_build, once.
+  void BeforeBuild() {
+    if (request_.before_build && !built_) {
+      built_ = true;
+      request_.before_build();
+    }
   }
 
   // Whether a page with more to read has gone past ApiRequest::inline_bytes.
@@ -1121,6 +1132,7 @@ class Operation {
       absl::StatusOr<v1::QueryResponse> response = queries_.Query(q, request_.deadline);
       if (!response.ok()) return ViewReadError(response.status(), v);
       q.clear_consistency();  // waited for once; the later calls read later states
+      BeforeBuild();
       page.applied_token = response->applied().token();
       const bool more = !response->next_page_token().empty();
       API_RETURN_IF_ERROR(Evaluate(response->entries(), more, v, filter.get(), projection_ptr, count_only,
@@ -1222,6 +1234,7 @@ class Operation {
       absl::StatusOr<v1::ScanResponse> response = queries_.Scan(s, request_.deadline);
       if (!response.ok()) return ViewReadError(response.status(), v);
       s.clear_consistency();
+      BeforeBuild();
       page.applied_token = response->applied().token();
       const bool more = !response->next_page_token().empty();
       API_RETURN_IF_ERROR(Evaluate(response->entries(), more, v, filter.get(), projection_ptr, count_only,
@@ -1382,6 +1395,7 @@ class Operation {
         ToProto(read.keys[k], g.mutable_key());
         if (consistency.has_value()) *g.mutable_consistency() = *consistency;
         API_ASSIGN_OR_RETURN(v1::GetItemResponse response, queries_.GetItem(g, request_.deadline));
+        BeforeBuild();
         answer.applied_token = response.applied().token();
         if (!response.found()) continue;
         API_ASSIGN_OR_RETURN(Item item, Stored(response.item(), "item"));
@@ -1613,6 +1627,7 @@ class Operation {
   const ViewQueries& queries_;
   const ApiRequest& request_;
   double creation_date_time_;
+  bool built_ = false;  // ApiRequest::before_build was called
 };
 
 }  // namespace

@@ -48,6 +48,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -78,6 +79,10 @@ struct ApiRequest {
   // run_long instead. 0: no bound.
   uint64_t inline_bytes = 0;
   uint32_t inline_shards = 0;
+  // Set by the server for a long request that may wait: called once, after the read that
+  // carries the request's wait has returned (a Query or Scan with a consistency header makes
+  // it a read of one entry) and before the page is built; it may block until a build may start.
+  std::function<void()> before_build;
 };
 
 struct ApiResponse {

@@ -324,6 +324,17 @@ class HttpServer::Impl {
   TaskPool& waits() { return waits_; }
   TaskPool& pages() { return pages_; }
   TaskPool& page_waits() { return page_waits_; }
+  // The page-wait threads' builds: at most as many at once as there are page threads, however
+  // many waits end together (the waits are many, the CPUs are not).
+  void AcquireBuild() {
+    absl::MutexLock lock(&build_mu_);
+    build_mu_.Await(absl::Condition(this, &Impl::BuildPlaceFree));
+    ++building_;
+  }
+  void ReleaseBuild() {
+    absl::MutexLock lock(&build_mu_);
+    --building_;
+  }
   bool stopping() const { return stopping_.load(); }
 
   void Ended(uint64_t id, std::string_view reason) {
@@ -445,6 +456,11 @@ class HttpServer::Impl {
   TaskPool pages_;
   // Long requests with a consistency header: each holds a place of waits_ and of pages_.
   TaskPool page_waits_;
+  absl::Mutex build_mu_;
+  uint32_t building_ ABSL_GUARDED_BY(build_mu_) = 0;  // page-wait builds running
+  bool BuildPlaceFree() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(build_mu_) {
+    return building_ < limits_.dynamodb_threads;
+  }
   std::atomic<uint32_t> max_connections_;
   std::atomic<uint32_t> open_{0};
   std::atomic<bool> stopping_{false};
@@ -680,7 +696,7 @@ class Session : public SessionBase {
       // It reads more than a short request may here: again, on a page thread.
       api_.inline_bytes = 0;
       api_.inline_shards = 0;
-      if (!RunOn(server_.pages(), /*queued_for_page=*/true, {})) {
+      if (!RunOn(server_.pages(), /*queued_for_page=*/true)) {
         RefusePages();
       } else if (DynamoDbApiProbe* probe = server_.options().probe) {
         probe->Moved();
@@ -695,13 +711,13 @@ class Session : public SessionBase {
         return;
       }
       std::shared_ptr<PoolHold> wait = PoolHold::Try(server_.waits());
-      if (wait == nullptr || !RunOn(server_.page_waits(), /*queued_for_page=*/false,
+      if (wait == nullptr || !RunOn(server_.page_waits(), /*queued_for_page=*/false, /*gate=*/true,
                                     {std::move(page), std::move(wait)})) {
         RefuseWaits();
       }
     } else if (waits) {
-      if (!RunOn(server_.waits(), /*queued_for_page=*/false, {})) RefuseWaits();
-    } else if (!RunOn(server_.pages(), /*queued_for_page=*/true, {})) {
+      if (!RunOn(server_.waits(), /*queued_for_page=*/false)) RefuseWaits();
+    } else if (!RunOn(server_.pages(), /*queued_for_page=*/true)) {
       RefusePages();
     }
   }
@@ -774,9 +790,10 @@ class Session : public SessionBase {
   // Hands the request to `pool`, whose thread posts the answer back to this connection's
   // strand; false when the pool refuses it. `holds`: places of other pools the request keeps
   // until it has run.
-  bool RunOn(TaskPool& pool, bool queued_for_page, std::vector<std::shared_ptr<PoolHold>> holds) {
-    return pool.TrySubmit([self = Self(), queued_for_page, holds = std::move(holds)] {
-      return self->Run(queued_for_page);
+  bool RunOn(TaskPool& pool, bool queued_for_page, bool gate = false,
+             std::vector<std::shared_ptr<PoolHold>> holds = {}) {
+    return pool.TrySubmit([self = Self(), queued_for_page, gate, holds = std::move(holds)] {
+      return self->Run(queued_for_page, gate);
     });
   }
 
@@ -784,7 +801,7 @@ class Session : public SessionBase {
   // given back. A request that queued for a page thread is not built when its client has
   // gone, nor after waiting longer than the request timeout (ThrottlingException: the page
   // threads are behind).
-  std::function<void()> Run(bool queued_for_page) {
+  std::function<void()> Run(bool queued_for_page, bool gate) {
     if (queued_for_page) {
       if (ClientLeft()) {
         CountRefused("client_gone");
@@ -809,7 +826,17 @@ class Session : public SessionBase {
         return ReplyLater(std::move(*refusal));
       }
     }
-    return ReplyLater(server_.handler()(api_));
+    if (!gate) return ReplyLater(server_.handler()(api_));
+    // A page-wait thread waits as long as it must, then builds only with a build place.
+    bool building = false;
+    api_.before_build = [this, &building] {
+      server_.AcquireBuild();
+      building = true;
+    };
+    ApiResponse response = server_.handler()(api_);
+    api_.before_build = nullptr;
+    if (building) server_.ReleaseBuild();
+    return ReplyLater(std::move(response));
   }
 
   // On a pool's thread: the answer's CRC is computed here; what it returns sends the answer

@@ -1221,6 +1221,47 @@ TEST_F(DynamoDbApiTest, APageOfLargeItemsReadsAboutOneMegabyte) {
   EXPECT_EQ(counting.calls, (std::vector<int>{4}));
 }
 
+// ApiRequest::before_build is called once, after the read that carries the wait, which reads
+// one entry; the answer is the one without it.
+TEST_F(DynamoDbApiTest, BeforeBuildIsCalledOnceAfterTheReadThatWaits) {
+  Ready();
+  PutGsi1();  // offsets 1..7 of orders/0 applied
+  CountingQueries counting(*reader_);
+  DynamoDbApi api(*catalog_, counting, kCreated);
+  auto handle = [&](std::string_view op, std::string_view body, ApiRequest request) {
+    const std::string target = absl::StrCat("DynamoDB_20120810.", std::string(op));
+    request.target = target;
+    request.body = body;
+    return api.Handle(request);
+  };
+  const std::string scan = R"({"TableName":"App","IndexName":"GSI1"})";
+  ApiRequest plain;
+  plain.min_kafka_offsets = "orders/0=6";
+  const std::string expected = handle("Scan", scan, plain).body;
+  EXPECT_EQ(counting.calls, (std::vector<int>{7}));
+  int built = 0;
+  ApiRequest gated = plain;
+  gated.before_build = [&] {
+    ++built;
+    EXPECT_EQ(counting.calls.size(), 1u);  // the waiting read only
+  };
+  counting.calls.clear();
+  EXPECT_EQ(handle("Scan", scan, gated).body, expected);
+  EXPECT_EQ(built, 1);
+  EXPECT_EQ(counting.calls, (std::vector<int>{1, 6}));
+  for (const char* op : {"Query", "BatchGetItem"}) {
+    const std::string body =
+        std::string(op) == "Query"
+            ? Expression("GSI1PK = :p", R"(":p":{"S":"G"})")
+            : R"({"RequestItems":{"App":{"Keys":[{"PK":{"S":"I#2"},"SK":{"S":"X"}},{"PK":{"S":"I#3"},"SK":{"S":"X"}}]}}})";
+    built = 0;
+    ApiRequest hooked = plain;
+    hooked.before_build = [&] { ++built; };
+    EXPECT_EQ(handle(op, body, hooked).body, handle(op, body, plain).body) << op;
+    EXPECT_EQ(built, 1) << op;
+  }
+}
+
 TEST_F(DynamoDbApiTest, AStoredItemThatDoesNotDecodeIsAnInternalError) {
   Ready();
   PutGsi1();

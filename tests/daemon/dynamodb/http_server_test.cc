@@ -838,5 +838,41 @@ TEST_F(PageQueueTest, ALongRequestThatWaitsHoldsAPageAndAWait) {
   EXPECT_EQ(Refused("max_waits"), 1);
 }
 
+// Long requests that wait build at most as many pages at once as there are page threads: three
+// whose waits end together, with one page thread, build one after another.
+TEST_F(PageQueueTest, PageWaitBuildsRunNoMoreAtOnceThanPageThreads) {
+  absl::Mutex mu;
+  int building = 0, most = 0, gated = 0;
+  Start([&](const ApiRequest& request) {
+    if (request.before_build) {
+      request.before_build();
+      absl::MutexLock lock(&mu);
+      ++gated;
+      most = std::max(most, ++building);
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+    if (request.before_build) {
+      absl::MutexLock lock(&mu);
+      --building;
+    }
+    ApiResponse response;
+    response.operation = "Scan";
+    response.body = "{\"page\":true}";
+    return response;
+  });
+  absl::Cleanup stop = [&] { server_.reset(); };  // before what the handler uses
+  http::request<http::string_body> waiting = scan_;
+  waiting.set("x-cdcview-min-position", "Y3AB");
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 0; i < 3; ++i) {
+    clients.push_back(std::make_unique<Client>(server_->port()));
+    http::write(clients.back()->socket(), waiting);
+  }
+  for (auto& client : clients) EXPECT_EQ(client->Read().body(), "{\"page\":true}");
+  absl::MutexLock lock(&mu);
+  EXPECT_EQ(gated, 3);
+  EXPECT_EQ(most, 1);
+}
+
 }  // namespace
 }  // namespace cdcview::dynamodb
