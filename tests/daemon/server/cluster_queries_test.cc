@@ -165,6 +165,19 @@ class ClusterQueriesTest : public ::testing::Test {
     queries_ = std::make_unique<ClusterQueries>(*members_[0]->reader, *peers_, members_[0]->config);
   }
 
+  // Member 2's port served by `slow`, the cluster connected with it there: the port (null if
+  // it did not start), member 2's address in *address.
+  std::unique_ptr<ViewServer> SlowMember(const ViewQueries& slow, std::string* address) {
+    auto server = ViewServer::Start("127.0.0.1:0", slow, nullptr, nullptr, ServerConfig{}, nullptr,
+                                    nullptr, MainPortSecurity{}, &slow);
+    EXPECT_TRUE(server.ok()) << server.status();
+    if (!server.ok()) return nullptr;
+    ClusterConfig cluster = cluster_;
+    cluster.peers[2] = *address = absl::StrCat("127.0.0.1:", (*server)->port());
+    Connect(cluster);
+    return *std::move(server);
+  }
+
   // Puts `item` in the partition `seed` picks, on its owner and on the reference store.
   void Put(int seed, const Item& item) {
     const int partition = seed % kPartitions;
@@ -531,12 +544,9 @@ class SlowScan : public ViewQueries {
 
 TEST_F(ClusterQueriesTest, AMemberThatDoesNotAnswerInTimeFailsTheCallAtTheDeadline) {
   SlowScan slow(*members_[2]->reader);
-  auto server = ViewServer::Start("127.0.0.1:0", slow, nullptr, nullptr, ServerConfig{}, nullptr,
-                                  nullptr, MainPortSecurity{}, &slow);
-  ASSERT_TRUE(server.ok()) << server.status();
-  ClusterConfig slow_cluster = cluster_;
-  slow_cluster.peers[2] = absl::StrCat("127.0.0.1:", (*server)->port());
-  Connect(slow_cluster);
+  std::string address;
+  std::unique_ptr<ViewServer> server = SlowMember(slow, &address);
+  ASSERT_NE(server, nullptr);
   v1::ScanRequest request;
   request.set_view("NoSort");
   const auto start = Clock::now();
@@ -545,7 +555,7 @@ TEST_F(ClusterQueriesTest, AMemberThatDoesNotAnswerInTimeFailsTheCallAtTheDeadli
   EXPECT_GE(took, std::chrono::milliseconds(650));
   EXPECT_LT(took, std::chrono::milliseconds(1400));
   EXPECT_EQ(Text(got.status()),
-            absl::StrCat("UNAVAILABLE: cluster member 2 (", slow_cluster.peers[2],
+            absl::StrCat("UNAVAILABLE: cluster member 2 (", address,
                          ") did not answer: Deadline Exceeded; every member is needed for a "
                          "whole answer: retry when it is back"));
   const std::string metrics = metrics_->Render();
@@ -553,19 +563,16 @@ TEST_F(ClusterQueriesTest, AMemberThatDoesNotAnswerInTimeFailsTheCallAtTheDeadli
       metrics.find("cdcview_cluster_fanout_errors_total{code=\"DEADLINE_EXCEEDED\",peer=\"2\"} 1"),
       std::string::npos)
       << metrics;
-  (*server)->Shutdown(0);
+  server->Shutdown(0);
 }
 
 // A member that stops does not wait for its peers: a read waiting for one (here a Scan the
 // peer takes 1.5 s to answer, with a minute to go) answers UNAVAILABLE once Stop is called.
 TEST_F(ClusterQueriesTest, AStoppingMemberDoesNotWaitForItsPeers) {
   SlowScan slow(*members_[2]->reader);
-  auto server = ViewServer::Start("127.0.0.1:0", slow, nullptr, nullptr, ServerConfig{}, nullptr,
-                                  nullptr, MainPortSecurity{}, &slow);
-  ASSERT_TRUE(server.ok()) << server.status();
-  ClusterConfig slow_cluster = cluster_;
-  slow_cluster.peers[2] = absl::StrCat("127.0.0.1:", (*server)->port());
-  Connect(slow_cluster);
+  std::string address;
+  std::unique_ptr<ViewServer> server = SlowMember(slow, &address);
+  ASSERT_NE(server, nullptr);
   v1::ScanRequest request;
   request.set_view("NoSort");
   std::thread stopper([this] {
@@ -577,10 +584,10 @@ TEST_F(ClusterQueriesTest, AStoppingMemberDoesNotWaitForItsPeers) {
   EXPECT_LT(Clock::now() - start, std::chrono::milliseconds(1400));
   stopper.join();
   EXPECT_EQ(Text(got.status()),
-            absl::StrCat("UNAVAILABLE: cluster member 2 (", slow_cluster.peers[2],
+            absl::StrCat("UNAVAILABLE: cluster member 2 (", address,
                          ") was not waited for because cdcviewd is shutting down and applies "
                          "nothing more; retry against another replica or after its restart"));
-  (*server)->Shutdown(0);
+  server->Shutdown(0);
 }
 
 TEST_F(ClusterQueriesTest, ErrorsOfTheRequestPassThrough) {
