@@ -35,6 +35,8 @@ namespace dom = simdjson::dom;
 constexpr std::string_view kTargetPrefix = "DynamoDB_20120810.";
 // DynamoDB's page limit: a Query or Scan stops once it has read this much (ItemSize).
 constexpr uint64_t kPageBytes = 1 << 20;
+// The least a page thread's call asks of the store (BoundCall).
+constexpr uint64_t kMinCallBytes = kPageBytes / 4;
 // Entries asked of ViewQueries per call (its own page size cap).
 constexpr uint32_t kEntriesPerCall = 1000;
 constexpr size_t kMaxBatchGetKeys = 100;
@@ -917,7 +919,6 @@ class Operation {
     std::string items;  // the items' JSON, joined by ","
     uint64_t count = 0;
     uint64_t scanned = 0;
-    uint64_t read = 0;   // entries read, in a segment or not
     uint64_t bytes = 0;  // their ItemSize
     std::optional<Item> last_evaluated;
     std::string applied_token;
@@ -934,7 +935,6 @@ class Operation {
     for (int i = 0; i < entries.size(); ++i) {
       const v1::ViewEntry& entry = entries[i];
       API_ASSIGN_OR_RETURN(Item item, IndexItem(entry, v));
-      ++page->read;
       page->bytes += ItemSize(item);
       if (in_segment(entry)) {
         ++page->scanned;
@@ -956,35 +956,32 @@ class Operation {
     return absl::OkStatus();
   }
 
-  // Bounds the next ViewQueries call: at most kEntriesPerCall entries (`limit_left` at most),
-  // and none after the one that reaches the bytes left of the 1 MB page, or under
-  // ApiRequest::inline_bytes of that bound (the store's max_bytes). The store counts the bytes
-  // it keeps, not ItemSize, so a call may end short of the page (the loop reads on) or past it
-  // (Evaluate stops at 1 MB); either way one call reads about one bound. A call that carries
-  // the request's wait reads one entry when ApiRequest::before_build is set (BeforeBuild).
+  // Bounds the next ViewQueries call: at most kEntriesPerCall entries (`limit_left` at most)
+  // and none after the one that reaches its max_bytes of stored entries. Under
+  // ApiRequest::inline_bytes that is the bound itself, and the page is that one call. Else it
+  // is what is left of the 1 MB page (ItemSize), at least kMinCallBytes: the store counts its
+  // own bytes, a little more than ItemSize, and without the floor the calls near the end of a
+  // page would shrink by that margin each; what is read past the page Evaluate leaves. A call
+  // that carries the request's wait reads one entry when ApiRequest::before_build is set.
   template <typename Request>
   void BoundCall(const Page& page, std::optional<uint64_t> limit_left, Request* call) const {
     uint64_t want = kEntriesPerCall;
     if (limit_left.has_value()) want = std::min(want, *limit_left);
-    uint64_t bound = kPageBytes;
-    if (request_.inline_bytes > 0) bound = std::min(bound, request_.inline_bytes);
-    bound = std::max<uint64_t>(1, bound - std::min(bound, page.bytes));
+    uint64_t bound = request_.inline_bytes;
+    if (bound == 0) bound = std::max(kMinCallBytes, kPageBytes - std::min(kPageBytes, page.bytes));
     if (call->has_consistency() && request_.before_build) want = bound = 1;
     call->set_limit(static_cast<uint32_t>(want));
     call->set_max_bytes(static_cast<uint32_t>(bound));
   }
 
-  // After the first read, which carried the request's wait: ApiRequest::before_build, once.
-  void BeforeBuild() {
-    if (request_.before_build && !built_) {
-      built_ = true;
-      request_.before_build();
-    }
-  }
-
-  // Whether a page with more to read has gone past ApiRequest::inline_bytes.
-  bool PastInlineBound(const Page& page) const {
-    return request_.inline_bytes > 0 && page.bytes > request_.inline_bytes;
+  // Before a read that builds the page (not one that carries the request's wait):
+  // ApiRequest::before_build, once. UNAVAILABLE when the server is shutting down.
+  absl::Status BeforeBuild() {
+    if (!request_.before_build || built_) return absl::OkStatus();
+    built_ = true;
+    if (request_.before_build()) return absl::OkStatus();
+    return absl::UnavailableError(
+        "cdcviewd is shutting down: retry against another replica or after its restart");
   }
 
   static Answer RunLong() {
@@ -1129,16 +1126,17 @@ class Operation {
       std::optional<uint64_t> limit_left;
       if (limit.has_value()) limit_left = *limit - page.scanned;
       BoundCall(page, limit_left, &q);
+      const bool waiting = q.has_consistency();
+      if (!waiting) API_RETURN_IF_ERROR(BeforeBuild());
       absl::StatusOr<v1::QueryResponse> response = queries_.Query(q, request_.deadline);
       if (!response.ok()) return ViewReadError(response.status(), v);
       q.clear_consistency();  // waited for once; the later calls read later states
-      BeforeBuild();
       page.applied_token = response->applied().token();
       const bool more = !response->next_page_token().empty();
       API_RETURN_IF_ERROR(Evaluate(response->entries(), more, v, filter.get(), projection_ptr, count_only,
                                    limit, [](const v1::ViewEntry&) { return true; }, &page));
       if (page.stopped || !more) break;
-      if (PastInlineBound(page)) return RunLong();
+      if (request_.inline_bytes > 0) return RunLong();  // its one read ended by its bytes
       q.set_page_token(response->next_page_token());
     }
     return PageAnswer(page, count_only);
@@ -1231,16 +1229,17 @@ class Operation {
       std::optional<uint64_t> limit_left;
       if (limit.has_value() && segments == 1) limit_left = *limit - page.scanned;
       BoundCall(page, limit_left, &s);
+      const bool waiting = s.has_consistency();
+      if (!waiting) API_RETURN_IF_ERROR(BeforeBuild());
       absl::StatusOr<v1::ScanResponse> response = queries_.Scan(s, request_.deadline);
       if (!response.ok()) return ViewReadError(response.status(), v);
       s.clear_consistency();
-      BeforeBuild();
       page.applied_token = response->applied().token();
       const bool more = !response->next_page_token().empty();
       API_RETURN_IF_ERROR(Evaluate(response->entries(), more, v, filter.get(), projection_ptr, count_only,
                                    limit, in_segment, &page));
       if (page.stopped || !more) break;
-      if (PastInlineBound(page)) return RunLong();
+      if (request_.inline_bytes > 0) return RunLong();  // its one read ended by its bytes
       s.set_page_token(response->next_page_token());
     }
     return PageAnswer(page, count_only);
@@ -1383,6 +1382,18 @@ class Operation {
     w.BeginObject();
     // DynamoDB answers at most 16 MB of items; the keys past that are UnprocessedKeys, in the
     // request's shape: (read, first unprocessed key).
+    // The waits first: one key of each table (each table waits for its own sources), then
+    // the build.
+    if (request_.before_build && consistency.has_value()) {
+      for (const TableRead& read : reads) {
+        v1::GetItemRequest g;
+        g.set_table(read.table.spec->name);
+        ToProto(read.keys.front(), g.mutable_key());
+        *g.mutable_consistency() = *consistency;
+        API_RETURN_IF_ERROR(queries_.GetItem(g, request_.deadline).status());
+      }
+    }
+    API_RETURN_IF_ERROR(BeforeBuild());
     uint64_t bytes = 0;
     std::optional<std::pair<size_t, size_t>> unprocessed;
     for (size_t t = 0; t < reads.size() && !unprocessed.has_value(); ++t) {
@@ -1395,7 +1406,6 @@ class Operation {
         ToProto(read.keys[k], g.mutable_key());
         if (consistency.has_value()) *g.mutable_consistency() = *consistency;
         API_ASSIGN_OR_RETURN(v1::GetItemResponse response, queries_.GetItem(g, request_.deadline));
-        BeforeBuild();
         answer.applied_token = response.applied().token();
         if (!response.found()) continue;
         API_ASSIGN_OR_RETURN(Item item, Stored(response.item(), "item"));

@@ -10,11 +10,11 @@
 // UnknownOperationException.
 //
 // As DynamoDB answers (its messages for the common mistakes):
-// - Query and Scan read the view through ViewQueries, up to 1,000 entries a call, until Limit
-//   entries are evaluated (before FilterExpression: Count vs ScannedCount), 1 MB of index
-//   items (ItemSize) is read, or the view ends. Under ApiRequest::inline_bytes, the first call
-//   reads one entry and each later one as many as the bytes left hold at the average size
-//   read so far. LastEvaluatedKey (table key + index key) comes
+// - Query and Scan read the view through ViewQueries, up to 1,000 entries a call and about
+//   what is left of the page in stored bytes (max_bytes), until Limit entries are evaluated
+//   (before FilterExpression: Count vs ScannedCount), 1 MB of index items (ItemSize) is read,
+//   or the view ends. Under ApiRequest::inline_bytes the page is one call of at most that many
+//   stored bytes, or run_long. LastEvaluatedKey (table key + index key) comes
 //   only when the page stopped early and another entry follows; ExclusiveStartKey becomes the
 //   page token the store issues after that entry (a merged token for a write-sharded view
 //   queried by its logical key).
@@ -74,15 +74,17 @@ struct ApiRequest {
   const security::Principal* who = nullptr;  // null: the endpoint authenticates no one
   ViewQueries::Deadline deadline = ViewQueries::Deadline::max();
   // Set when the request is answered on an I/O thread (kShortPageBytes, kShortMergeShards): a
-  // Query or Scan stops once it has read past this many bytes of index items with more to
-  // read, and a Query that merges more shards than inline_shards does not start; both answer
-  // run_long instead. 0: no bound.
+  // Query or Scan reads once, at most this many stored bytes of entries (the entry that
+  // reaches them included), and a Query that merges more shards than inline_shards does not
+  // start; a page that needs more answers run_long instead. 0: no bound.
   uint64_t inline_bytes = 0;
   uint32_t inline_shards = 0;
-  // Set by the server for a long request that may wait: called once, after the read that
-  // carries the request's wait has returned (a Query or Scan with a consistency header makes
-  // it a read of one entry) and before the page is built; it may block until a build may start.
-  std::function<void()> before_build;
+  // Set by the server for a long request that may wait: called once, before the reads that
+  // build the page and after every read that carries the request's wait (a Query or Scan with
+  // a consistency header makes that a read of one entry; a BatchGetItem reads one key of each
+  // table first); it may block until a build may start. False: the server is shutting down,
+  // and the request answers 503 ServiceUnavailable.
+  std::function<bool()> before_build;
 };
 
 struct ApiResponse {
@@ -104,7 +106,7 @@ inline constexpr int64_t kShortPageLimit = 100;
 // A body longer than this is not short, whatever it asks (parsing it takes time of its own).
 inline constexpr size_t kMaxShortBody = 64 * 1024;
 // What a short Query or Scan may read on an I/O thread (ApiRequest::inline_bytes): bytes of
-// index items (ItemSize), the last item read included.
+// stored entries, the last one read included.
 inline constexpr uint64_t kShortPageBytes = 64 * 1024;
 // The most shards a Query of a write-sharded view by its logical key merges on an I/O thread
 // (ApiRequest::inline_shards): each of its reads opens a cursor per shard.

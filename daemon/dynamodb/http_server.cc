@@ -284,6 +284,7 @@ class HttpServer::Impl {
   void Shutdown(int grace_ms) {
     if (shut_down_.exchange(true)) return;
     stopping_ = true;
+    { absl::MutexLock wake(&build_mu_); }  // AcquireBuild's waits see stopping_
     if (threads_.empty()) return;  // never listened
     asio::post(accept_strand_, [this] {
       boost::system::error_code ec;
@@ -326,10 +327,13 @@ class HttpServer::Impl {
   TaskPool& page_waits() { return page_waits_; }
   // The page-wait threads' builds: at most as many at once as there are page threads, however
   // many waits end together (the waits are many, the CPUs are not).
-  void AcquireBuild() {
+  // False, without a place, once the server is stopping: the request is not built.
+  bool AcquireBuild() {
     absl::MutexLock lock(&build_mu_);
-    build_mu_.Await(absl::Condition(this, &Impl::BuildPlaceFree));
+    build_mu_.Await(absl::Condition(this, &Impl::BuildPlaceFreeOrStopping));
+    if (stopping_.load()) return false;
     ++building_;
+    return true;
   }
   void ReleaseBuild() {
     absl::MutexLock lock(&build_mu_);
@@ -458,8 +462,8 @@ class HttpServer::Impl {
   TaskPool page_waits_;
   absl::Mutex build_mu_;
   uint32_t building_ ABSL_GUARDED_BY(build_mu_) = 0;  // page-wait builds running
-  bool BuildPlaceFree() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(build_mu_) {
-    return building_ < limits_.dynamodb_threads;
+  bool BuildPlaceFreeOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(build_mu_) {
+    return building_ < limits_.dynamodb_threads || stopping_.load();
   }
   std::atomic<uint32_t> max_connections_;
   std::atomic<uint32_t> open_{0};
@@ -829,10 +833,7 @@ class Session : public SessionBase {
     if (!gate) return ReplyLater(server_.handler()(api_));
     // A page-wait thread waits as long as it must, then builds only with a build place.
     bool building = false;
-    api_.before_build = [this, &building] {
-      server_.AcquireBuild();
-      building = true;
-    };
+    api_.before_build = [this, &building] { return building = server_.AcquireBuild(); };
     ApiResponse response = server_.handler()(api_);
     api_.before_build = nullptr;
     if (building) server_.ReleaseBuild();

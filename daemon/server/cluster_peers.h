@@ -79,8 +79,8 @@ class ClusterPeers {
   // failed, its code (cdcview_cluster_fanout_errors_total{peer,code}).
   void Observe(uint32_t ordinal, double seconds, const grpc::Status& s) const;
 
-  // This member is shutting down: calls to peers in flight, and those started after, are
-  // cancelled within kStopPoll unless answered first, answering Stopped(ordinal), so a read
+  // This member is shutting down: calls to peers in flight are cancelled within kStopPoll
+  // unless answered first, and no new one starts; each answers Stopped(ordinal), so a read
   // waiting for a peer's position does not hold the drain. Any thread.
   void Stop() { stopping_.store(true); }
   bool stopping() const { return stopping_.load(); }

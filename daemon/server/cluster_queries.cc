@@ -43,8 +43,13 @@ std::vector<absl::StatusOr<Resp>> AskAll(const ClusterPeers& peers,
   grpc::CompletionQueue cq;
   const Clock::time_point start = Clock::now();
   size_t pending = 0;
+  std::vector<absl::StatusOr<Resp>> out(n, absl::StatusOr<Resp>(Resp()));
   for (uint32_t i = 0; i < n; ++i) {
     if (i == peers.ordinal()) continue;
+    if (peers.stopping()) {  // not started: it would only be cancelled
+      out[i] = peers.Stopped(i);
+      continue;
+    }
     auto r = std::make_unique<Remote>();
     peers.Prepare(&r->ctx, bound);
     r->reader = (peers.stub(i)->*prepare)(&r->ctx, request, &cq);
@@ -53,7 +58,6 @@ std::vector<absl::StatusOr<Resp>> AskAll(const ClusterPeers& peers,
     remotes[i] = std::move(r);
     ++pending;
   }
-  std::vector<absl::StatusOr<Resp>> out(n, absl::StatusOr<Resp>(Resp()));
   out[peers.ordinal()] = local();
   const bool cancelled = !out[peers.ordinal()].ok();
   if (cancelled) {
@@ -85,7 +89,9 @@ std::vector<absl::StatusOr<Resp>> AskAll(const ClusterPeers& peers,
     if (r.status.ok()) {
       out[i] = std::move(r.answer);
     } else {
-      out[i] = stopped ? peers.Stopped(i) : peers.PeerError(i, r.status);
+      out[i] = stopped && r.status.error_code() == grpc::StatusCode::CANCELLED
+                   ? peers.Stopped(i)
+                   : peers.PeerError(i, r.status);
     }
   }
   cq.Shutdown();

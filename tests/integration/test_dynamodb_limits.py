@@ -284,9 +284,17 @@ def test_waits_end_when_the_daemon_stops(daemon_factory, pb, tmp_path):
     # A channel of its own: Daemon.stop closes d.stub's before it signals.
     channel = grpc.insecure_channel(d.addr)
     stub = pb.grpc.ViewServiceStub(channel)
+
+    def wait_on_dynamodb():  # again while a probe below holds the one wait place
+        while True:
+            answer = post(d, "GetItem", get, {"x-cdcview-min-position": base64.b64encode(far).decode()})
+            if answer[0] != 400 or "ThrottlingException" not in answer[1]:
+                answers["dynamodb"] = answer
+                return
+            time.sleep(0.05)
+
     waiters = [
-        threading.Thread(target=lambda: answers.update(
-            dynamodb=post(d, "GetItem", get, {"x-cdcview-min-position": base64.b64encode(far).decode()}))),
+        threading.Thread(target=wait_on_dynamodb),
         threading.Thread(target=lambda: answers.update(grpc=rpc_error(lambda: stub.Query(
             pb.vs.QueryRequest(view="ByDay", partition_key=pb.av.AttributeValue(s="D1"),
                                consistency=pb.vs.ReadConsistency(min_position=far)),

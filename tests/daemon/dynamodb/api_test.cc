@@ -1188,7 +1188,7 @@ class CorruptQueries : public ForwardingQueries {
   static void Corrupt(v1::Item* item) { (*item->mutable_attributes())["n"].set_n("not a number"); }
 };
 
-// ViewQueries that count the entries each Scan call returns.
+// ViewQueries that count the entries each Scan call returns and name each GetItem's table.
 class CountingQueries : public ForwardingQueries {
  public:
   using ForwardingQueries::ForwardingQueries;
@@ -1197,7 +1197,12 @@ class CountingQueries : public ForwardingQueries {
     if (out.ok()) calls.push_back(out->entries_size());
     return out;
   }
+  absl::StatusOr<v1::GetItemResponse> GetItem(const v1::GetItemRequest& r, Deadline d) const override {
+    gets.push_back(r.table());
+    return inner_.GetItem(r, d);
+  }
   mutable std::vector<int> calls;
+  mutable Strings gets;
 };
 
 // A page of large items reads about the 1 MB it answers, not a call's 1,000 entries: a Scan of
@@ -1221,11 +1226,13 @@ TEST_F(DynamoDbApiTest, APageOfLargeItemsReadsAboutOneMegabyte) {
   EXPECT_EQ(counting.calls, (std::vector<int>{4}));
 }
 
-// ApiRequest::before_build is called once, after the read that carries the wait, which reads
-// one entry; the answer is the one without it.
-TEST_F(DynamoDbApiTest, BeforeBuildIsCalledOnceAfterTheReadThatWaits) {
+// ApiRequest::before_build is called once, after the reads that carry the wait (a Query's or
+// Scan's reads one entry; a BatchGetItem reads one key of each table first) and before the
+// rest; the answer is the one without it. When it refuses, the request answers 503.
+TEST_F(DynamoDbApiTest, BeforeBuildIsCalledOnceAfterTheReadsThatWait) {
   Ready();
   PutGsi1();  // offsets 1..7 of orders/0 applied
+  Put({{"id", N("1")}, {"v", S("x")}}, 1);
   CountingQueries counting(*reader_);
   DynamoDbApi api(*catalog_, counting, kCreated);
   auto handle = [&](std::string_view op, std::string_view body, ApiRequest request) {
@@ -1243,23 +1250,43 @@ TEST_F(DynamoDbApiTest, BeforeBuildIsCalledOnceAfterTheReadThatWaits) {
   ApiRequest gated = plain;
   gated.before_build = [&] {
     ++built;
-    EXPECT_EQ(counting.calls.size(), 1u);  // the waiting read only
+    EXPECT_EQ(counting.calls, (std::vector<int>{1}));  // the waiting read only
+    return true;
   };
   counting.calls.clear();
   EXPECT_EQ(handle("Scan", scan, gated).body, expected);
   EXPECT_EQ(built, 1);
   EXPECT_EQ(counting.calls, (std::vector<int>{1, 6}));
-  for (const char* op : {"Query", "BatchGetItem"}) {
-    const std::string body =
-        std::string(op) == "Query"
-            ? Expression("GSI1PK = :p", R"(":p":{"S":"G"})")
-            : R"({"RequestItems":{"App":{"Keys":[{"PK":{"S":"I#2"},"SK":{"S":"X"}},{"PK":{"S":"I#3"},"SK":{"S":"X"}}]}}})";
-    built = 0;
-    ApiRequest hooked = plain;
-    hooked.before_build = [&] { ++built; };
-    EXPECT_EQ(handle(op, body, hooked).body, handle(op, body, plain).body) << op;
-    EXPECT_EQ(built, 1) << op;
-  }
+
+  built = 0;
+  ApiRequest hooked = plain;
+  hooked.before_build = [&] {
+    ++built;
+    return true;
+  };
+  const std::string query = Expression("GSI1PK = :p", R"(":p":{"S":"G"})");
+  EXPECT_EQ(handle("Query", query, hooked).body, handle("Query", query, plain).body);
+  EXPECT_EQ(built, 1);
+
+  const std::string batch =
+      R"({"RequestItems":{"App":{"Keys":[{"PK":{"S":"I#2"},"SK":{"S":"X"}},{"PK":{"S":"I#3"},"SK":{"S":"X"}}]},"Other":{"Keys":[{"id":{"N":"1"}}]}}})";
+  built = 0;
+  hooked.before_build = [&] {
+    ++built;
+    EXPECT_EQ(counting.gets, (Strings{"App", "Other"}));  // each table's wait first
+    return true;
+  };
+  counting.gets.clear();
+  const std::string answered = handle("BatchGetItem", batch, hooked).body;
+  EXPECT_EQ(built, 1);
+  EXPECT_EQ(counting.gets, (Strings{"App", "Other", "App", "App", "Other"}));
+  EXPECT_EQ(answered, handle("BatchGetItem", batch, plain).body);
+
+  ApiRequest refused = plain;
+  refused.before_build = [] { return false; };
+  EXPECT_EQ(absl::StrCat(handle("Scan", scan, refused).http_status, " ",
+                         handle("Scan", scan, refused).body),
+            R"(503 {"__type":"com.amazonaws.dynamodb.v20120810#ServiceUnavailable","message":"cdcviewd is shutting down: retry against another replica or after its restart"})");
 }
 
 TEST_F(DynamoDbApiTest, AStoredItemThatDoesNotDecodeIsAnInternalError) {

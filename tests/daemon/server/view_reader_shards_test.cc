@@ -274,8 +274,6 @@ TEST_F(ShardedViewTest, SixteenShardsMergeExactlyForEveryConditionDirectionAndPa
   CheckEveryCondition("V16", v16_, "HOT");
 }
 
-// The brute force is itself checked once by hand: the first entries of the merge, with
-// equal sort keys from different shards ordered by table key.
 // A merged page ends by max_bytes as a single partition's does: max_bytes 1 gives one entry a
 // page, and the pages, forward and backward, are the whole merged answer.
 TEST_F(ShardedViewTest, MaxBytesEndsAMergedPageAfterTheEntryThatReachesIt) {
@@ -298,6 +296,8 @@ TEST_F(ShardedViewTest, MaxBytesEndsAMergedPageAfterTheEntryThatReachesIt) {
   }
 }
 
+// The brute force is itself checked once by hand: the first entries of the merge, with
+// equal sort keys from different shards ordered by table key.
 TEST_F(ShardedViewTest, MergeOrderIsSortKeyThenTableKeyAcrossShards) {
   PutItems();
   auto response = reader_->Query(Request("V4", "DAY#one", 8));
