@@ -1375,13 +1375,6 @@ class Operation {
       g.set_table(read.table.spec->name);
       API_RETURN_IF_ERROR(Permit(g));
     }
-    Answer answer;
-    JsonWriter w;
-    w.BeginObject();
-    w.Key("Responses");
-    w.BeginObject();
-    // DynamoDB answers at most 16 MB of items; the keys past that are UnprocessedKeys, in the
-    // request's shape: (read, first unprocessed key).
     // The waits first: one key of each table (each table waits for its own sources), then
     // the build.
     if (request_.before_build && consistency.has_value()) {
@@ -1394,6 +1387,13 @@ class Operation {
       }
     }
     API_RETURN_IF_ERROR(BeforeBuild());
+    Answer answer;
+    JsonWriter w;
+    w.BeginObject();
+    w.Key("Responses");
+    w.BeginObject();
+    // DynamoDB answers at most 16 MB of items; the keys past that are UnprocessedKeys, in the
+    // request's shape: (read, first unprocessed key).
     uint64_t bytes = 0;
     std::optional<std::pair<size_t, size_t>> unprocessed;
     for (size_t t = 0; t < reads.size() && !unprocessed.has_value(); ++t) {

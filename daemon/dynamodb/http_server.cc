@@ -715,7 +715,9 @@ class Session : public SessionBase {
         return;
       }
       std::shared_ptr<PoolHold> wait = PoolHold::Try(server_.waits());
-      if (wait == nullptr || !RunOn(server_.page_waits(), /*queued_for_page=*/false, /*gate=*/true,
+      // A cluster member's builds wait on its peers, not on its CPU: they take no build place.
+      const bool gate = !server_.options().offload_all;
+      if (wait == nullptr || !RunOn(server_.page_waits(), /*queued_for_page=*/false, gate,
                                     {std::move(page), std::move(wait)})) {
         RefuseWaits();
       }
