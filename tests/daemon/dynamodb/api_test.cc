@@ -11,6 +11,7 @@
 #include "daemon/server/read_consistency.h"
 #include "gtest/gtest.h"
 #include "simdjson.h"
+#include "tests/fakes/forwarding_queries.h"
 #include "tests/fakes/reader_fixture.h"
 #include "tests/fakes/records.h"
 
@@ -1134,41 +1135,8 @@ TEST_F(DynamoDbApiTest, QuotedValuesAreCutOnACharacterBoundary) {
                                     "ALL_ATTRIBUTES, ALL_PROJECTED_ATTRIBUTES]")));
 }
 
-// ViewQueries that pass every call on to `inner`; tests override what they change.
-class ForwardingQueries : public ViewQueries {
- public:
-  explicit ForwardingQueries(const ViewQueries& inner) : inner_(inner) {}
-  absl::StatusOr<v1::QueryResponse> Query(const v1::QueryRequest& r, Deadline d) const override {
-    return inner_.Query(r, d);
-  }
-  absl::StatusOr<v1::ScanResponse> Scan(const v1::ScanRequest& r, Deadline d) const override {
-    return inner_.Scan(r, d);
-  }
-  absl::StatusOr<v1::GetItemResponse> GetItem(const v1::GetItemRequest& r, Deadline d) const override {
-    return inner_.GetItem(r, d);
-  }
-  absl::StatusOr<v1::AggregateGroup> GetAggregate(const v1::GetAggregateRequest& r, Deadline d) const override {
-    return inner_.GetAggregate(r, d);
-  }
-  absl::StatusOr<v1::ListAggregatesResponse> ListAggregates(const v1::ListAggregatesRequest& r,
-                                                            Deadline d) const override {
-    return inner_.ListAggregates(r, d);
-  }
-  absl::StatusOr<v1::ListViewsResponse> ListViews() const override { return inner_.ListViews(); }
-  absl::StatusOr<v1::ViewDescription> DescribeView(const std::string& name) const override {
-    return inner_.DescribeView(name);
-  }
-  v1::StatusResponse GetStatus() const override { return inner_.GetStatus(); }
-  absl::StatusOr<v1::HotKeysResponse> GetHotKeys(const v1::GetHotKeysRequest& r) const override {
-    return inner_.GetHotKeys(r);
-  }
-
- protected:
-  const ViewQueries& inner_;
-};
-
 // ViewQueries whose stored items do not decode (an N that is not a number).
-class CorruptQueries : public ForwardingQueries {
+class CorruptQueries : public test::ForwardingQueries {
  public:
   using ForwardingQueries::ForwardingQueries;
   absl::StatusOr<v1::QueryResponse> Query(const v1::QueryRequest& r, Deadline d) const override {
@@ -1189,7 +1157,7 @@ class CorruptQueries : public ForwardingQueries {
 };
 
 // ViewQueries that count the entries each Scan call returns and name each GetItem's table.
-class CountingQueries : public ForwardingQueries {
+class CountingQueries : public test::ForwardingQueries {
  public:
   using ForwardingQueries::ForwardingQueries;
   absl::StatusOr<v1::ScanResponse> Scan(const v1::ScanRequest& r, Deadline d) const override {

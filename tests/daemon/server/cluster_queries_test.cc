@@ -29,6 +29,7 @@
 #include "daemon/store/store.h"
 #include "gtest/gtest.h"
 #include "tests/fakes/fake_dead_letter_sink.h"
+#include "tests/fakes/forwarding_queries.h"
 #include "tests/fakes/records.h"
 #include "tests/fakes/temp_dir.h"
 #include "tests/fakes/test_store.h"
@@ -131,6 +132,16 @@ std::string PageText(const Response& r) {
   return out;
 }
 
+// A member's port whose Scan takes longer than any caller waits.
+class SlowScan : public test::ForwardingQueries {
+ public:
+  using ForwardingQueries::ForwardingQueries;
+  absl::StatusOr<v1::ScanResponse> Scan(const v1::ScanRequest& r, Deadline d) const override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    return inner_.Scan(r, d);
+  }
+};
+
 class ClusterQueriesTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -165,15 +176,16 @@ class ClusterQueriesTest : public ::testing::Test {
     queries_ = std::make_unique<ClusterQueries>(*members_[0]->reader, *peers_, members_[0]->config);
   }
 
-  // Member 2's port served by `slow`, the cluster connected with it there: the port (null if
-  // it did not start), member 2's address in *address.
-  std::unique_ptr<ViewServer> SlowMember(const ViewQueries& slow, std::string* address) {
-    auto server = ViewServer::Start("127.0.0.1:0", slow, nullptr, nullptr, ServerConfig{}, nullptr,
-                                    nullptr, MainPortSecurity{}, &slow);
+  // Member 2's port served through SlowScan, the cluster connected with it there (its address
+  // in slow_address_): the port, null if it did not start.
+  std::unique_ptr<ViewServer> ServeSlowMember() {
+    slow_ = std::make_unique<SlowScan>(*members_[2]->reader);
+    auto server = ViewServer::Start("127.0.0.1:0", *slow_, nullptr, nullptr, ServerConfig{},
+                                    nullptr, nullptr, MainPortSecurity{}, slow_.get());
     EXPECT_TRUE(server.ok()) << server.status();
     if (!server.ok()) return nullptr;
     ClusterConfig cluster = cluster_;
-    cluster.peers[2] = *address = absl::StrCat("127.0.0.1:", (*server)->port());
+    cluster.peers[2] = slow_address_ = absl::StrCat("127.0.0.1:", (*server)->port());
     Connect(cluster);
     return *std::move(server);
   }
@@ -242,6 +254,8 @@ class ClusterQueriesTest : public ::testing::Test {
   std::unique_ptr<MetricsRegistry> metrics_;
   std::unique_ptr<ClusterPeers> peers_;
   std::unique_ptr<ClusterQueries> queries_;
+  std::unique_ptr<SlowScan> slow_;  // ServeSlowMember's
+  std::string slow_address_;
 };
 
 struct Cond {
@@ -354,6 +368,10 @@ TEST_F(ClusterQueriesTest, PagesEndedByMaxBytesConcatenateToTheWholeAnswer) {
       if (!response.ok()) break;
       for (const v1::ViewEntry& e : response->entries()) {
         out.push_back(e.item().attributes().at("PK").s());  // an item's key: unique
+      }
+      // A member's page of max_bytes 1 is one entry: the merged page at most one per member.
+      if (request.max_bytes() == 1) {
+        EXPECT_LE(response->entries_size(), static_cast<int>(kMembers));
       }
       if (response->next_page_token().empty()) break;
       request.set_page_token(response->next_page_token());
@@ -549,46 +567,8 @@ TEST_F(ClusterQueriesTest, AMemberDownFailsTheCallUnavailableNamingIt) {
   EXPECT_NE(metrics.find("cdcview_cluster_members 3"), std::string::npos) << metrics;
 }
 
-// A member's port whose Scan takes longer than any caller waits.
-class SlowScan : public ViewQueries {
- public:
-  explicit SlowScan(const ViewQueries& inner) : inner_(inner) {}
-  absl::StatusOr<v1::QueryResponse> Query(const v1::QueryRequest& r, Deadline d) const override {
-    return inner_.Query(r, d);
-  }
-  absl::StatusOr<v1::ScanResponse> Scan(const v1::ScanRequest& r, Deadline d) const override {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-    return inner_.Scan(r, d);
-  }
-  absl::StatusOr<v1::GetItemResponse> GetItem(const v1::GetItemRequest& r,
-                                              Deadline d) const override {
-    return inner_.GetItem(r, d);
-  }
-  absl::StatusOr<v1::AggregateGroup> GetAggregate(const v1::GetAggregateRequest& r,
-                                                  Deadline d) const override {
-    return inner_.GetAggregate(r, d);
-  }
-  absl::StatusOr<v1::ListAggregatesResponse> ListAggregates(const v1::ListAggregatesRequest& r,
-                                                            Deadline d) const override {
-    return inner_.ListAggregates(r, d);
-  }
-  absl::StatusOr<v1::ListViewsResponse> ListViews() const override { return inner_.ListViews(); }
-  absl::StatusOr<v1::ViewDescription> DescribeView(const std::string& name) const override {
-    return inner_.DescribeView(name);
-  }
-  v1::StatusResponse GetStatus() const override { return inner_.GetStatus(); }
-  absl::StatusOr<v1::HotKeysResponse> GetHotKeys(const v1::GetHotKeysRequest& r) const override {
-    return inner_.GetHotKeys(r);
-  }
-
- private:
-  const ViewQueries& inner_;
-};
-
 TEST_F(ClusterQueriesTest, AMemberThatDoesNotAnswerInTimeFailsTheCallAtTheDeadline) {
-  SlowScan slow(*members_[2]->reader);
-  std::string address;
-  std::unique_ptr<ViewServer> server = SlowMember(slow, &address);
+  std::unique_ptr<ViewServer> server = ServeSlowMember();
   ASSERT_NE(server, nullptr);
   v1::ScanRequest request;
   request.set_view("NoSort");
@@ -598,7 +578,7 @@ TEST_F(ClusterQueriesTest, AMemberThatDoesNotAnswerInTimeFailsTheCallAtTheDeadli
   EXPECT_GE(took, std::chrono::milliseconds(650));
   EXPECT_LT(took, std::chrono::milliseconds(1400));
   EXPECT_EQ(Text(got.status()),
-            absl::StrCat("UNAVAILABLE: cluster member 2 (", address,
+            absl::StrCat("UNAVAILABLE: cluster member 2 (", slow_address_,
                          ") did not answer: Deadline Exceeded; every member is needed for a "
                          "whole answer: retry when it is back"));
   const std::string metrics = metrics_->Render();
@@ -612,9 +592,7 @@ TEST_F(ClusterQueriesTest, AMemberThatDoesNotAnswerInTimeFailsTheCallAtTheDeadli
 // A member that stops does not wait for its peers: a read waiting for one (here a Scan the
 // peer takes 1.5 s to answer, with a minute to go) answers UNAVAILABLE once Stop is called.
 TEST_F(ClusterQueriesTest, AStoppingMemberDoesNotWaitForItsPeers) {
-  SlowScan slow(*members_[2]->reader);
-  std::string address;
-  std::unique_ptr<ViewServer> server = SlowMember(slow, &address);
+  std::unique_ptr<ViewServer> server = ServeSlowMember();
   ASSERT_NE(server, nullptr);
   v1::ScanRequest request;
   request.set_view("NoSort");
@@ -627,7 +605,7 @@ TEST_F(ClusterQueriesTest, AStoppingMemberDoesNotWaitForItsPeers) {
   EXPECT_LT(Clock::now() - start, std::chrono::milliseconds(1400));
   stopper.join();
   EXPECT_EQ(Text(got.status()),
-            absl::StrCat("UNAVAILABLE: cluster member 2 (", address,
+            absl::StrCat("UNAVAILABLE: cluster member 2 (", slow_address_,
                          ") was not waited for because cdcviewd is shutting down and applies "
                          "nothing more; retry against another replica or after its restart"));
   server->Shutdown(0);
