@@ -980,8 +980,40 @@ class Operation {
     if (!request_.before_build || built_) return absl::OkStatus();
     built_ = true;
     if (request_.before_build()) return absl::OkStatus();
-    return absl::UnavailableError(
-        "cdcviewd is shutting down: retry against another replica or after its restart");
+    return absl::UnavailableError(Cat("the page is not built because ", ViewQueries::kStopping));
+  }
+
+  // One DynamoDB page of a Query or Scan: ViewQueries calls through `read`, each bounded by
+  // BoundCall (the first carries the request's wait, the rest come after BeforeBuild),
+  // evaluated until Limit, 1 MB or the view's end; under ApiRequest::inline_bytes one call, or
+  // run_long. `limit_bounds_calls`: whether Limit also bounds what a call reads.
+  template <typename Request, typename Read, typename InSegment>
+  absl::StatusOr<Answer> ReadPage(Request* call, Read read, const ViewContext& v,
+                                  const Condition* filter,
+                                  const std::optional<std::vector<Path>>& paths, bool count_only,
+                                  std::optional<uint64_t> limit, bool limit_bounds_calls,
+                                  InSegment in_segment) {
+    std::optional<Projection> projection;
+    if (paths.has_value()) projection.emplace(*paths);
+    Page page;
+    for (;;) {
+      std::optional<uint64_t> limit_left;
+      if (limit.has_value() && limit_bounds_calls) limit_left = *limit - page.scanned;
+      BoundCall(page, limit_left, call);
+      if (!call->has_consistency()) API_RETURN_IF_ERROR(BeforeBuild());
+      auto response = read(*call);
+      if (!response.ok()) return ViewReadError(response.status(), v);
+      call->clear_consistency();  // waited for once; the later calls read later states
+      page.applied_token = response->applied().token();
+      const bool more = !response->next_page_token().empty();
+      API_RETURN_IF_ERROR(Evaluate(response->entries(), more, v, filter,
+                                   projection.has_value() ? &*projection : nullptr, count_only,
+                                   limit, in_segment, &page));
+      if (page.stopped || !more) break;
+      if (request_.inline_bytes > 0) return RunLong();  // its one read ended by its bytes
+      call->set_page_token(response->next_page_token());
+    }
+    return PageAnswer(page, count_only);
   }
 
   static Answer RunLong() {
@@ -1117,29 +1149,10 @@ class Operation {
     if (consistency.has_value()) *q.mutable_consistency() = *consistency;
     API_RETURN_IF_ERROR(Permit(q));
 
-    const bool count_only = select == "COUNT";
-    std::optional<Projection> projection;
-    if (paths.has_value()) projection.emplace(*paths);
-    const Projection* projection_ptr = projection.has_value() ? &*projection : nullptr;
-    Page page;
-    for (;;) {
-      std::optional<uint64_t> limit_left;
-      if (limit.has_value()) limit_left = *limit - page.scanned;
-      BoundCall(page, limit_left, &q);
-      const bool waiting = q.has_consistency();
-      if (!waiting) API_RETURN_IF_ERROR(BeforeBuild());
-      absl::StatusOr<v1::QueryResponse> response = queries_.Query(q, request_.deadline);
-      if (!response.ok()) return ViewReadError(response.status(), v);
-      q.clear_consistency();  // waited for once; the later calls read later states
-      page.applied_token = response->applied().token();
-      const bool more = !response->next_page_token().empty();
-      API_RETURN_IF_ERROR(Evaluate(response->entries(), more, v, filter.get(), projection_ptr, count_only,
-                                   limit, [](const v1::ViewEntry&) { return true; }, &page));
-      if (page.stopped || !more) break;
-      if (request_.inline_bytes > 0) return RunLong();  // its one read ended by its bytes
-      q.set_page_token(response->next_page_token());
-    }
-    return PageAnswer(page, count_only);
+    return ReadPage(
+        &q, [&](const v1::QueryRequest& call) { return queries_.Query(call, request_.deadline); },
+        v, filter.get(), paths, select == "COUNT", limit, /*limit_bounds_calls=*/true,
+        [](const v1::ViewEntry&) { return true; });
   }
 
   absl::StatusOr<Answer> Scan(const RequestObject& r) {
@@ -1220,29 +1233,11 @@ class Operation {
       EncodeKeyComponent(*pk, &encoded);
       return Fnv1a64(encoded) % segments == mine;
     };
-    const bool count_only = select == "COUNT";
-    std::optional<Projection> projection;
-    if (paths.has_value()) projection.emplace(*paths);
-    const Projection* projection_ptr = projection.has_value() ? &*projection : nullptr;
-    Page page;
-    for (;;) {
-      std::optional<uint64_t> limit_left;
-      if (limit.has_value() && segments == 1) limit_left = *limit - page.scanned;
-      BoundCall(page, limit_left, &s);
-      const bool waiting = s.has_consistency();
-      if (!waiting) API_RETURN_IF_ERROR(BeforeBuild());
-      absl::StatusOr<v1::ScanResponse> response = queries_.Scan(s, request_.deadline);
-      if (!response.ok()) return ViewReadError(response.status(), v);
-      s.clear_consistency();
-      page.applied_token = response->applied().token();
-      const bool more = !response->next_page_token().empty();
-      API_RETURN_IF_ERROR(Evaluate(response->entries(), more, v, filter.get(), projection_ptr, count_only,
-                                   limit, in_segment, &page));
-      if (page.stopped || !more) break;
-      if (request_.inline_bytes > 0) return RunLong();  // its one read ended by its bytes
-      s.set_page_token(response->next_page_token());
-    }
-    return PageAnswer(page, count_only);
+    // A segment keeps its own entries of the whole view's: Limit cannot bound what a call reads.
+    return ReadPage(
+        &s, [&](const v1::ScanRequest& call) { return queries_.Scan(call, request_.deadline); },
+        v, filter.get(), paths, select == "COUNT", limit, /*limit_bounds_calls=*/segments == 1,
+        in_segment);
   }
 
   // A table key given by the client: exactly the table's key attributes, of their types.

@@ -1254,7 +1254,7 @@ TEST_F(DynamoDbApiTest, BeforeBuildIsCalledOnceAfterTheReadsThatWait) {
   refused.before_build = [] { return false; };
   EXPECT_EQ(absl::StrCat(handle("Scan", scan, refused).http_status, " ",
                          handle("Scan", scan, refused).body),
-            R"(503 {"__type":"com.amazonaws.dynamodb.v20120810#ServiceUnavailable","message":"cdcviewd is shutting down: retry against another replica or after its restart"})");
+            R"(503 {"__type":"com.amazonaws.dynamodb.v20120810#ServiceUnavailable","message":"the page is not built because cdcviewd is shutting down and applies nothing more; retry against another replica or after its restart"})");
 }
 
 TEST_F(DynamoDbApiTest, AStoredItemThatDoesNotDecodeIsAnInternalError) {
