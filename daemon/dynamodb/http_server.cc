@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -213,6 +214,59 @@ class PoolHold {
   TaskPool& pool_;
 };
 
+// The places pages are built with: as many as page threads, shared by the page and the
+// page-wait threads, so that however many waits end together no more pages are built at once
+// than there are page threads (the waits are many, the CPUs are not). A page thread holds one
+// for its whole request; a page-wait thread while it hashes a long body for its signature, and
+// while it builds its page after the wait (ApiRequest::before_build). A wait for a place is
+// counted (DynamoDbApiProbe::BuildWaited).
+class BuildPlaces {
+ public:
+  BuildPlaces(uint32_t places, DynamoDbApiProbe* probe) : places_(places), probe_(probe) {}
+
+  // Blocks until a place is free and takes it. With `refused_at_stop` (a page-wait request,
+  // whose wait has ended), false without a place once Stop was called; without (a page
+  // thread's request, accepted before the stop), it still waits: the places come free as the
+  // builds that hold them end.
+  bool Acquire(bool refused_at_stop) {
+    const auto asked = std::chrono::steady_clock::now();
+    bool waited;
+    {
+      absl::MutexLock lock(&mu_);
+      waited = taken_ >= places_;
+      mu_.Await(refused_at_stop ? absl::Condition(this, &BuildPlaces::FreeOrStopped)
+                                : absl::Condition(this, &BuildPlaces::Free));
+      if (refused_at_stop && stopped_) return false;
+      ++taken_;
+    }
+    if (waited && probe_ != nullptr) {
+      probe_->BuildWaited(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count());
+    }
+    return true;
+  }
+  void Release() {
+    absl::MutexLock lock(&mu_);
+    --taken_;
+  }
+  void Stop() {
+    absl::MutexLock lock(&mu_);
+    stopped_ = true;
+  }
+
+ private:
+  bool Free() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return taken_ < places_; }
+  bool FreeOrStopped() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return taken_ < places_ || stopped_;
+  }
+
+  const uint32_t places_;
+  DynamoDbApiProbe* const probe_;
+  absl::Mutex mu_;
+  uint32_t taken_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+};
+
 // What Shutdown needs of a connection, whatever its stream.
 class SessionBase : public std::enable_shared_from_this<SessionBase> {
  public:
@@ -235,6 +289,7 @@ class HttpServer::Impl {
         // give back just before their own here: twice as many, so that it never refuses one.
         page_waits_("dynamodb-pgwait", limits.dynamodb_max_pages, 2 * limits.dynamodb_max_pages,
                     kPageNice),
+        builds_(limits.dynamodb_threads, options_.probe),
         max_connections_(limits.dynamodb_max_connections),
         ioc_(static_cast<int>(limits.dynamodb_threads)),
         accept_strand_(asio::make_strand(ioc_)),
@@ -284,7 +339,7 @@ class HttpServer::Impl {
   void Shutdown(int grace_ms) {
     if (shut_down_.exchange(true)) return;
     stopping_ = true;
-    { absl::MutexLock wake(&build_mu_); }  // AcquireBuild's waits see stopping_
+    builds_.Stop();
     if (threads_.empty()) return;  // never listened
     asio::post(accept_strand_, [this] {
       boost::system::error_code ec;
@@ -325,20 +380,7 @@ class HttpServer::Impl {
   TaskPool& waits() { return waits_; }
   TaskPool& pages() { return pages_; }
   TaskPool& page_waits() { return page_waits_; }
-  // The page-wait threads' builds: at most as many at once as there are page threads, however
-  // many waits end together (the waits are many, the CPUs are not).
-  // False, without a place, once the server is stopping: the request is not built.
-  bool AcquireBuild() {
-    absl::MutexLock lock(&build_mu_);
-    build_mu_.Await(absl::Condition(this, &Impl::BuildPlaceFreeOrStopping));
-    if (stopping_.load()) return false;
-    ++building_;
-    return true;
-  }
-  void ReleaseBuild() {
-    absl::MutexLock lock(&build_mu_);
-    --building_;
-  }
+  BuildPlaces& builds() { return builds_; }
   bool stopping() const { return stopping_.load(); }
 
   void Ended(uint64_t id, std::string_view reason) {
@@ -460,11 +502,7 @@ class HttpServer::Impl {
   TaskPool pages_;
   // Long requests with a consistency header: each holds a place of waits_ and of pages_.
   TaskPool page_waits_;
-  absl::Mutex build_mu_;
-  uint32_t building_ ABSL_GUARDED_BY(build_mu_) = 0;  // page-wait builds running
-  bool BuildPlaceFreeOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(build_mu_) {
-    return building_ < limits_.dynamodb_threads || stopping_.load();
-  }
+  BuildPlaces builds_;
   std::atomic<uint32_t> max_connections_;
   std::atomic<uint32_t> open_{0};
   std::atomic<bool> stopping_{false};
@@ -806,7 +844,9 @@ class Session : public SessionBase {
   // On a pool's thread; returns what sends the answer, for once the request's places are
   // given back. A request that queued for a page thread is not built when its client has
   // gone, nor after waiting longer than the request timeout (ThrottlingException: the page
-  // threads are behind).
+  // threads are behind); else it runs with a build place. With `gate` (a page-wait thread), a
+  // long body is hashed for its signature with a build place, and the page built with another
+  // once the wait has ended.
   std::function<void()> Run(bool queued_for_page, bool gate) {
     if (queued_for_page) {
       if (ClientLeft()) {
@@ -826,20 +866,42 @@ class Session : public SessionBase {
                          " ms): long requests arrive faster than they are built; retry later"),
             operation_));
       }
+      server_.builds().Acquire(/*refused_at_stop=*/false);
+      absl::Cleanup release = [this] { server_.builds().Release(); };
+      return Answer();
     }
+    if (sign_later_ && gate) {
+      if (!server_.builds().Acquire(/*refused_at_stop=*/true)) {
+        return ReplyLater(ErrorResponse(
+            503, "ServiceUnavailable",
+            absl::StrCat("the request is not answered because ", ViewQueries::kStopping),
+            operation_));
+      }
+      absl::Cleanup release = [this] { server_.builds().Release(); };
+      if (std::optional<ApiResponse> refusal = Authenticate()) {
+        return ReplyLater(std::move(*refusal));
+      }
+      sign_later_ = false;
+    }
+    if (!gate) return Answer();
+    bool building = false;
+    api_.before_build = [this, &building] {
+      return building = server_.builds().Acquire(/*refused_at_stop=*/true);
+    };
+    std::function<void()> answer = Answer();
+    api_.before_build = nullptr;
+    if (building) server_.builds().Release();
+    return answer;
+  }
+
+  // Checks a long body's signature when it is still to check, then answers the request.
+  std::function<void()> Answer() {
     if (sign_later_) {
       if (std::optional<ApiResponse> refusal = Authenticate()) {
         return ReplyLater(std::move(*refusal));
       }
     }
-    if (!gate) return ReplyLater(server_.handler()(api_));
-    // A page-wait thread waits as long as it must, then builds only with a build place.
-    bool building = false;
-    api_.before_build = [this, &building] { return building = server_.AcquireBuild(); };
-    ApiResponse response = server_.handler()(api_);
-    api_.before_build = nullptr;
-    if (building) server_.ReleaseBuild();
-    return ReplyLater(std::move(response));
+    return ReplyLater(server_.handler()(api_));
   }
 
   // On a pool's thread: the answer's CRC is computed here; what it returns sends the answer

@@ -31,6 +31,11 @@ constexpr std::array<std::string_view, 57> kOperations = {
 constexpr std::array<std::string_view, 6> kServed = {"BatchGetItem", "DescribeTable", "GetItem",
                                                      "ListTables",   "Query",         "Scan"};
 
+const prometheus::Histogram::BucketBoundaries kBuckets = {0.0001, 0.00025, 0.0005, 0.001,
+                                                          0.0025, 0.005,   0.01,   0.025,
+                                                          0.05,   0.1,     0.25,   0.5,
+                                                          1,      2.5,     5,      10};
+
 }  // namespace
 
 bool DynamoDbApiProbe::IsDynamoDbOperation(std::string_view name) {
@@ -55,14 +60,17 @@ DynamoDbApiProbe::DynamoDbApiProbe(MetricsRegistry& metrics) {
                       "again on a page thread.")
                 .Register(metrics.registry())
                 .Add({});
+  build_wait_ = &prometheus::BuildHistogram()
+                     .Name("cdcview_dynamodb_api_build_wait_seconds")
+                     .Help("Requests that found every build place taken (as many as page "
+                           "threads, shared by the page and page-wait threads) and waited for "
+                           "one, and how long.")
+                     .Register(metrics.registry())
+                     .Add({}, kBuckets);
   absl::MutexLock lock(&mu_);
   for (std::string_view op : kServed) {
-    histograms_.emplace(
-        std::string(op),
-        &duration_->Add({{"operation", std::string(op)}},
-                        prometheus::Histogram::BucketBoundaries{
-                            0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-                            0.25, 0.5, 1, 2.5, 5, 10}));
+    histograms_.emplace(std::string(op),
+                        &duration_->Add({{"operation", std::string(op)}}, kBuckets));
   }
 }
 
@@ -97,5 +105,7 @@ void DynamoDbApiProbe::Observe(std::string_view operation, std::string_view outc
 }
 
 void DynamoDbApiProbe::Moved() { moved_->Increment(); }
+
+void DynamoDbApiProbe::BuildWaited(double seconds) { build_wait_->Observe(seconds); }
 
 }  // namespace cdcview

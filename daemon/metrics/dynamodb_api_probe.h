@@ -8,6 +8,9 @@
 //   cdcview_dynamodb_api_moved_total                          counter: short requests that
 //       needed more than an I/O thread may do (dynamodb::kShortPageBytes of items,
 //       kShortMergeShards shards) and ran again on a page thread
+//   cdcview_dynamodb_api_build_wait_seconds                   histogram: requests that found
+//       every build place taken (as many as page threads, shared by the page and page-wait
+//       threads) and waited for one, and how long
 //
 // Not cdcview_dynamodb_requests_total: that family is the DynamoDB Streams source's calls to
 // AWS (DynamoDbProbe), labelled source, call and result.
@@ -41,6 +44,8 @@ class DynamoDbApiProbe {
   void Observe(std::string_view operation, std::string_view outcome, double seconds);
   // A short request moved to a page thread.
   void Moved();
+  // A request waited `seconds` for a build place.
+  void BuildWaited(double seconds);
 
   // One of DynamoDB_20120810's operation names (Query, GetItem, PutItem, ...)?
   static bool IsDynamoDbOperation(std::string_view name);
@@ -49,6 +54,7 @@ class DynamoDbApiProbe {
   prometheus::Family<prometheus::Counter>* requests_;
   prometheus::Family<prometheus::Histogram>* duration_;
   prometheus::Counter* moved_;
+  prometheus::Histogram* build_wait_;
   absl::Mutex mu_;
   std::map<std::pair<std::string, std::string>, prometheus::Counter*, std::less<>> counters_
       ABSL_GUARDED_BY(mu_);

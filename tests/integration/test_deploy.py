@@ -80,6 +80,7 @@ DYNAMODB_API_METRICS = {
     "cdcview_dynamodb_api_requests_total",
     "cdcview_dynamodb_api_request_duration_seconds_bucket",
     "cdcview_dynamodb_api_moved_total",
+    "cdcview_dynamodb_api_build_wait_seconds_count",
 }
 SKIPPED_METRICS = SOURCE_SPECIFIC_METRICS | PLANNED_METRICS | CLUSTER_METRICS | DYNAMODB_API_METRICS
 

@@ -174,7 +174,8 @@ def test_boto3_reads_and_oversized_bodies_are_refused_naming_the_field(daemon_fa
     assert metric(m, "cdcview_dynamodb_api_request_duration_seconds_count", operation="GetItem") == 2
     # Every endpoint metric a dashboard panel or alert names is in the real output.
     api_metrics = dashboard_metric_names("cdcview_dynamodb_api_")
-    assert api_metrics == ["cdcview_dynamodb_api_moved_total",
+    assert api_metrics == ["cdcview_dynamodb_api_build_wait_seconds_count",
+                           "cdcview_dynamodb_api_moved_total",
                            "cdcview_dynamodb_api_request_duration_seconds_bucket",
                            "cdcview_dynamodb_api_requests_total"]
     assert [n for n in api_metrics if n not in {name for name, _ in m}] == []

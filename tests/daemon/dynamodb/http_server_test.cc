@@ -47,6 +47,16 @@ double Value(prometheus::Registry& registry, const std::string& name,
   return -1;
 }
 
+// The sum of the unlabelled histogram `name`'s samples; -1 when there is none.
+double HistogramSum(MetricsRegistry& metrics, const std::string& name) {
+  for (const auto& family : metrics.registry().Collect()) {
+    if (family.name == name && family.metric.size() == 1) {
+      return family.metric[0].histogram.sample_sum;
+    }
+  }
+  return -1;
+}
+
 // `count` once it reaches `target`, or what it is after 2.5 s.
 int Reached(const std::atomic<int>& count, int target) {
   for (int i = 0; i < 500 && count.load() < target; ++i) {
@@ -872,6 +882,45 @@ TEST_F(PageQueueTest, PageWaitBuildsRunNoMoreAtOnceThanPageThreads) {
   absl::MutexLock lock(&mu);
   EXPECT_EQ(gated, 3);
   EXPECT_EQ(most, 1);
+}
+
+// The page threads and the page-wait builds share their build places: with one page thread,
+// a page asked while a page-wait build holds the place waits for it, counted in
+// cdcview_dynamodb_api_build_wait_seconds.
+TEST_F(PageQueueTest, PageAndPageWaitBuildsShareTheirPlaces) {
+  std::atomic<int> building{0}, most{0};
+  auto build = [&] {
+    const int now = ++building;
+    for (int seen = most.load(); now > seen && !most.compare_exchange_weak(seen, now);) {
+    }
+  };
+  Start([&](const ApiRequest& request) {
+    ApiResponse response;
+    response.operation = "Scan";
+    response.body = "{\"page\":true}";
+    if (request.before_build && !request.before_build()) return response;
+    build();
+    if (request.before_build) release_.WaitForNotificationWithTimeout(absl::Seconds(20));
+    --building;
+    ++pages_;
+    return response;
+  });
+  http::request<http::string_body> waiting = scan_;
+  waiting.set("x-cdcview-min-position", "Y3AB");
+  Client page_wait(server_->port()), page(server_->port());
+  http::write(page_wait.socket(), waiting);
+  ASSERT_EQ(Reached(building, 1), 1);
+  http::write(page.socket(), scan_);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(building.load(), 1) << "the page was built beside the page-wait build";
+  EXPECT_EQ(Metric("cdcview_dynamodb_api_build_wait_seconds", {}), 0);
+  release_.Notify();
+  EXPECT_EQ(page_wait.Read().body(), "{\"page\":true}");
+  EXPECT_EQ(page.Read().body(), "{\"page\":true}");
+  EXPECT_EQ(pages_.load(), 2);
+  EXPECT_EQ(most.load(), 1);
+  EXPECT_EQ(Metric("cdcview_dynamodb_api_build_wait_seconds", {}), 1);
+  EXPECT_GE(HistogramSum(*metrics_, "cdcview_dynamodb_api_build_wait_seconds"), 0.1);
 }
 
 }  // namespace
