@@ -975,12 +975,11 @@ class Operation {
   }
 
   // Before a read that builds the page (not one that carries the request's wait):
-  // ApiRequest::before_build, once. UNAVAILABLE when the server is shutting down.
+  // ApiRequest::before_build, once.
   absl::Status BeforeBuild() {
     if (!request_.before_build || built_) return absl::OkStatus();
     built_ = true;
-    if (request_.before_build()) return absl::OkStatus();
-    return absl::UnavailableError(Cat("the page is not built because ", ViewQueries::kStopping));
+    return request_.before_build();
   }
 
   // One DynamoDB page of a Query or Scan: ViewQueries calls through `read`, each bounded by

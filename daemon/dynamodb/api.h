@@ -52,6 +52,7 @@
 #include <string>
 #include <string_view>
 
+#include "absl/status/status.h"
 #include "daemon/server/view_queries.h"
 #include "daemon/state/catalog.h"
 
@@ -82,9 +83,9 @@ struct ApiRequest {
   // Set by the server for a long request that may wait: called once, before the reads that
   // build the page and after every read that carries the request's wait (a Query or Scan with
   // a consistency header makes that a read of one entry; a BatchGetItem reads one key of each
-  // table first); it may block until a build may start. False: the server is shutting down,
-  // and the request answers 503 ServiceUnavailable.
-  std::function<bool()> before_build;
+  // table first); it may block until a build may start. Not OK: the page is not built, and
+  // the request answers that status (UNAVAILABLE: 503 ServiceUnavailable).
+  std::function<absl::Status()> before_build;
 };
 
 struct ApiResponse {

@@ -28,6 +28,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/cleanup/cleanup.h"
+#include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -849,11 +850,7 @@ class Session : public SessionBase {
   // once the wait has ended.
   std::function<void()> Run(bool queued_for_page, bool gate) {
     if (queued_for_page) {
-      if (ClientLeft()) {
-        CountRefused("client_gone");
-        asio::post(stream_.get_executor(), [self = Self()] { self->reason_ = "client"; });
-        return nullptr;
-      }
+      if (ClientLeft()) return Gone();
       const auto waited =
           std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started_);
       if (waited > RequestTimeout()) {
@@ -884,14 +881,30 @@ class Session : public SessionBase {
       sign_later_ = false;
     }
     if (!gate) return Answer();
-    bool building = false;
-    api_.before_build = [this, &building] {
-      return building = server_.builds().Acquire(/*refused_at_stop=*/true);
+    // After its wait, a page is built with a build place, and not for a client that has gone.
+    bool building = false, left = false;
+    api_.before_build = [this, &building, &left]() -> absl::Status {
+      building = server_.builds().Acquire(/*refused_at_stop=*/true);
+      if (!building) {
+        return absl::UnavailableError(
+            absl::StrCat("the page is not built because ", ViewQueries::kStopping));
+      }
+      if ((left = ClientLeft())) return absl::CancelledError("the client has gone");
+      return absl::OkStatus();
     };
     std::function<void()> answer = Answer();
     api_.before_build = nullptr;
     if (building) server_.builds().Release();
+    if (left) return Gone();
     return answer;
+  }
+
+  // The request's client closed its side or reset the connection before it was built: it is
+  // not answered, and its connection ends as the client's doing.
+  std::function<void()> Gone() {
+    CountRefused("client_gone");
+    asio::post(stream_.get_executor(), [self = Self()] { self->reason_ = "client"; });
+    return nullptr;
   }
 
   // Checks a long body's signature when it is still to check, then answers the request.

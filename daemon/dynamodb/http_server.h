@@ -35,8 +35,9 @@
 // a place of both dynamodb_max_waits and dynamodb_max_pages while it runs. Pages are built
 // with a build place, as many as page threads and shared by both kinds: a page thread holds
 // one for its request, a page-wait thread while it hashes a long body for its signature and
-// while it builds after its wait (ApiRequest::before_build); a request that waits for one is
-// counted (DynamoDbApiProbe::BuildWaited). With `offload_all`
+// while it builds after its wait (ApiRequest::before_build), which it does not for a client
+// that closed its side meanwhile ("client_gone"); a request that waits for a place is counted
+// (DynamoDbApiProbe::BuildWaited). With `offload_all`
 // (a cluster member, whose reads ask the other members over the network) every request runs on
 // the wait threads, the long ones on the page-wait threads.
 //

@@ -6,8 +6,8 @@ idle one at the idle timeout; requests waiting for a position past dynamodb_max_
 ThrottlingException, and answer ServiceUnavailable at once when the daemon stops (the gRPC
 port's UNAVAILABLE); HTTPS with a certificate rotated without a restart; SigV4 against the
 tokens file; one I/O thread per CPU the daemon may use unless set, with as many page threads at
-a lower priority for the long requests, which are not built once their client has left and are
-throttled once they queued past the request timeout. Each refusal is counted, and the counters
+a lower priority for the long requests, which are not built once their client has left (after
+a wait for a position too) and are throttled once they queued past the request timeout. Each refusal is counted, and the counters
 are checked exactly.
 """
 
@@ -387,6 +387,49 @@ def test_long_requests_whose_clients_left_or_waited_too_long_are_not_built(daemo
     # Served as before: a point query, and a long request once the queue is gone.
     assert day_query(dynamodb(d), "ByPk")["Count"] == 1
     assert post(d, "Scan", EMPTY_PAGE_SCAN)[0] == 200
+    d.stop()
+
+
+def test_long_requests_that_wait_are_not_built_for_clients_that_left(daemon_factory, tmp_path):
+    """20 clients send a Scan that evaluates 30,000 items and waits for a position not yet
+    applied, then close. When the position is applied, no page is built for them (each counted
+    as client_gone); a client that stays gets its page."""
+    d = start(daemon_factory, tmp_path, [record(n, f"I{n}", "D1") for n in range(30000)],
+              dynamodb_threads=1, max_wait_ms=60000)
+    stream = str(tmp_path / "a.ndjson")
+    offset, line, generation, inode = expected_position(stream).split(":")
+    later = record(30000, "I30000", "D1")
+    after = f"{int(offset) + len(later)}:{int(line) + 1}:{generation}:{inode}"
+    token = base64.b64encode(position_token([("app", "", after)])).decode()
+
+    def counts():  # Scans answered, dropped
+        m = d.metrics()
+        return tuple(m.get((name, frozenset(labels.items())), 0) for name, labels in (
+            ("cdcview_dynamodb_api_requests_total", {"operation": "Scan", "outcome": "ok"}),
+            ("cdcview_requests_refused_total", {"port": "dynamodb", "reason": "client_gone"})))
+
+    body = EMPTY_PAGE_SCAN.encode()
+    head = (b"POST / HTTP/1.1\r\nHost: localhost\r\nX-Amz-Target: DynamoDB_20120810.Scan\r\n"
+            b"Content-Type: application/x-amz-json-1.0\r\nx-cdcview-min-position: %s\r\n"
+            b"Content-Length: %d\r\n\r\n" % (token.encode(), len(body)))
+    waiting = []
+    for _ in range(20):
+        s = raw(d)
+        s.sendall(head + body)
+        waiting.append(s)
+    wait_for("the 20 Scans to wait", lambda: len(threads_named(d, "dynamodb-pgwait")) == 20)
+    for s in waiting:
+        s.close()
+    stays = {}
+    stayer = threading.Thread(target=lambda: stays.update(
+        answer=post(d, "Scan", EMPTY_PAGE_SCAN, {"x-cdcview-min-position": token})))
+    stayer.start()
+    time.sleep(0.3)
+    with open(stream, "a") as f:
+        f.write(later)
+    stayer.join()
+    assert stays["answer"][:2] == (200, '{"Items":[],"Count":0,"ScannedCount":30001}')
+    wait_for("the 20 Scans to be dropped", lambda: counts() == (1, 20))
     d.stop()
 
 

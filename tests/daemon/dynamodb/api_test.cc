@@ -1196,7 +1196,7 @@ TEST_F(DynamoDbApiTest, APageOfLargeItemsReadsAboutOneMegabyte) {
 
 // ApiRequest::before_build is called once, after the reads that carry the wait (a Query's or
 // Scan's reads one entry; a BatchGetItem reads one key of each table first) and before the
-// rest; the answer is the one without it. When it refuses, the request answers 503.
+// rest; the answer is the one without it. When it refuses, the request answers its refusal.
 TEST_F(DynamoDbApiTest, BeforeBuildIsCalledOnceAfterTheReadsThatWait) {
   Ready();
   PutGsi1();  // offsets 1..7 of orders/0 applied
@@ -1219,7 +1219,7 @@ TEST_F(DynamoDbApiTest, BeforeBuildIsCalledOnceAfterTheReadsThatWait) {
   gated.before_build = [&] {
     ++built;
     EXPECT_EQ(counting.calls, (std::vector<int>{1}));  // the waiting read only
-    return true;
+    return absl::OkStatus();
   };
   counting.calls.clear();
   EXPECT_EQ(handle("Scan", scan, gated).body, expected);
@@ -1230,7 +1230,7 @@ TEST_F(DynamoDbApiTest, BeforeBuildIsCalledOnceAfterTheReadsThatWait) {
   ApiRequest hooked = plain;
   hooked.before_build = [&] {
     ++built;
-    return true;
+    return absl::OkStatus();
   };
   const std::string query = Expression("GSI1PK = :p", R"(":p":{"S":"G"})");
   EXPECT_EQ(handle("Query", query, hooked).body, handle("Query", query, plain).body);
@@ -1242,7 +1242,7 @@ TEST_F(DynamoDbApiTest, BeforeBuildIsCalledOnceAfterTheReadsThatWait) {
   hooked.before_build = [&] {
     ++built;
     EXPECT_EQ(counting.gets, (Strings{"App", "Other"}));  // each table's wait first
-    return true;
+    return absl::OkStatus();
   };
   counting.gets.clear();
   const std::string answered = handle("BatchGetItem", batch, hooked).body;
@@ -1251,10 +1251,12 @@ TEST_F(DynamoDbApiTest, BeforeBuildIsCalledOnceAfterTheReadsThatWait) {
   EXPECT_EQ(answered, handle("BatchGetItem", batch, plain).body);
 
   ApiRequest refused = plain;
-  refused.before_build = [] { return false; };
+  refused.before_build = [] {
+    return absl::UnavailableError("the page is not built because of a test");
+  };
   EXPECT_EQ(absl::StrCat(handle("Scan", scan, refused).http_status, " ",
                          handle("Scan", scan, refused).body),
-            R"(503 {"__type":"com.amazonaws.dynamodb.v20120810#ServiceUnavailable","message":"the page is not built because cdcviewd is shutting down and applies nothing more; retry against another replica or after its restart"})");
+            R"(503 {"__type":"com.amazonaws.dynamodb.v20120810#ServiceUnavailable","message":"the page is not built because of a test"})");
 }
 
 TEST_F(DynamoDbApiTest, AStoredItemThatDoesNotDecodeIsAnInternalError) {

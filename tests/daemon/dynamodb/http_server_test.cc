@@ -855,7 +855,7 @@ TEST_F(PageQueueTest, PageWaitBuildsRunNoMoreAtOnceThanPageThreads) {
   int building = 0, most = 0, gated = 0;
   Start([&](const ApiRequest& request) {
     if (request.before_build) {
-      request.before_build();
+      EXPECT_TRUE(request.before_build().ok());
       absl::MutexLock lock(&mu);
       ++gated;
       most = std::max(most, ++building);
@@ -898,7 +898,7 @@ TEST_F(PageQueueTest, PageAndPageWaitBuildsShareTheirPlaces) {
     ApiResponse response;
     response.operation = "Scan";
     response.body = "{\"page\":true}";
-    if (request.before_build && !request.before_build()) return response;
+    if (request.before_build && !request.before_build().ok()) return response;
     build();
     if (request.before_build) release_.WaitForNotificationWithTimeout(absl::Seconds(20));
     --building;
@@ -921,6 +921,57 @@ TEST_F(PageQueueTest, PageAndPageWaitBuildsShareTheirPlaces) {
   EXPECT_EQ(most.load(), 1);
   EXPECT_EQ(Metric("cdcview_dynamodb_api_build_wait_seconds", {}), 1);
   EXPECT_GE(HistogramSum(*metrics_, "cdcview_dynamodb_api_build_wait_seconds"), 0.1);
+}
+
+// A request that waits, whose client closes its connection during the wait, is not built
+// when the wait ends: its hook answers CANCELLED, it is counted as client_gone, and the next
+// request has the build place.
+TEST_F(PageQueueTest, APageWaitRequestWhoseClientLeftDuringItsWaitIsNotBuilt) {
+  std::atomic<int> waiting{0};
+  std::vector<absl::Status> hooks;  // on the one page-wait thread at a time
+  absl::Mutex mu;
+  Start([&](const ApiRequest& request) {
+    ApiResponse response;
+    response.operation = "Scan";
+    response.body = "{\"page\":true}";
+    if (request.before_build) {
+      ++waiting;
+      release_.WaitForNotificationWithTimeout(absl::Seconds(20));  // the wait
+      absl::Status hook = request.before_build();
+      {
+        absl::MutexLock lock(&mu);
+        hooks.push_back(hook);
+      }
+      if (!hook.ok()) return response;
+    }
+    ++pages_;
+    return response;
+  });
+  http::request<http::string_body> waiting_scan = scan_;
+  waiting_scan.set("x-cdcview-min-position", "Y3AB");
+  {
+    Client gone(server_->port());
+    http::write(gone.socket(), waiting_scan);
+    ASSERT_EQ(Reached(waiting, 1), 1);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the close has arrived
+  release_.Notify();
+  auto client_gone = [&] { return Refused("client_gone"); };
+  for (int i = 0; i < 500 && client_gone() < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(client_gone(), 1);
+  EXPECT_EQ(pages_.load(), 0);
+  {
+    absl::MutexLock lock(&mu);
+    ASSERT_EQ(hooks.size(), 1u);
+    EXPECT_EQ(hooks[0], absl::CancelledError("the client has gone"));
+  }
+  Client next(server_->port());
+  http::write(next.socket(), waiting_scan);
+  EXPECT_EQ(next.Read().body(), "{\"page\":true}");
+  EXPECT_EQ(pages_.load(), 1);
+  EXPECT_EQ(Metric("cdcview_dynamodb_api_build_wait_seconds", {}), 0);
 }
 
 }  // namespace
