@@ -807,12 +807,24 @@ class Session : public SessionBase {
   }
 
   void RefusePages() {
+    if (RefusedAtStop()) return;
     RefuseBusy("max_pages", "long requests (Scan and Query pages, BatchGetItem)",
                server_.pages(), "are queued or running", "dynamodb_max_pages");
   }
   void RefuseWaits() {
+    if (RefusedAtStop()) return;
     RefuseBusy("max_waits", "requests with a consistency header", server_.waits(), "are running",
                "dynamodb_max_waits");
+  }
+
+  // A pool refuses every request once the server is stopping: 503 saying so, not a cap's
+  // refusal. False when the server is not stopping.
+  bool RefusedAtStop() {
+    if (!server_.stopping()) return false;
+    Reply(ErrorResponse(503, "ServiceUnavailable",
+                        absl::StrCat("the request is not answered because ", ViewQueries::kStopping),
+                        operation_));
+    return true;
   }
 
   // A pool at its cap: ThrottlingException naming the field (SDKs retry it with back-off),
@@ -842,6 +854,10 @@ class Session : public SessionBase {
     });
   }
 
+  // What a look at the connection finds: the client there, gone, or the connection closed by
+  // this end (shutdown, a timeout).
+  enum class Peer { kThere, kLeft, kClosedHere };
+
   // On a pool's thread; returns what sends the answer, for once the request's places are
   // given back. A request that queued for a page thread is not built when its client has
   // gone, nor after waiting longer than the request timeout (ThrottlingException: the page
@@ -850,7 +866,9 @@ class Session : public SessionBase {
   // once the wait has ended.
   std::function<void()> Run(bool queued_for_page, bool gate) {
     if (queued_for_page) {
-      if (ClientLeft()) return Gone();
+      server_.builds().Acquire(/*refused_at_stop=*/false);
+      absl::Cleanup release = [this] { server_.builds().Release(); };
+      if (const Peer peer = ClientLeft(); peer != Peer::kThere) return Gone(peer);
       const auto waited =
           std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started_);
       if (waited > RequestTimeout()) {
@@ -863,8 +881,6 @@ class Session : public SessionBase {
                          " ms): long requests arrive faster than they are built; retry later"),
             operation_));
       }
-      server_.builds().Acquire(/*refused_at_stop=*/false);
-      absl::Cleanup release = [this] { server_.builds().Release(); };
       return Answer();
     }
     if (sign_later_ && gate) {
@@ -882,28 +898,34 @@ class Session : public SessionBase {
     }
     if (!gate) return Answer();
     // After its wait, a page is built with a build place, and not for a client that has gone.
-    bool building = false, left = false;
-    api_.before_build = [this, &building, &left]() -> absl::Status {
+    bool building = false;
+    Peer peer = Peer::kThere;
+    api_.before_build = [this, &building, &peer]() -> absl::Status {
+      if (building) return absl::OkStatus();  // one place per request, however often asked
       building = server_.builds().Acquire(/*refused_at_stop=*/true);
       if (!building) {
         return absl::UnavailableError(
             absl::StrCat("the page is not built because ", ViewQueries::kStopping));
       }
-      if ((left = ClientLeft())) return absl::CancelledError("the client has gone");
+      peer = ClientLeft();
+      if (peer != Peer::kThere) return absl::CancelledError("the connection has ended");
       return absl::OkStatus();
     };
     std::function<void()> answer = Answer();
     api_.before_build = nullptr;
     if (building) server_.builds().Release();
-    if (left) return Gone();
+    if (peer != Peer::kThere) return Gone(peer);
     return answer;
   }
 
-  // The request's client closed its side or reset the connection before it was built: it is
-  // not answered, and its connection ends as the client's doing.
-  std::function<void()> Gone() {
-    CountRefused("client_gone");
-    asio::post(stream_.get_executor(), [self = Self()] { self->reason_ = "client"; });
+  // The request's connection ended before it was built: it is not answered. When the client
+  // left, that is counted and the connection ends as the client's doing; when this end closed
+  // it (shutdown, a timeout), as that already recorded.
+  std::function<void()> Gone(Peer peer) {
+    if (peer == Peer::kLeft) {
+      CountRefused("client_gone");
+      asio::post(stream_.get_executor(), [self = Self()] { self->reason_ = "client"; });
+    }
     return nullptr;
   }
 
@@ -933,11 +955,13 @@ class Session : public SessionBase {
   // (as a proxy takes a client that hangs up as gone): a look at the socket that takes
   // nothing from it, so a TLS close_notify or a pipelined request before the FIN does not
   // hide it.
-  bool ClientLeft() {
+  Peer ClientLeft() {
     absl::MutexLock lock(&socket_mu_);
-    if (!Lowest().socket().is_open()) return true;
+    if (!Lowest().socket().is_open()) return Peer::kClosedHere;
     pollfd watch{Lowest().socket().native_handle(), POLLRDHUP, 0};
-    return poll(&watch, 1, 0) > 0 && (watch.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+    const bool left =
+        poll(&watch, 1, 0) > 0 && (watch.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+    return left ? Peer::kLeft : Peer::kThere;
   }
 
   // `crc`: the body's Crc32 when the thread that made the answer computed it.

@@ -62,9 +62,9 @@ DynamoDbApiProbe::DynamoDbApiProbe(MetricsRegistry& metrics) {
                 .Add({});
   build_wait_ = &prometheus::BuildHistogram()
                      .Name("cdcview_dynamodb_api_build_wait_seconds")
-                     .Help("Requests that found every build place taken (as many as page "
-                           "threads, shared by the page and page-wait threads) and waited for "
-                           "one, and how long.")
+                     .Help("Waits for a build place (as many as page threads, shared by the "
+                           "page and page-wait threads) that found them all taken, and how "
+                           "long each took.")
                      .Register(metrics.registry())
                      .Add({}, kBuckets);
   absl::MutexLock lock(&mu_);

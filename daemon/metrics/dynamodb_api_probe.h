@@ -8,9 +8,10 @@
 //   cdcview_dynamodb_api_moved_total                          counter: short requests that
 //       needed more than an I/O thread may do (dynamodb::kShortPageBytes of items,
 //       kShortMergeShards shards) and ran again on a page thread
-//   cdcview_dynamodb_api_build_wait_seconds                   histogram: requests that found
-//       every build place taken (as many as page threads, shared by the page and page-wait
-//       threads) and waited for one, and how long
+//   cdcview_dynamodb_api_build_wait_seconds                   histogram: each wait for a
+//       build place (as many as page threads, shared by the page and page-wait threads) that
+//       found them all taken, and how long it took; a page-wait request with a long body may
+//       wait twice (to hash it for its signature, then to build)
 //
 // Not cdcview_dynamodb_requests_total: that family is the DynamoDB Streams source's calls to
 // AWS (DynamoDbProbe), labelled source, call and result.
@@ -44,7 +45,7 @@ class DynamoDbApiProbe {
   void Observe(std::string_view operation, std::string_view outcome, double seconds);
   // A short request moved to a page thread.
   void Moved();
-  // A request waited `seconds` for a build place.
+  // A wait of `seconds` for a build place.
   void BuildWaited(double seconds);
 
   // One of DynamoDB_20120810's operation names (Query, GetItem, PutItem, ...)?

@@ -923,6 +923,43 @@ TEST_F(PageQueueTest, PageAndPageWaitBuildsShareTheirPlaces) {
   EXPECT_GE(HistogramSum(*metrics_, "cdcview_dynamodb_api_build_wait_seconds"), 0.1);
 }
 
+// A page whose client leaves while it waits for a build place (held by a page-wait build) is
+// not built once it has the place.
+TEST_F(PageQueueTest, APageWhoseClientLeftWhileItWaitedForABuildPlaceIsNotBuilt) {
+  std::atomic<int> building{0};
+  Start([&](const ApiRequest& request) {
+    ApiResponse response;
+    response.operation = "Scan";
+    response.body = "{\"page\":true}";
+    if (request.before_build) {
+      if (!request.before_build().ok()) return response;
+      ++building;
+      release_.WaitForNotificationWithTimeout(absl::Seconds(20));
+    }
+    ++pages_;
+    return response;
+  });
+  http::request<http::string_body> waiting = scan_;
+  waiting.set("x-cdcview-min-position", "Y3AB");
+  Client page_wait(server_->port());
+  http::write(page_wait.socket(), waiting);
+  ASSERT_EQ(Reached(building, 1), 1);
+  {
+    Client gone(server_->port());
+    http::write(gone.socket(), scan_);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // on the page thread, waiting
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the close has arrived
+  release_.Notify();
+  EXPECT_EQ(page_wait.Read().body(), "{\"page\":true}");
+  for (int i = 0; i < 500 && Refused("client_gone") < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(Refused("client_gone"), 1);
+  EXPECT_EQ(pages_.load(), 1);  // the page-wait request's only
+  EXPECT_EQ(Metric("cdcview_dynamodb_api_build_wait_seconds", {}), 1);
+}
+
 // A request that waits, whose client closes its connection during the wait, is not built
 // when the wait ends: its hook answers CANCELLED, it is counted as client_gone, and the next
 // request has the build place.
@@ -965,7 +1002,7 @@ TEST_F(PageQueueTest, APageWaitRequestWhoseClientLeftDuringItsWaitIsNotBuilt) {
   {
     absl::MutexLock lock(&mu);
     ASSERT_EQ(hooks.size(), 1u);
-    EXPECT_EQ(hooks[0], absl::CancelledError("the client has gone"));
+    EXPECT_EQ(hooks[0], absl::CancelledError("the connection has ended"));
   }
   Client next(server_->port());
   http::write(next.socket(), waiting_scan);
