@@ -849,6 +849,28 @@ class Operation {
     return PermitRead(*request_.who, v1_request);
   }
 
+  // Whether the caller may know of `table`: it may read one of its views, or its items
+  // (views: all). Checked before anything of the request is read against the table's schema,
+  // so that its refusals and validation messages name nothing of a table the caller may not
+  // read. PERMISSION_DENIED naming the token.
+  absl::Status PermitTable(const TableRef& table) const {
+    if (request_.who == nullptr || request_.who->all_views) return absl::OkStatus();
+    for (const ViewRef& ref : catalog_.views()) {
+      if (ref.table == table.index && request_.who->MayRead(ref.spec->name)) {
+        return absl::OkStatus();
+      }
+    }
+    return absl::PermissionDeniedError(Cat("token \"", request_.who->name,
+                                           "\" may not read table \"", table.spec->name,
+                                           "\": it may read none of its views (server.tokens_file)"));
+  }
+  // Permit for the view `v`, before the rest of the request is read against it.
+  absl::Status PermitView(const ViewContext& v) const {
+    v1::DescribeViewRequest d;
+    d.set_view(v.spec->name);
+    return Permit(d);
+  }
+
   // Select's checks; the effective Select.
   // `query`: Query words the projection-with-COUNT refusal as a validation error list ("1
   // validation error detected: ..."), Scan without that prefix, as DynamoDB does.
@@ -1059,7 +1081,9 @@ class Operation {
     std::optional<dom::element> start = r.Element("ExclusiveStartKey");
     std::string_view table_name;
     API_ASSIGN_OR_RETURN(TableRef table, ReadTableName(r, &table_name));
+    API_RETURN_IF_ERROR(PermitTable(table));
     API_ASSIGN_OR_RETURN(ViewContext v, ReadIndex(r, table));
+    API_RETURN_IF_ERROR(PermitView(v));
     API_RETURN_IF_ERROR(ReadConsistentReadOnIndex(r));
 
     Expressions e;
@@ -1146,7 +1170,6 @@ class Operation {
     API_ASSIGN_OR_RETURN(std::optional<v1::ReadConsistency> consistency,
                          ReadConsistencyHeaders(request_));
     if (consistency.has_value()) *q.mutable_consistency() = *consistency;
-    API_RETURN_IF_ERROR(Permit(q));
 
     return ReadPage(
         &q, [&](const v1::QueryRequest& call) { return queries_.Query(call, request_.deadline); },
@@ -1187,7 +1210,9 @@ class Operation {
     std::optional<dom::element> start = r.Element("ExclusiveStartKey");
     std::string_view table_name;
     API_ASSIGN_OR_RETURN(TableRef table, ReadTableName(r, &table_name));
+    API_RETURN_IF_ERROR(PermitTable(table));
     API_ASSIGN_OR_RETURN(ViewContext v, ReadIndex(r, table));
+    API_RETURN_IF_ERROR(PermitView(v));
     API_RETURN_IF_ERROR(ReadConsistentReadOnIndex(r));
 
     Expressions e;
@@ -1219,7 +1244,6 @@ class Operation {
     API_ASSIGN_OR_RETURN(std::optional<v1::ReadConsistency> consistency,
                          ReadConsistencyHeaders(request_));
     if (consistency.has_value()) *s.mutable_consistency() = *consistency;
-    API_RETURN_IF_ERROR(Permit(s));
 
     // A partition belongs to one segment: FNV-1a-64 of its encoded key, modulo TotalSegments.
     const uint64_t segments = total.value_or(1);
@@ -1269,6 +1293,9 @@ class Operation {
     API_ASSIGN_OR_RETURN(table_name, RequiredString(r, "TableName", "tableName"));
     if (!key_json.has_value()) return Required("key");
     API_ASSIGN_OR_RETURN(TableRef table, FindTable(table_name));
+    v1::GetItemRequest g;
+    g.set_table(table.spec->name);
+    API_RETURN_IF_ERROR(Permit(g));
     API_ASSIGN_OR_RETURN(Item key, ReadKey(*key_json, *table.spec));
     Expressions e;
     API_RETURN_IF_ERROR(ReadExpressionAttributes(r, {"ProjectionExpression"}, {},
@@ -1276,13 +1303,10 @@ class Operation {
     API_ASSIGN_OR_RETURN(std::optional<std::vector<Path>> paths, ReadProjection(r, &e));
     API_RETURN_IF_ERROR(CheckUnused(e));
 
-    v1::GetItemRequest g;
-    g.set_table(table.spec->name);
     ToProto(key, g.mutable_key());
     API_ASSIGN_OR_RETURN(std::optional<v1::ReadConsistency> consistency,
                          ReadConsistencyHeaders(request_));
     if (consistency.has_value()) *g.mutable_consistency() = *consistency;
-    API_RETURN_IF_ERROR(Permit(g));
     API_ASSIGN_OR_RETURN(v1::GetItemResponse response, queries_.GetItem(g, request_.deadline));
     JsonWriter w;
     w.BeginObject();
@@ -1335,6 +1359,9 @@ class Operation {
       read.name = field.key;
       read.spec = dom::object(field.value);
       API_ASSIGN_OR_RETURN(read.table, FindTable(field.key));
+      v1::GetItemRequest items;
+      items.set_table(read.table.spec->name);
+      API_RETURN_IF_ERROR(Permit(items));
       for (const TableRead& earlier : reads) {
         if (earlier.table.index == read.table.index) {
           return ValidationError(Cat(
@@ -1364,11 +1391,6 @@ class Operation {
     }
     API_ASSIGN_OR_RETURN(std::optional<v1::ReadConsistency> consistency,
                          ReadConsistencyHeaders(request_));
-    for (const TableRead& read : reads) {
-      v1::GetItemRequest g;
-      g.set_table(read.table.spec->name);
-      API_RETURN_IF_ERROR(Permit(g));
-    }
     // The waits first: one key of each table (each table waits for its own sources), then
     // the build.
     if (request_.before_build && consistency.has_value()) {
@@ -1482,6 +1504,7 @@ class Operation {
         FindTable(name, Cat("Requested resource not found: Table: ",
                                      name.size() <= kMaxNameBytes ? name : ValueText(name),
                                      " not found")));
+    API_RETURN_IF_ERROR(PermitTable(table));
     API_ASSIGN_OR_RETURN(v1::ListViewsResponse views, queries_.ListViews());
     const TableSpec& spec = *table.spec;
     std::vector<std::pair<std::string, AttrType>> definitions;
@@ -1603,7 +1626,10 @@ class Operation {
                                         : "Member must have value less than or equal to 100");
     }
     std::vector<std::string_view> names;
-    for (const TableSpec& t : catalog_.config().tables) names.push_back(t.name);
+    for (const TableSpec& t : catalog_.config().tables) {
+      API_ASSIGN_OR_RETURN(TableRef table, FindTable(t.name));
+      if (PermitTable(table).ok()) names.push_back(t.name);
+    }
     std::sort(names.begin(), names.end());
     auto first = names.begin();
     if (after.has_value()) first = std::upper_bound(names.begin(), names.end(), *after);

@@ -554,10 +554,16 @@ def test_sigv4_against_the_tokens_file(daemon_factory, pki, tmp_path):
     status, code, message = error_of(lambda: day_query(reader, "ByPk"))
     assert (status, code) == (400, "AccessDeniedException")
     assert 'token "reader" may not read view "ByPk"' in message
+    # Refused before the request is checked against the view's keys: no key name is told.
+    assert error_of(lambda: reader.query(
+        TableName="App", IndexName="ByPk", KeyConditionExpression="guess = :v",
+        ExpressionAttributeValues={":v": {"S": "x"}})) == (
+        400, "AccessDeniedException",
+        'token "reader" may not read view "ByPk": add the view to its views in server.tokens_file')
     m = tls_metrics(d, pki.ca_cert, METRICS_TOKEN)
     assert metric(m, "cdcview_auth_refused_total", port="dynamodb", reason="no_token") == 1
     assert metric(m, "cdcview_auth_refused_total", port="dynamodb", reason="bad_token") == 2
-    assert metric(m, "cdcview_auth_refused_total", port="dynamodb", reason="view_denied") == 1
+    assert metric(m, "cdcview_auth_refused_total", port="dynamodb", reason="view_denied") == 2
     d.stop()
 
 

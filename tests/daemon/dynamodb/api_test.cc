@@ -931,6 +931,35 @@ TEST_F(DynamoDbApiTest, Permissions) {
   const std::string body = Ok("DescribeTable", R"({"TableName":"App"})", as_reader);
   EXPECT_NE(body.find(R"("IndexName":"GSI1")"), std::string::npos);
   EXPECT_EQ(body.find(R"("IndexName":"ByStatus")"), std::string::npos);
+
+  // The refusal comes before anything of the request is read against a schema the token may
+  // not read: no key attribute, index or projection of it is named.
+  EXPECT_EQ(Err("Query", R"({"TableName":"App","IndexName":"ByStatus","KeyConditionExpression":"nokey = :v","ExpressionAttributeValues":{":v":{"S":"x"}}})", as_reader),
+            R"(400 {"__type":"com.amazonaws.dynamodb.v20120810#AccessDeniedException","message":"token \"reader\" may not read view \"ByStatus\": add the view to its views in server.tokens_file"})");
+  EXPECT_EQ(Err("Scan", R"({"TableName":"App","IndexName":"ByStatus","ProjectionExpression":"notprojected"})", as_reader),
+            R"(400 {"__type":"com.amazonaws.dynamodb.v20120810#AccessDeniedException","message":"token \"reader\" may not read view \"ByStatus\": add the view to its views in server.tokens_file"})");
+  EXPECT_EQ(Err("GetItem", R"({"TableName":"App","Key":{"nokey":{"S":"x"}}})", as_reader),
+            R"json(400 {"__type":"com.amazonaws.dynamodb.v20120810#AccessDeniedException","message":"token \"reader\" may not read table \"App\"'s items: only a token with views: all may (server.tokens_file)"})json");
+  EXPECT_EQ(Err("BatchGetItem", R"({"RequestItems":{"App":{"Keys":[{"nokey":{"S":"x"}}]}}})", as_reader),
+            R"json(400 {"__type":"com.amazonaws.dynamodb.v20120810#AccessDeniedException","message":"token \"reader\" may not read table \"App\"'s items: only a token with views: all may (server.tokens_file)"})json");
+  // A table none of whose views the token may read is neither listed nor described, and its
+  // indexes are not looked up.
+  constexpr char kOtherRefused[] =
+      R"json(400 {"__type":"com.amazonaws.dynamodb.v20120810#AccessDeniedException","message":"token \"reader\" may not read table \"Other\": it may read none of its views (server.tokens_file)"})json";
+  EXPECT_EQ(Ok("ListTables", "{}", as_reader), R"({"TableNames":["App"]})");
+  EXPECT_EQ(Ok("ListTables", "{}"), R"({"TableNames":["App","Other"]})");
+  EXPECT_EQ(Err("DescribeTable", R"({"TableName":"Other"})", as_reader), kOtherRefused);
+  EXPECT_EQ(Err("Query", R"({"TableName":"Other","IndexName":"Nope","KeyConditionExpression":"id = :v","ExpressionAttributeValues":{":v":{"N":"1"}}})", as_reader),
+            kOtherRefused);
+  EXPECT_EQ(Err("Scan", R"({"TableName":"Other","IndexName":"Nope"})", as_reader), kOtherRefused);
+  security::Principal everything;
+  everything.name = "all";
+  everything.all_views = true;
+  ApiRequest as_all;
+  as_all.who = &everything;
+  EXPECT_EQ(Ok("ListTables", "{}", as_all), R"({"TableNames":["App","Other"]})");
+  EXPECT_EQ(Ok("DescribeTable", R"({"TableName":"Other"})", as_all),
+            Ok("DescribeTable", R"({"TableName":"Other"})"));
 }
 
 // ---- Bounds on what one request may make cdcview do
