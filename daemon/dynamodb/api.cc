@@ -42,6 +42,8 @@ constexpr uint32_t kEntriesPerCall = 1000;
 constexpr size_t kMaxBatchGetKeys = 100;
 // DynamoDB's limit on a BatchGetItem answer: past it, the rest are UnprocessedKeys.
 constexpr uint64_t kMaxBatchGetBytes = 16 << 20;
+// DynamoDB's read capacity unit covers an item of up to 4 KB.
+constexpr uint64_t kReadUnitBytes = 4096;
 // AttributesToGet as a ProjectionExpression: DynamoDB's 4 KB expression limit.
 constexpr uint64_t kMaxAttributesToGetBytes = 4096;
 constexpr size_t kMaxJsonDepth = 256;
@@ -942,6 +944,7 @@ class Operation {
     uint64_t count = 0;
     uint64_t scanned = 0;
     uint64_t bytes = 0;  // their ItemSize
+    uint64_t charged = 0;  // the ItemSize of those in the segment: what DynamoDB reads for it
     std::optional<Item> last_evaluated;
     std::string applied_token;
     bool stopped = false;  // by Limit or the 1 MB
@@ -957,8 +960,10 @@ class Operation {
     for (int i = 0; i < entries.size(); ++i) {
       const v1::ViewEntry& entry = entries[i];
       API_ASSIGN_OR_RETURN(Item item, IndexItem(entry, v));
-      page->bytes += ItemSize(item);
+      const uint64_t size = ItemSize(item);
+      page->bytes += size;
       if (in_segment(entry)) {
+        page->charged += size;
         ++page->scanned;
         if (filter == nullptr || filter->Matches(item)) {
           ++page->count;
@@ -1043,9 +1048,10 @@ class Operation {
     return answer;
   }
 
-  static Answer PageAnswer(const Page& page, bool count_only) {
+  Answer PageAnswer(const Page& page, bool count_only) const {
     JsonWriter w;
     w.BeginObject();
+    WriteCapacity(w, ReadUnits(page.charged, /*consistent=*/false));
     if (!count_only) {
       w.Key("Items");
       w.RawArray(page.items);
@@ -1060,6 +1066,58 @@ class Operation {
     }
     w.EndObject();
     return Answer{w.Take(), page.applied_token};
+  }
+
+  // ---- ConsumedCapacity: what DynamoDB would have charged for the same read
+
+  // ReturnConsumedCapacity TOTAL or INDEXES, with what the answer names: the table as the
+  // caller named it, and the index read (none for GetItem and BatchGetItem).
+  struct CapacityAsked {
+    std::string mode;
+    std::string table;
+    std::string index;
+  };
+  absl::Status AskCapacity(const RequestObject& r, std::string_view table,
+                           std::string_view index = {}) {
+    API_ASSIGN_OR_RETURN(std::optional<std::string_view> mode, r.String("ReturnConsumedCapacity"));
+    if (mode.has_value() && *mode != "NONE") {
+      capacity_ = CapacityAsked{std::string(*mode), std::string(table), std::string(index)};
+    }
+    return absl::OkStatus();
+  }
+
+  // DynamoDB's read units for `bytes` of items: one per 4 KB begun, at least one; half a unit
+  // each for an eventually consistent read.
+  static double ReadUnits(uint64_t bytes, bool consistent) {
+    const uint64_t units = std::max<uint64_t>(1, (bytes + kReadUnitBytes - 1) / kReadUnitBytes);
+    return static_cast<double>(units) * (consistent ? 1.0 : 0.5);
+  }
+
+  // "ConsumedCapacity" (a member of the answer's object being written) when it was asked.
+  void WriteCapacity(JsonWriter& w, double units) const {
+    if (!capacity_.has_value()) return;
+    w.Key("ConsumedCapacity");
+    WriteCapacityOf(w, capacity_->table, units);
+  }
+  void WriteCapacityOf(JsonWriter& w, std::string_view table, double units) const {
+    w.BeginObject();
+    w.Key("TableName");
+    w.String(table);
+    w.Key("CapacityUnits");
+    w.Double(units);
+    if (capacity_->mode == "INDEXES") {
+      w.Key(capacity_->index.empty() ? "Table" : "GlobalSecondaryIndexes");
+      w.BeginObject();
+      if (!capacity_->index.empty()) {
+        w.Key(capacity_->index);
+        w.BeginObject();
+      }
+      w.Key("CapacityUnits");
+      w.Double(units);
+      if (!capacity_->index.empty()) w.EndObject();
+      w.EndObject();
+    }
+    w.EndObject();
   }
 
   // Query's and Scan's enumerated members, checked before anything else as DynamoDB does.
@@ -1084,6 +1142,7 @@ class Operation {
     API_RETURN_IF_ERROR(PermitTable(table));
     API_ASSIGN_OR_RETURN(ViewContext v, ReadIndex(r, table));
     API_RETURN_IF_ERROR(PermitView(v));
+    API_RETURN_IF_ERROR(AskCapacity(r, table_name, v.spec->name));
     API_RETURN_IF_ERROR(ReadConsistentReadOnIndex(r));
 
     Expressions e;
@@ -1213,6 +1272,7 @@ class Operation {
     API_RETURN_IF_ERROR(PermitTable(table));
     API_ASSIGN_OR_RETURN(ViewContext v, ReadIndex(r, table));
     API_RETURN_IF_ERROR(PermitView(v));
+    API_RETURN_IF_ERROR(AskCapacity(r, table_name, v.spec->name));
     API_RETURN_IF_ERROR(ReadConsistentReadOnIndex(r));
 
     Expressions e;
@@ -1286,8 +1346,8 @@ class Operation {
   absl::StatusOr<Answer> GetItem(const RequestObject& r) {
     API_RETURN_IF_ERROR(CheckEnum(r, "ReturnConsumedCapacity", "returnConsumedCapacity",
                                   {"INDEXES", "TOTAL", "NONE"}));
+    // Answered from the applied state either way; it sets what ConsumedCapacity says.
     API_ASSIGN_OR_RETURN(std::optional<bool> consistent, r.Bool("ConsistentRead"));
-    (void)consistent;  // answered from the applied state either way
     std::optional<dom::element> key_json = r.Element("Key");
     std::string_view table_name;
     API_ASSIGN_OR_RETURN(table_name, RequiredString(r, "TableName", "tableName"));
@@ -1296,6 +1356,7 @@ class Operation {
     v1::GetItemRequest g;
     g.set_table(table.spec->name);
     API_RETURN_IF_ERROR(Permit(g));
+    API_RETURN_IF_ERROR(AskCapacity(r, table_name));
     API_ASSIGN_OR_RETURN(Item key, ReadKey(*key_json, *table.spec));
     Expressions e;
     API_RETURN_IF_ERROR(ReadExpressionAttributes(r, {"ProjectionExpression"}, {},
@@ -1310,11 +1371,14 @@ class Operation {
     API_ASSIGN_OR_RETURN(v1::GetItemResponse response, queries_.GetItem(g, request_.deadline));
     JsonWriter w;
     w.BeginObject();
+    uint64_t size = 0;
     if (response.found()) {
       API_ASSIGN_OR_RETURN(Item item, Stored(response.item(), "item"));
+      size = ItemSize(item);
       w.Key("Item");
       w.ItemValue(paths.has_value() ? Project(item, *paths) : item);
     }
+    WriteCapacity(w, ReadUnits(size, consistent.value_or(false)));
     w.EndObject();
     return Answer{w.Take(), response.applied().token()};
   }
@@ -1322,6 +1386,7 @@ class Operation {
   absl::StatusOr<Answer> BatchGetItem(const RequestObject& r) {
     API_RETURN_IF_ERROR(CheckEnum(r, "ReturnConsumedCapacity", "returnConsumedCapacity",
                                   {"INDEXES", "TOTAL", "NONE"}));
+    API_RETURN_IF_ERROR(AskCapacity(r, ""));
     API_ASSIGN_OR_RETURN(std::optional<dom::object> request_items, r.Object("RequestItems"));
     if (!request_items.has_value()) return Required("requestItems");
     if (request_items->size() == 0) {
@@ -1334,6 +1399,8 @@ class Operation {
       dom::object spec;       // as the caller gave it (UnprocessedKeys repeats its members)
       std::vector<Item> keys;
       std::optional<Projection> projection;
+      bool consistent = false;  // ConsistentRead: what ConsumedCapacity says
+      double units = 0;         // ConsumedCapacity's, for the keys read
     };
     std::vector<TableRead> reads;
     size_t total = 0;
@@ -1371,7 +1438,7 @@ class Operation {
         }
       }
       API_ASSIGN_OR_RETURN(std::optional<bool> consistent, spec.Bool("ConsistentRead"));
-      (void)consistent;
+      read.consistent = consistent.value_or(false);
       API_ASSIGN_OR_RETURN(std::optional<dom::array> keys, spec.Array("Keys"));
       std::set<std::string> seen;
       for (dom::element key_json : *keys) {
@@ -1412,19 +1479,23 @@ class Operation {
     // request's shape: (read, first unprocessed key).
     uint64_t bytes = 0;
     std::optional<std::pair<size_t, size_t>> unprocessed;
-    for (size_t t = 0; t < reads.size() && !unprocessed.has_value(); ++t) {
-      const TableRead& read = reads[t];
+    for (size_t t = 0; t < reads.size(); ++t) {
+      TableRead& read = reads[t];
       w.Key(read.name);
       w.BeginArray();
-      for (size_t k = 0; k < read.keys.size(); ++k) {
+      for (size_t k = 0; k < read.keys.size() && !unprocessed.has_value(); ++k) {
         v1::GetItemRequest g;
         g.set_table(read.table.spec->name);
         ToProto(read.keys[k], g.mutable_key());
         if (consistency.has_value()) *g.mutable_consistency() = *consistency;
         API_ASSIGN_OR_RETURN(v1::GetItemResponse response, queries_.GetItem(g, request_.deadline));
         answer.applied_token = response.applied().token();
-        if (!response.found()) continue;
+        if (!response.found()) {
+          read.units += ReadUnits(0, read.consistent);
+          continue;
+        }
         API_ASSIGN_OR_RETURN(Item item, Stored(response.item(), "item"));
+        const double units = ReadUnits(ItemSize(item), read.consistent);
         if (read.projection.has_value()) item = read.projection->Apply(item);
         const uint64_t size = ItemSize(item);
         if (bytes + size > kMaxBatchGetBytes) {
@@ -1432,9 +1503,10 @@ class Operation {
           break;
         }
         bytes += size;
+        read.units += units;
         w.ItemValue(item);
       }
-      w.EndArray();
+      w.EndArray();  // a table past the 16 MB answers [], as DynamoDB lists every table
     }
     w.EndObject();
     w.Key("UnprocessedKeys");
@@ -1459,6 +1531,12 @@ class Operation {
       }
     }
     w.EndObject();
+    if (capacity_.has_value()) {
+      w.Key("ConsumedCapacity");
+      w.BeginArray();
+      for (const TableRead& read : reads) WriteCapacityOf(w, read.name, read.units);
+      w.EndArray();
+    }
     w.EndObject();
     answer.body = w.Take();
     return answer;
@@ -1658,6 +1736,7 @@ class Operation {
   const ApiRequest& request_;
   double creation_date_time_;
   bool built_ = false;  // ApiRequest::before_build was called
+  std::optional<CapacityAsked> capacity_;  // ReturnConsumedCapacity, when asked
 };
 
 }  // namespace

@@ -1159,3 +1159,39 @@ def test_readme_boto3_snippet(sample):
                   key=lambda i: i["GSI1SK"]["S"])
     assert [(i["PK"], i["SK"]) for i in pending] == [(i["PK"]["S"], i["SK"]["S"]) for i in want]
     assert len(pending) > 7
+
+
+def test_consumed_capacity_as_dynamodb_would_charge(sample):
+    """ReturnConsumedCapacity, read by boto3 as a user's cost accounting would: half a unit per
+    4 KB begun of what is read, a whole unit consistent, at least one; INDEXES names the GSI;
+    BatchGetItem one entry per table; nothing without it."""
+    import boto3
+    from boto3.dynamodb.conditions import Key
+
+    _, url = sample
+    app = boto3.resource("dynamodb", endpoint_url=url, region_name="us-east-1").Table("App")
+    item = next(i for i in sample_items().values() if "GSI1PK" in i)
+    key = {"PK": item["PK"]["S"], "SK": item["SK"]["S"]}
+    assert app.get_item(Key=key, ReturnConsumedCapacity="TOTAL")["ConsumedCapacity"] == {
+        "TableName": "App", "CapacityUnits": 0.5}
+    assert app.get_item(Key=key, ConsistentRead=True, ReturnConsumedCapacity="INDEXES")[
+        "ConsumedCapacity"] == {"TableName": "App", "CapacityUnits": 1.0,
+                                "Table": {"CapacityUnits": 1.0}}
+    assert "ConsumedCapacity" not in app.get_item(Key=key)
+    pending = Key("GSI1PK").eq("STATUS#PENDING")
+    total = app.query(IndexName="GSI1", KeyConditionExpression=pending, Select="COUNT",
+                      ReturnConsumedCapacity="TOTAL")
+    units = total["ConsumedCapacity"]["CapacityUnits"]
+    assert units >= 0.5 and units * 2 == int(units * 2), total
+    assert app.query(IndexName="GSI1", KeyConditionExpression=pending, Select="COUNT",
+                     ReturnConsumedCapacity="INDEXES")["ConsumedCapacity"] == {
+        "TableName": "App", "CapacityUnits": units,
+        "GlobalSecondaryIndexes": {"GSI1": {"CapacityUnits": units}}}
+    # One item of the partition reads less: one unit's half.
+    assert app.query(IndexName="GSI1", KeyConditionExpression=pending, Limit=1,
+                     ReturnConsumedCapacity="TOTAL")["ConsumedCapacity"]["CapacityUnits"] == 0.5
+    batch = boto3.client("dynamodb", endpoint_url=url, region_name="us-east-1").batch_get_item(
+        RequestItems={"App": {"Keys": [{"PK": item["PK"], "SK": item["SK"]},
+                                       {"PK": {"S": "none"}, "SK": {"S": "none"}}]}},
+        ReturnConsumedCapacity="TOTAL")
+    assert batch["ConsumedCapacity"] == [{"TableName": "App", "CapacityUnits": 1.0}]

@@ -914,6 +914,52 @@ TEST(RunsShortTest, ShortAreBoundedReadsAndErrorsLongArePagesBatchesAndLongBodie
   EXPECT_TRUE(runs_short("Query", at_limit));
 }
 
+// ReturnConsumedCapacity answers what DynamoDB would charge for the same read: half a unit per
+// 4 KB begun of the items read (a Query's or Scan's before the filter, a GetItem's whole item),
+// at least one; a whole unit when ConsistentRead is asked; BatchGetItem one entry per table.
+TEST_F(DynamoDbApiTest, ConsumedCapacityIsWhatDynamoDbWouldCharge) {
+  Ready();
+  // ItemSize 6 + 3 + 7 + 7 + 5004 = 5027 bytes each: 15081 bytes, 4 units of 4 KB.
+  for (int i = 0; i < 3; ++i) {
+    Put({{"PK", S(absl::StrCat("I#L", i))},
+         {"SK", S("X")},
+         {"GSI1PK", S("L")},
+         {"GSI1SK", S("a")},
+         {"xpad", S(std::string(5000, 'p'))}});
+  }
+  Put({{"id", N("7")}, {"v", S("seven")}}, 1);
+  const std::string query =
+      R"({"TableName":"App","IndexName":"GSI1","KeyConditionExpression":"GSI1PK = :p","ExpressionAttributeValues":{":p":{"S":"L"}},"Select":"COUNT")";
+  EXPECT_EQ(Ok("Query", query + R"(,"ReturnConsumedCapacity":"TOTAL"})"),
+            R"({"ConsumedCapacity":{"TableName":"App","CapacityUnits":2.000},"Count":3,"ScannedCount":3})");
+  EXPECT_EQ(Ok("Query", query + R"(,"ReturnConsumedCapacity":"INDEXES","FilterExpression":"xpad = :p"})"),
+            R"({"ConsumedCapacity":{"TableName":"App","CapacityUnits":2.000,"GlobalSecondaryIndexes":{"GSI1":{"CapacityUnits":2.000}}},"Count":0,"ScannedCount":3})");
+  EXPECT_EQ(Ok("Query", query + R"(,"Limit":1,"ReturnConsumedCapacity":"TOTAL"})").substr(0, 66),
+            R"({"ConsumedCapacity":{"TableName":"App","CapacityUnits":1.000},"Cou)");
+  EXPECT_EQ(Ok("Query", query + R"(,"ReturnConsumedCapacity":"NONE"})"),
+            R"({"Count":3,"ScannedCount":3})");
+  EXPECT_EQ(Ok("Query", query + "}"), R"({"Count":3,"ScannedCount":3})");
+  // Every segment reads its own entries only; nothing read is still half a unit.
+  const std::string scan =
+      R"({"TableName":"App","IndexName":"GSI1","Select":"COUNT","ReturnConsumedCapacity":"TOTAL","TotalSegments":2,"Segment":)";
+  const std::string seg0 = Ok("Scan", scan + "0}"), seg1 = Ok("Scan", scan + "1}");
+  EXPECT_TRUE((seg0 == R"({"ConsumedCapacity":{"TableName":"App","CapacityUnits":2.000},"Count":3,"ScannedCount":3})" &&
+               seg1 == R"({"ConsumedCapacity":{"TableName":"App","CapacityUnits":0.500},"Count":0,"ScannedCount":0})") ||
+              (seg1 == R"({"ConsumedCapacity":{"TableName":"App","CapacityUnits":2.000},"Count":3,"ScannedCount":3})" &&
+               seg0 == R"({"ConsumedCapacity":{"TableName":"App","CapacityUnits":0.500},"Count":0,"ScannedCount":0})"))
+      << seg0 << " " << seg1;
+
+  const std::string get = R"({"TableName":"prod-app","Key":{"PK":{"S":"I#L0"},"SK":{"S":"X"}},"ProjectionExpression":"SK")";
+  EXPECT_EQ(Ok("GetItem", get + R"(,"ReturnConsumedCapacity":"TOTAL"})"),
+            R"({"Item":{"SK":{"S":"X"}},"ConsumedCapacity":{"TableName":"prod-app","CapacityUnits":1.000}})");
+  EXPECT_EQ(Ok("GetItem", get + R"(,"ReturnConsumedCapacity":"INDEXES","ConsistentRead":true})"),
+            R"({"Item":{"SK":{"S":"X"}},"ConsumedCapacity":{"TableName":"prod-app","CapacityUnits":2.000,"Table":{"CapacityUnits":2.000}}})");
+  EXPECT_EQ(Ok("GetItem", R"({"TableName":"App","Key":{"PK":{"S":"none"},"SK":{"S":"X"}},"ReturnConsumedCapacity":"TOTAL"})"),
+            R"({"ConsumedCapacity":{"TableName":"App","CapacityUnits":0.500}})");
+  EXPECT_EQ(Ok("BatchGetItem", R"({"ReturnConsumedCapacity":"TOTAL","RequestItems":{"App":{"Keys":[{"PK":{"S":"I#L0"},"SK":{"S":"X"}},{"PK":{"S":"I#L1"},"SK":{"S":"X"}},{"PK":{"S":"none"},"SK":{"S":"X"}}],"ProjectionExpression":"SK"},"Other":{"Keys":[{"id":{"N":"7"}}],"ConsistentRead":true}}})"),
+            R"({"Responses":{"App":[{"SK":{"S":"X"}},{"SK":{"S":"X"}}],"Other":[{"id":{"N":"7"},"v":{"S":"seven"}}]},"UnprocessedKeys":{},"ConsumedCapacity":[{"TableName":"App","CapacityUnits":2.500},{"TableName":"Other","CapacityUnits":1.000}]})");
+}
+
 TEST_F(DynamoDbApiTest, Permissions) {
   Ready();
   PutGsi1();
@@ -1112,7 +1158,9 @@ TEST_F(DynamoDbApiTest, BatchGetItemNamesATableOnce) {
             Validation(R"(RequestItems names table App more than once (as \"App\" and \"App\"); name each table once)"));
 }
 
-// DynamoDB answers at most 16 MB; the keys past it come back in UnprocessedKeys, as asked.
+// DynamoDB answers at most 16 MB; the keys past it come back in UnprocessedKeys, as asked, and
+// a table none of whose keys was read answers [] (every table is listed). ConsumedCapacity
+// counts the items answered.
 TEST_F(DynamoDbApiTest, BatchGetItemStopsAtSixteenMegabytes) {
   Ready();
   const std::string blob(399000, 'x');
@@ -1126,15 +1174,17 @@ TEST_F(DynamoDbApiTest, BatchGetItemStopsAtSixteenMegabytes) {
   // Each answered item: PK 2+4, SK 2+1, blob 4+399000 = 399013 bytes; 42 fit in 16 MB.
   const std::string body = Ok(
       "BatchGetItem",
-      absl::StrCat(R"({"RequestItems":{"App":{"Keys":[)", keys,
+      absl::StrCat(R"({"ReturnConsumedCapacity":"TOTAL","RequestItems":{"App":{"Keys":[)", keys,
                    R"(],"ProjectionExpression":"PK, SK, #b","ExpressionAttributeNames":{"#b":"blob"},"ConsistentRead":true},"Other":{"Keys":[{"id":{"N":"7"}}]}}})"));
   simdjson::dom::parser parser;
   simdjson::dom::element root = Parse(parser, body);
   simdjson::dom::array answered;
   ASSERT_EQ(root["Responses"]["App"].get(answered), simdjson::SUCCESS) << body.substr(0, 200);
   EXPECT_EQ(answered.size(), 42u);
-  simdjson::dom::object other;
-  EXPECT_NE(root["Responses"]["Other"].get(other), simdjson::SUCCESS);
+  EXPECT_EQ(simdjson::minify(root["Responses"]["Other"]), "[]");
+  // A whole item (other 5+1 more: 399019 bytes) is 98 units of 4 KB, read consistently.
+  EXPECT_EQ(simdjson::minify(root["ConsumedCapacity"]),
+            R"([{"TableName":"App","CapacityUnits":4116.0},{"TableName":"Other","CapacityUnits":0.0}])");
   EXPECT_EQ(simdjson::minify(root["UnprocessedKeys"]),
             R"({"App":{"Keys":[{"PK":{"S":"B#42"},"SK":{"S":"X"}},{"PK":{"S":"B#43"},"SK":{"S":"X"}},{"PK":{"S":"B#44"},"SK":{"S":"X"}}],"ProjectionExpression":"PK, SK, #b","ExpressionAttributeNames":{"#b":"blob"},"ConsistentRead":true},"Other":{"Keys":[{"id":{"N":"7"}}]}})");
 }
