@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -257,6 +258,54 @@ std::string PathText(const Path& path) {
     out += path[i].index >= 0 ? Cat("[", path[i].index, "]") : path[i].name;
   }
   return out + "]";
+}
+
+// The first pair (i, j), i < j, in order of j then i, of `paths` that overlap (one a prefix of
+// the other) or, with `overlap` false, conflict (the first step where they differ is a name in
+// one and a list index in the other). One walk of a trie of the paths' steps, so that many
+// paths sharing long names cost their length, not its square.
+std::optional<std::pair<size_t, size_t>> FirstClash(const std::vector<Path>& paths,
+                                                   bool overlap) {
+  constexpr size_t kNone = std::numeric_limits<size_t>::max();
+  struct Node {
+    std::map<std::pair<int64_t, std::string_view>, size_t> children;  // step -> node
+    size_t ends = kNone;     // the first path that ends here
+    size_t through = kNone;  // the first path that reaches here (ends here or goes on)
+    size_t by_name = kNone;  // the first that goes on by a name step
+    size_t by_index = kNone;  // ... by a list index step
+  };
+  std::vector<Node> nodes(1);
+  for (size_t j = 0; j < paths.size(); ++j) {
+    size_t at = 0;
+    size_t first = kNone;  // the first earlier path that clashes with j
+    bool walking = true;   // j's steps so far are all in the trie
+    for (const PathStep& step : paths[j]) {
+      const bool is_index = step.index >= 0;
+      if (walking) {
+        if (overlap) {
+          first = std::min(first, nodes[at].ends);
+        } else {
+          first = std::min(first, is_index ? nodes[at].by_name : nodes[at].by_index);
+        }
+      }
+      const auto key = std::make_pair(step.index, std::string_view(step.name));
+      auto child = nodes[at].children.find(key);
+      if (child == nodes[at].children.end()) {
+        walking = false;
+        child = nodes[at].children.emplace(key, nodes.size()).first;
+        nodes.emplace_back();
+      }
+      size_t& went = is_index ? nodes[at].by_index : nodes[at].by_name;
+      went = std::min(went, j);
+      nodes[at].through = std::min(nodes[at].through, j);
+      at = child->second;
+    }
+    if (walking && overlap) first = std::min({first, nodes[at].ends, nodes[at].through});
+    nodes[at].ends = std::min(nodes[at].ends, j);
+    nodes[at].through = std::min(nodes[at].through, j);
+    if (first != kNone) return std::make_pair(first, j);
+  }
+  return std::nullopt;
 }
 
 bool SamePath(const Path& a, const Path& b) {
@@ -588,34 +637,19 @@ class Parser {
     if (first_[kReserved]) return Invalid(*first_[kReserved]);
     if (sub_[kNameVal]) return Invalid(*sub_[kNameVal]);
     // Two paths where one is a prefix of the other overlap; two that disagree on a step's
-    // kind (a name against a list index) conflict. The first pair in order is named.
+    // kind (a name against a list index) where they first differ conflict. The first pair in
+    // order (by the later path, then the earlier) is named; any overlap before any conflict.
     std::optional<std::string> overlap, conflict;
-    for (size_t j = 1; j < paths.size() && !overlap; ++j) {
-      for (size_t i = 0; i < j && !overlap; ++i) {
-        const Path& a = paths[i];
-        const Path& b = paths[j];
-        bool differ = false;
-        for (size_t k = 0; k < a.size() && k < b.size(); ++k) {
-          if ((a[k].index >= 0) != (b[k].index >= 0)) {
-            if (!conflict) {
-              conflict = Cat(
-                  "Two document paths conflict with each other; must remove or rewrite one of "
-                  "these paths; path one: ", PathText(a), ", path two: ", PathText(b));
-            }
-            differ = true;
-            break;
-          }
-          if (a[k].index != b[k].index || a[k].name != b[k].name) {
-            differ = true;
-            break;
-          }
-        }
-        if (!differ) {
-          overlap = Cat(
-              "Two document paths overlap with each other; must remove or rewrite one of these "
-              "paths; path one: ", PathText(a), ", path two: ", PathText(b));
-        }
-      }
+    if (std::optional<std::pair<size_t, size_t>> pair = FirstClash(paths, /*overlap=*/true)) {
+      overlap = Cat(
+          "Two document paths overlap with each other; must remove or rewrite one of these "
+          "paths; path one: ", PathText(paths[pair->first]), ", path two: ",
+          PathText(paths[pair->second]));
+    } else if ((pair = FirstClash(paths, /*overlap=*/false))) {
+      conflict = Cat(
+          "Two document paths conflict with each other; must remove or rewrite one of these "
+          "paths; path one: ", PathText(paths[pair->first]), ", path two: ",
+          PathText(paths[pair->second]));
     }
     if (overlap) return Invalid(*overlap);
     if (conflict) return Invalid(*conflict);

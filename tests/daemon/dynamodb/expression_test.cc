@@ -4,6 +4,7 @@
 #include "daemon/dynamodb/expression.h"
 
 #include <memory>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -522,6 +523,61 @@ TEST(ProjectionTest, Errors) {
   EXPECT_EQ(ProjectionError("a.b, a[0]"),
             "Invalid ProjectionExpression: Two document paths conflict with each other; must remove or rewrite "
             "one of these paths; path one: [a, b], path two: [a, [0]]");
+}
+
+// The overlap and conflict named for random sets of short paths are those of checking every
+// pair in order (the later path, then the earlier), as DynamoDB names them.
+TEST(ProjectionTest, OverlapsAndConflictsNameTheFirstPairInOrder) {
+  auto step_text = [](int code) {
+    static const char* const kSteps[] = {"a", "b", "[0]", "[1]"};
+    return std::string(kSteps[code]);
+  };
+  auto shown = [](const std::vector<int>& path) {
+    std::string out = "[";
+    for (size_t k = 0; k < path.size(); ++k) {
+      static const char* const kShown[] = {"a", "b", "[0]", "[1]"};
+      out += (k ? ", " : "");
+      out += kShown[path[k]];
+    }
+    return out + "]";
+  };
+  std::mt19937 rng(7);
+  int clashes = 0;
+  for (int round = 0; round < 3000; ++round) {
+    std::vector<std::vector<int>> paths(1 + rng() % 6);
+    std::string text;
+    for (auto& path : paths) {
+      path.push_back(static_cast<int>(rng() % 2));  // a path starts with a name
+      for (size_t k = rng() % 3; k > 0; --k) path.push_back(static_cast<int>(rng() % 4));
+      if (!text.empty()) text += ", ";
+      for (size_t k = 0; k < path.size(); ++k) {
+        const std::string t = step_text(path[k]);
+        text += (k > 0 && t[0] != '[' ? "." : "") + t;
+      }
+    }
+    std::string want = "<ok>", conflict;
+    for (size_t j = 1; j < paths.size() && want == "<ok>"; ++j) {
+      for (size_t i = 0; i < j && want == "<ok>"; ++i) {
+        const auto& a = paths[i];
+        const auto& b = paths[j];
+        size_t k = 0;
+        while (k < a.size() && k < b.size() && a[k] == b[k]) ++k;
+        if (k == a.size() || k == b.size()) {
+          want = "Invalid ProjectionExpression: Two document paths overlap with each other; must "
+                 "remove or rewrite one of these paths; path one: " + shown(a) +
+                 ", path two: " + shown(b);
+        } else if ((a[k] >= 2) != (b[k] >= 2) && conflict.empty()) {
+          conflict = "Invalid ProjectionExpression: Two document paths conflict with each other; "
+                     "must remove or rewrite one of these paths; path one: " + shown(a) +
+                     ", path two: " + shown(b);
+        }
+      }
+    }
+    if (want == "<ok>" && !conflict.empty()) want = conflict;
+    clashes += want != "<ok>";
+    ASSERT_EQ(ProjectionError(text), want) << text;
+  }
+  EXPECT_GT(clashes, 1000);
 }
 
 TEST(ProjectionTest, ProjectKeepsNamedMembersAndPickedElementsInOrder) {
