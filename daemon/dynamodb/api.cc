@@ -25,7 +25,9 @@
 #include "daemon/server/read_permission.h"
 #include "daemon/server/view_reader.h"
 #include "index_builders/coding.h"
+#include "index_builders/item_size.h"
 #include "index_builders/key_codec.h"
+#include "index_builders/view_builder.h"
 
 namespace cdcview::dynamodb {
 namespace {
@@ -544,10 +546,7 @@ absl::Status ApplyKeyCondition(const KeyCondition& condition, const ViewContext&
     return ValidationError("Query key condition not supported");
   }
   if (pk->value.type() != AttrType::kN && pk->value.scalar().empty()) {
-    return ValidationError(Cat(
-        "One or more parameter values are not valid. The AttributeValue for a key attribute "
-        "cannot contain an empty ", pk->value.type() == AttrType::kS ? "string" : "binary",
-        " value. Key: ", v.pk.name));
+    return ValidationError(EmptyKeyMessage(pk->value.type(), v.pk.name));
   }
   *partition = pk->value;
   ToProto(pk->value, q->mutable_partition_key());
@@ -556,6 +555,11 @@ absl::Status ApplyKeyCondition(const KeyCondition& condition, const ViewContext&
   if (sk->value.type() != v.sk->type ||
       (sk->op == KeyCondition::SortOp::kBetween && sk->value2.type() != v.sk->type)) {
     return ValidationError(type_mismatch);
+  }
+  if (v.sk->type != AttrType::kN &&
+      (sk->value.scalar().empty() ||
+       (sk->op == KeyCondition::SortOp::kBetween && sk->value2.scalar().empty()))) {
+    return ValidationError(EmptyKeyMessage(v.sk->type, v.sk->name));
   }
   v1::SortCondition* sort = q->mutable_sort();
   switch (sk->op) {
@@ -1339,6 +1343,18 @@ class Operation {
       if (v.type() != AttrType::kN && v.scalar().empty()) {
         return ValidationError(EmptyKeyMessage(v.type(), name));
       }
+    }
+    // DynamoDB's key size limits, in its words (the missing space is DynamoDB's).
+    if (AttributeValueSize(key.at(table.key.partition)) > kMaxPartitionKeyBytes) {
+      return ValidationError(Cat("One or more parameter values were invalid: Size of hashkey has "
+                                 "exceeded the maximum size limit of", kMaxPartitionKeyBytes,
+                                 " bytes"));
+    }
+    if (table.key.sort.has_value() &&
+        AttributeValueSize(key.at(*table.key.sort)) > kMaxSortKeyBytes) {
+      return ValidationError(Cat("One or more parameter values were invalid: Aggregated size of "
+                                 "all range keys has exceeded the size limit of ",
+                                 kMaxSortKeyBytes, " bytes"));
     }
     return key;
   }

@@ -1124,6 +1124,30 @@ TEST_F(DynamoDbApiTest, StartKeyWithinTheKeyCondition) {
   EXPECT_EQ(Err("Scan", R"({"TableName":"App","IndexName":"GSI1","ExclusiveStartKey":{"PK":{"S":"I#1"},"SK":{"S":"X"},"GSI1PK":{"S":"G"},"GSI1SK":{"S":""}}})"),
             Validation("One or more parameter values are not valid. The AttributeValue for a key "
                        "attribute cannot contain an empty string value. Key: GSI1SK"));
+  // Keys past DynamoDB's sizes: its refusals, in its words.
+  const std::string long_pk(2049, 'p'), long_sk(1025, 's');
+  EXPECT_EQ(Err("GetItem", absl::StrCat(R"({"TableName":"App","Key":{"PK":{"S":")", long_pk,
+                                        R"("},"SK":{"S":"X"}}})")),
+            Validation("One or more parameter values were invalid: Size of hashkey has exceeded "
+                       "the maximum size limit of2048 bytes"));
+  EXPECT_EQ(Err("BatchGetItem", absl::StrCat(R"({"RequestItems":{"App":{"Keys":[{"PK":{"S":"I#1"},"SK":{"S":")",
+                                             long_sk, R"("}}]}}})")),
+            Validation("One or more parameter values were invalid: Aggregated size of all range "
+                       "keys has exceeded the size limit of 1024 bytes"));
+  EXPECT_EQ(Ok("GetItem", absl::StrCat(R"({"TableName":"App","Key":{"PK":{"S":")",
+                                       std::string(2048, 'p'), R"("},"SK":{"S":")",
+                                       std::string(1024, 's'), R"("}}})")),
+            "{}");
+  // An empty sort key value in the key condition, as DynamoDB refuses it (a begins_with of ""
+  // would otherwise read the whole partition).
+  for (const char* condition :
+       {"begins_with(GSI1SK, :e)", "GSI1SK = :e", "GSI1SK BETWEEN :e AND :e", "GSI1SK < :e"}) {
+    EXPECT_EQ(Err("Query", Expression(absl::StrCat("GSI1PK = :p AND ", condition),
+                                      R"(":p":{"S":"G"},":e":{"S":""})")),
+              Validation("One or more parameter values are not valid. The AttributeValue for a "
+                         "key attribute cannot contain an empty string value. Key: GSI1SK"))
+        << condition;
+  }
 }
 
 TEST_F(DynamoDbApiTest, QueryFilterOnKeysIsRefused) {
