@@ -855,21 +855,51 @@ class Operation {
     return PermitRead(*request_.who, v1_request);
   }
 
-  // Whether the caller may know of `table`: it may read one of its views, or its items
-  // (views: all). Checked before anything of the request is read against the table's schema,
-  // so that its refusals and validation messages name nothing of a table the caller may not
-  // read. PERMISSION_DENIED naming the token.
-  absl::Status PermitTable(const TableRef& table) const {
-    if (request_.who == nullptr || request_.who->all_views) return absl::OkStatus();
+  // Whether the caller is limited to some views (a token without views: all).
+  bool Restricted() const { return request_.who != nullptr && !request_.who->all_views; }
+
+  // Whether the caller may know of `table`: it may read one of its views, or everything.
+  bool MayKnow(const TableRef& table) const {
+    if (!Restricted()) return true;
     for (const ViewRef& ref : catalog_.views()) {
-      if (ref.table == table.index && request_.who->MayRead(ref.spec->name)) {
-        return absl::OkStatus();
-      }
+      if (ref.table == table.index && request_.who->MayRead(ref.spec->name)) return true;
     }
-    return absl::PermissionDeniedError(Cat("token \"", request_.who->name,
-                                           "\" may not read table \"", table.spec->name,
-                                           "\": it may read none of its views (server.tokens_file)"));
+    return false;
   }
+
+  // `table`, found by the name the caller gave, when the caller may know of it. A restricted
+  // caller is refused alike for a table it may not know of and one that does not exist, naming
+  // what it gave, before anything of the request is read against the table's schema, as IAM
+  // refuses a resource whether or not it exists.
+  absl::StatusOr<TableRef> Known(absl::StatusOr<TableRef> table, std::string_view given) const {
+    if (!Restricted()) return table;
+    if (table.ok() ? MayKnow(*table) : ErrorTypeOf(table.status()) != "ResourceNotFoundException") {
+      return table;
+    }
+    return absl::PermissionDeniedError(Cat(
+        "token \"", request_.who->name, "\" may not read table ", QuoteBounded(AbslView(given)),
+        ": it reads only the tables of the views in its views (server.tokens_file)"));
+  }
+
+  // A restricted caller's IndexName, checked against its views before the table's indexes are
+  // looked up, so that a refusal tells nothing of which exist.
+  absl::Status PermitIndexName(const RequestObject& r) const {
+    if (!Restricted()) return absl::OkStatus();
+    API_ASSIGN_OR_RETURN(std::optional<std::string_view> index, r.String("IndexName"));
+    if (!index.has_value() || index->size() > kMaxNameBytes) return absl::OkStatus();
+    v1::DescribeViewRequest d;
+    d.set_view(std::string(*index));
+    return Permit(d);
+  }
+
+  // A table's items (GetItem, BatchGetItem): only for a caller with views: all, checked before
+  // the table is looked up.
+  absl::Status PermitItems(std::string_view given) const {
+    if (!Restricted()) return absl::OkStatus();
+    return PermitEverything(*request_.who,
+                            Cat("table ", QuoteBounded(AbslView(given)), "'s items"));
+  }
+
   // Permit for the view `v`, before the rest of the request is read against it.
   absl::Status PermitView(const ViewContext& v) const {
     v1::DescribeViewRequest d;
@@ -1142,8 +1172,8 @@ class Operation {
     API_ASSIGN_OR_RETURN(std::optional<dom::object> key_conditions, r.Object("KeyConditions"));
     std::optional<dom::element> start = r.Element("ExclusiveStartKey");
     std::string_view table_name;
-    API_ASSIGN_OR_RETURN(TableRef table, ReadTableName(r, &table_name));
-    API_RETURN_IF_ERROR(PermitTable(table));
+    API_ASSIGN_OR_RETURN(TableRef table, Known(ReadTableName(r, &table_name), table_name));
+    API_RETURN_IF_ERROR(PermitIndexName(r));
     API_ASSIGN_OR_RETURN(ViewContext v, ReadIndex(r, table));
     API_RETURN_IF_ERROR(PermitView(v));
     API_RETURN_IF_ERROR(AskCapacity(r, table_name, v.spec->name));
@@ -1272,8 +1302,8 @@ class Operation {
     }
     std::optional<dom::element> start = r.Element("ExclusiveStartKey");
     std::string_view table_name;
-    API_ASSIGN_OR_RETURN(TableRef table, ReadTableName(r, &table_name));
-    API_RETURN_IF_ERROR(PermitTable(table));
+    API_ASSIGN_OR_RETURN(TableRef table, Known(ReadTableName(r, &table_name), table_name));
+    API_RETURN_IF_ERROR(PermitIndexName(r));
     API_ASSIGN_OR_RETURN(ViewContext v, ReadIndex(r, table));
     API_RETURN_IF_ERROR(PermitView(v));
     API_RETURN_IF_ERROR(AskCapacity(r, table_name, v.spec->name));
@@ -1368,10 +1398,10 @@ class Operation {
     std::string_view table_name;
     API_ASSIGN_OR_RETURN(table_name, RequiredString(r, "TableName", "tableName"));
     if (!key_json.has_value()) return Required("key");
+    API_RETURN_IF_ERROR(PermitItems(table_name));
     API_ASSIGN_OR_RETURN(TableRef table, FindTable(table_name));
     v1::GetItemRequest g;
     g.set_table(table.spec->name);
-    API_RETURN_IF_ERROR(Permit(g));
     API_RETURN_IF_ERROR(AskCapacity(r, table_name));
     API_ASSIGN_OR_RETURN(Item key, ReadKey(*key_json, *table.spec));
     Expressions e;
@@ -1441,10 +1471,8 @@ class Operation {
       TableRead read;
       read.name = field.key;
       read.spec = dom::object(field.value);
+      API_RETURN_IF_ERROR(PermitItems(field.key));
       API_ASSIGN_OR_RETURN(read.table, FindTable(field.key));
-      v1::GetItemRequest items;
-      items.set_table(read.table.spec->name);
-      API_RETURN_IF_ERROR(Permit(items));
       for (const TableRead& earlier : reads) {
         if (earlier.table.index == read.table.index) {
           return ValidationError(Cat(
@@ -1595,10 +1623,10 @@ class Operation {
     const std::string_view name = TableNameOf(given);
     API_ASSIGN_OR_RETURN(
         TableRef table,
-        FindTable(name, Cat("Requested resource not found: Table: ",
-                                     name.size() <= kMaxNameBytes ? name : ValueText(name),
-                                     " not found")));
-    API_RETURN_IF_ERROR(PermitTable(table));
+        Known(FindTable(name, Cat("Requested resource not found: Table: ",
+                                  name.size() <= kMaxNameBytes ? name : ValueText(name),
+                                  " not found")),
+              given));
     API_ASSIGN_OR_RETURN(v1::ListViewsResponse views, queries_.ListViews());
     const TableSpec& spec = *table.spec;
     std::vector<std::pair<std::string, AttrType>> definitions;
@@ -1722,7 +1750,7 @@ class Operation {
     std::vector<std::string_view> names;
     for (const TableSpec& t : catalog_.config().tables) {
       API_ASSIGN_OR_RETURN(TableRef table, FindTable(t.name));
-      if (PermitTable(table).ok()) names.push_back(t.name);
+      if (MayKnow(table)) names.push_back(t.name);
     }
     std::sort(names.begin(), names.end());
     auto first = names.begin();

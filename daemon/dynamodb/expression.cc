@@ -289,16 +289,19 @@ std::optional<std::pair<size_t, size_t>> FirstClash(const std::vector<Path>& pat
         }
       }
       const auto key = std::make_pair(step.index, std::string_view(step.name));
-      auto child = nodes[at].children.find(key);
-      if (child == nodes[at].children.end()) {
+      size_t next;
+      if (auto child = nodes[at].children.find(key); child != nodes[at].children.end()) {
+        next = child->second;
+      } else {
         walking = false;
-        child = nodes[at].children.emplace(key, nodes.size()).first;
+        next = nodes.size();
+        nodes[at].children.emplace(key, next);
         nodes.emplace_back();
       }
       size_t& went = is_index ? nodes[at].by_index : nodes[at].by_name;
       went = std::min(went, j);
       nodes[at].through = std::min(nodes[at].through, j);
-      at = child->second;
+      at = next;
     }
     if (walking && overlap) first = std::min({first, nodes[at].ends, nodes[at].through});
     nodes[at].ends = std::min(nodes[at].ends, j);

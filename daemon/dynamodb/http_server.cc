@@ -821,9 +821,9 @@ class Session : public SessionBase {
   // refusal. False when the server is not stopping.
   bool RefusedAtStop() {
     if (!server_.stopping()) return false;
-    Reply(ErrorResponse(503, "ServiceUnavailable",
-                        absl::StrCat("the request is not answered because ", ViewQueries::kStopping),
-                        operation_));
+    Reply(ErrorResponse(
+        503, "ServiceUnavailable",
+        absl::StrCat("the request is not answered because ", ViewQueries::kStopping), operation_));
     return true;
   }
 

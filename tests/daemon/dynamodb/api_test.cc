@@ -989,9 +989,18 @@ TEST_F(DynamoDbApiTest, Permissions) {
   EXPECT_EQ(Err("BatchGetItem", R"({"RequestItems":{"App":{"Keys":[{"nokey":{"S":"x"}}]}}})", as_reader),
             R"json(400 {"__type":"com.amazonaws.dynamodb.v20120810#AccessDeniedException","message":"token \"reader\" may not read table \"App\"'s items: only a token with views: all may (server.tokens_file)"})json");
   // A table none of whose views the token may read is neither listed nor described, and its
-  // indexes are not looked up.
+  // indexes are not looked up; one that does not exist is refused alike, and an index the
+  // token may not read alike whether or not it exists.
   constexpr char kOtherRefused[] =
-      R"json(400 {"__type":"com.amazonaws.dynamodb.v20120810#AccessDeniedException","message":"token \"reader\" may not read table \"Other\": it may read none of its views (server.tokens_file)"})json";
+      R"json(400 {"__type":"com.amazonaws.dynamodb.v20120810#AccessDeniedException","message":"token \"reader\" may not read table \"Other\": it reads only the tables of the views in its views (server.tokens_file)"})json";
+  EXPECT_EQ(Err("DescribeTable", R"({"TableName":"Missing"})", as_reader),
+            R"json(400 {"__type":"com.amazonaws.dynamodb.v20120810#AccessDeniedException","message":"token \"reader\" may not read table \"Missing\": it reads only the tables of the views in its views (server.tokens_file)"})json");
+  EXPECT_EQ(Err("Scan", R"({"TableName":"App","IndexName":"Nope"})", as_reader),
+            R"(400 {"__type":"com.amazonaws.dynamodb.v20120810#AccessDeniedException","message":"token \"reader\" may not read view \"Nope\": add the view to its views in server.tokens_file"})");
+  EXPECT_EQ(Err("GetItem", R"({"TableName":"prod-app","Key":{"PK":{"S":"x"}}})", as_reader),
+            R"json(400 {"__type":"com.amazonaws.dynamodb.v20120810#AccessDeniedException","message":"token \"reader\" may not read table \"prod-app\"'s items: only a token with views: all may (server.tokens_file)"})json");
+  EXPECT_EQ(Err("BatchGetItem", R"({"RequestItems":{"Missing":{"Keys":[{"id":{"N":"1"}}]}}})", as_reader),
+            R"json(400 {"__type":"com.amazonaws.dynamodb.v20120810#AccessDeniedException","message":"token \"reader\" may not read table \"Missing\"'s items: only a token with views: all may (server.tokens_file)"})json");
   EXPECT_EQ(Ok("ListTables", "{}", as_reader), R"({"TableNames":["App"]})");
   EXPECT_EQ(Ok("ListTables", "{}"), R"({"TableNames":["App","Other"]})");
   EXPECT_EQ(Err("DescribeTable", R"({"TableName":"Other"})", as_reader), kOtherRefused);

@@ -920,7 +920,8 @@ TEST_F(PageQueueTest, PageAndPageWaitBuildsShareTheirPlaces) {
   EXPECT_EQ(pages_.load(), 2);
   EXPECT_EQ(most.load(), 1);
   EXPECT_EQ(Metric("cdcview_dynamodb_api_build_wait_seconds", {}), 1);
-  EXPECT_GE(HistogramSum(*metrics_, "cdcview_dynamodb_api_build_wait_seconds"), 0.1);
+  // It waited most of the 100 ms the page-wait build held the place.
+  EXPECT_GE(HistogramSum(*metrics_, "cdcview_dynamodb_api_build_wait_seconds"), 0.05);
 }
 
 // A page whose client leaves while it waits for a build place (held by a page-wait build) is
