@@ -145,12 +145,21 @@ RecordQueue::PushResult RecordQueue::PushWithin(SourceRecord* record,
                                                 std::chrono::milliseconds limit,
                                                 const std::function<bool()>& stopping) {
   constexpr std::chrono::milliseconds kSlice(100);
-  for (auto waited = std::chrono::milliseconds(0); waited < limit; waited += kSlice) {
-    const PushResult result = PushFor(record, std::min(kSlice, limit - waited));
+  using Clock = std::chrono::steady_clock;
+  // Measured on the steady clock, not by the slices asked for: a slice may end a little early.
+  const bool forever = limit == std::chrono::milliseconds::max();
+  const Clock::time_point deadline = forever ? Clock::time_point::max() : Clock::now() + limit;
+  for (;;) {
+    std::chrono::milliseconds slice = kSlice;
+    if (!forever) {
+      const auto left = deadline - Clock::now();
+      if (left <= Clock::duration::zero()) return PushResult::kFull;
+      slice = std::min(slice, std::chrono::ceil<std::chrono::milliseconds>(left));
+    }
+    const PushResult result = PushFor(record, slice);
     if (result != PushResult::kFull) return result;
     if (stopping()) return PushResult::kClosed;
   }
-  return PushResult::kFull;
 }
 
 }  // namespace cdcview
