@@ -1133,12 +1133,18 @@ class Operation {
     w.Key("ConsumedCapacity");
     WriteCapacityOf(w, capacity_->table, units);
   }
+  // DynamoDB gives the read units twice, as CapacityUnits and ReadCapacityUnits, at each level.
   void WriteCapacityOf(JsonWriter& w, std::string_view table, double units) const {
+    auto both = [&w, units] {
+      w.Key("CapacityUnits");
+      w.Double(units);
+      w.Key("ReadCapacityUnits");
+      w.Double(units);
+    };
     w.BeginObject();
     w.Key("TableName");
     w.String(table);
-    w.Key("CapacityUnits");
-    w.Double(units);
+    both();
     if (capacity_->mode == "INDEXES") {
       w.Key(capacity_->index.empty() ? "Table" : "GlobalSecondaryIndexes");
       w.BeginObject();
@@ -1146,8 +1152,7 @@ class Operation {
         w.Key(capacity_->index);
         w.BeginObject();
       }
-      w.Key("CapacityUnits");
-      w.Double(units);
+      both();
       if (!capacity_->index.empty()) w.EndObject();
       w.EndObject();
     }

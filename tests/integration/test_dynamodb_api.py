@@ -1173,10 +1173,10 @@ def test_consumed_capacity_as_dynamodb_would_charge(sample):
     item = next(i for i in sample_items().values() if "GSI1PK" in i)
     key = {"PK": item["PK"]["S"], "SK": item["SK"]["S"]}
     assert app.get_item(Key=key, ReturnConsumedCapacity="TOTAL")["ConsumedCapacity"] == {
-        "TableName": "App", "CapacityUnits": 0.5}
+        "TableName": "App", "CapacityUnits": 0.5, "ReadCapacityUnits": 0.5}
     assert app.get_item(Key=key, ConsistentRead=True, ReturnConsumedCapacity="INDEXES")[
-        "ConsumedCapacity"] == {"TableName": "App", "CapacityUnits": 1.0,
-                                "Table": {"CapacityUnits": 1.0}}
+        "ConsumedCapacity"] == {"TableName": "App", "CapacityUnits": 1.0, "ReadCapacityUnits": 1.0,
+                                "Table": {"CapacityUnits": 1.0, "ReadCapacityUnits": 1.0}}
     assert "ConsumedCapacity" not in app.get_item(Key=key)
     pending = Key("GSI1PK").eq("STATUS#PENDING")
     total = app.query(IndexName="GSI1", KeyConditionExpression=pending, Select="COUNT",
@@ -1185,8 +1185,8 @@ def test_consumed_capacity_as_dynamodb_would_charge(sample):
     assert units >= 0.5 and units * 2 == int(units * 2), total
     assert app.query(IndexName="GSI1", KeyConditionExpression=pending, Select="COUNT",
                      ReturnConsumedCapacity="INDEXES")["ConsumedCapacity"] == {
-        "TableName": "App", "CapacityUnits": units,
-        "GlobalSecondaryIndexes": {"GSI1": {"CapacityUnits": units}}}
+        "TableName": "App", "CapacityUnits": units, "ReadCapacityUnits": units,
+        "GlobalSecondaryIndexes": {"GSI1": {"CapacityUnits": units, "ReadCapacityUnits": units}}}
     # One item of the partition reads less: one unit's half.
     assert app.query(IndexName="GSI1", KeyConditionExpression=pending, Limit=1,
                      ReturnConsumedCapacity="TOTAL")["ConsumedCapacity"]["CapacityUnits"] == 0.5
@@ -1194,4 +1194,5 @@ def test_consumed_capacity_as_dynamodb_would_charge(sample):
         RequestItems={"App": {"Keys": [{"PK": item["PK"], "SK": item["SK"]},
                                        {"PK": {"S": "none"}, "SK": {"S": "none"}}]}},
         ReturnConsumedCapacity="TOTAL")
-    assert batch["ConsumedCapacity"] == [{"TableName": "App", "CapacityUnits": 1.0}]
+    assert batch["ConsumedCapacity"] == [
+        {"TableName": "App", "CapacityUnits": 1.0, "ReadCapacityUnits": 1.0}]

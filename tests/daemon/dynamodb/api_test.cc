@@ -931,11 +931,12 @@ TEST_F(DynamoDbApiTest, ConsumedCapacityIsWhatDynamoDbWouldCharge) {
   const std::string query =
       R"({"TableName":"App","IndexName":"GSI1","KeyConditionExpression":"GSI1PK = :p","ExpressionAttributeValues":{":p":{"S":"L"}},"Select":"COUNT")";
   EXPECT_EQ(Ok("Query", query + R"(,"ReturnConsumedCapacity":"TOTAL"})"),
-            R"({"ConsumedCapacity":{"TableName":"App","CapacityUnits":2.000},"Count":3,"ScannedCount":3})");
+            R"({"ConsumedCapacity":{"TableName":"App","CapacityUnits":2.000,"ReadCapacityUnits":2.000},"Count":3,"ScannedCount":3})");
   EXPECT_EQ(Ok("Query", query + R"(,"ReturnConsumedCapacity":"INDEXES","FilterExpression":"xpad = :p"})"),
-            R"({"ConsumedCapacity":{"TableName":"App","CapacityUnits":2.000,"GlobalSecondaryIndexes":{"GSI1":{"CapacityUnits":2.000}}},"Count":0,"ScannedCount":3})");
-  EXPECT_EQ(Ok("Query", query + R"(,"Limit":1,"ReturnConsumedCapacity":"TOTAL"})").substr(0, 66),
-            R"({"ConsumedCapacity":{"TableName":"App","CapacityUnits":1.000},"Cou)");
+            R"({"ConsumedCapacity":{"TableName":"App","CapacityUnits":2.000,"ReadCapacityUnits":2.000,"GlobalSecondaryIndexes":{"GSI1":{"CapacityUnits":2.000,"ReadCapacityUnits":2.000}}},"Count":0,"ScannedCount":3})");
+  const std::string one = Ok("Query", query + R"(,"Limit":1,"ReturnConsumedCapacity":"TOTAL"})");
+  EXPECT_EQ(one.substr(0, one.find("},") + 2),
+            R"({"ConsumedCapacity":{"TableName":"App","CapacityUnits":1.000,"ReadCapacityUnits":1.000},)");
   EXPECT_EQ(Ok("Query", query + R"(,"ReturnConsumedCapacity":"NONE"})"),
             R"({"Count":3,"ScannedCount":3})");
   EXPECT_EQ(Ok("Query", query + "}"), R"({"Count":3,"ScannedCount":3})");
@@ -943,21 +944,21 @@ TEST_F(DynamoDbApiTest, ConsumedCapacityIsWhatDynamoDbWouldCharge) {
   const std::string scan =
       R"({"TableName":"App","IndexName":"GSI1","Select":"COUNT","ReturnConsumedCapacity":"TOTAL","TotalSegments":2,"Segment":)";
   const std::string seg0 = Ok("Scan", scan + "0}"), seg1 = Ok("Scan", scan + "1}");
-  EXPECT_TRUE((seg0 == R"({"ConsumedCapacity":{"TableName":"App","CapacityUnits":2.000},"Count":3,"ScannedCount":3})" &&
-               seg1 == R"({"ConsumedCapacity":{"TableName":"App","CapacityUnits":0.500},"Count":0,"ScannedCount":0})") ||
-              (seg1 == R"({"ConsumedCapacity":{"TableName":"App","CapacityUnits":2.000},"Count":3,"ScannedCount":3})" &&
-               seg0 == R"({"ConsumedCapacity":{"TableName":"App","CapacityUnits":0.500},"Count":0,"ScannedCount":0})"))
+  EXPECT_TRUE((seg0 == R"({"ConsumedCapacity":{"TableName":"App","CapacityUnits":2.000,"ReadCapacityUnits":2.000},"Count":3,"ScannedCount":3})" &&
+               seg1 == R"({"ConsumedCapacity":{"TableName":"App","CapacityUnits":0.500,"ReadCapacityUnits":0.500},"Count":0,"ScannedCount":0})") ||
+              (seg1 == R"({"ConsumedCapacity":{"TableName":"App","CapacityUnits":2.000,"ReadCapacityUnits":2.000},"Count":3,"ScannedCount":3})" &&
+               seg0 == R"({"ConsumedCapacity":{"TableName":"App","CapacityUnits":0.500,"ReadCapacityUnits":0.500},"Count":0,"ScannedCount":0})"))
       << seg0 << " " << seg1;
 
   const std::string get = R"({"TableName":"prod-app","Key":{"PK":{"S":"I#L0"},"SK":{"S":"X"}},"ProjectionExpression":"SK")";
   EXPECT_EQ(Ok("GetItem", get + R"(,"ReturnConsumedCapacity":"TOTAL"})"),
-            R"({"Item":{"SK":{"S":"X"}},"ConsumedCapacity":{"TableName":"prod-app","CapacityUnits":1.000}})");
+            R"({"Item":{"SK":{"S":"X"}},"ConsumedCapacity":{"TableName":"prod-app","CapacityUnits":1.000,"ReadCapacityUnits":1.000}})");
   EXPECT_EQ(Ok("GetItem", get + R"(,"ReturnConsumedCapacity":"INDEXES","ConsistentRead":true})"),
-            R"({"Item":{"SK":{"S":"X"}},"ConsumedCapacity":{"TableName":"prod-app","CapacityUnits":2.000,"Table":{"CapacityUnits":2.000}}})");
+            R"({"Item":{"SK":{"S":"X"}},"ConsumedCapacity":{"TableName":"prod-app","CapacityUnits":2.000,"ReadCapacityUnits":2.000,"Table":{"CapacityUnits":2.000,"ReadCapacityUnits":2.000}}})");
   EXPECT_EQ(Ok("GetItem", R"({"TableName":"App","Key":{"PK":{"S":"none"},"SK":{"S":"X"}},"ReturnConsumedCapacity":"TOTAL"})"),
-            R"({"ConsumedCapacity":{"TableName":"App","CapacityUnits":0.500}})");
+            R"({"ConsumedCapacity":{"TableName":"App","CapacityUnits":0.500,"ReadCapacityUnits":0.500}})");
   EXPECT_EQ(Ok("BatchGetItem", R"({"ReturnConsumedCapacity":"TOTAL","RequestItems":{"App":{"Keys":[{"PK":{"S":"I#L0"},"SK":{"S":"X"}},{"PK":{"S":"I#L1"},"SK":{"S":"X"}},{"PK":{"S":"none"},"SK":{"S":"X"}}],"ProjectionExpression":"SK"},"Other":{"Keys":[{"id":{"N":"7"}}],"ConsistentRead":true}}})"),
-            R"({"Responses":{"App":[{"SK":{"S":"X"}},{"SK":{"S":"X"}}],"Other":[{"id":{"N":"7"},"v":{"S":"seven"}}]},"UnprocessedKeys":{},"ConsumedCapacity":[{"TableName":"App","CapacityUnits":2.500},{"TableName":"Other","CapacityUnits":1.000}]})");
+            R"({"Responses":{"App":[{"SK":{"S":"X"}},{"SK":{"S":"X"}}],"Other":[{"id":{"N":"7"},"v":{"S":"seven"}}]},"UnprocessedKeys":{},"ConsumedCapacity":[{"TableName":"App","CapacityUnits":2.500,"ReadCapacityUnits":2.500},{"TableName":"Other","CapacityUnits":1.000,"ReadCapacityUnits":1.000}]})");
 }
 
 TEST_F(DynamoDbApiTest, Permissions) {
@@ -1217,7 +1218,7 @@ TEST_F(DynamoDbApiTest, BatchGetItemStopsAtSixteenMegabytes) {
   EXPECT_EQ(simdjson::minify(root["Responses"]["Other"]), "[]");
   // A whole item (other 5+1 more: 399019 bytes) is 98 units of 4 KB, read consistently.
   EXPECT_EQ(simdjson::minify(root["ConsumedCapacity"]),
-            R"([{"TableName":"App","CapacityUnits":4116.0},{"TableName":"Other","CapacityUnits":0.0}])");
+            R"([{"TableName":"App","CapacityUnits":4116.0,"ReadCapacityUnits":4116.0},{"TableName":"Other","CapacityUnits":0.0,"ReadCapacityUnits":0.0}])");
   EXPECT_EQ(simdjson::minify(root["UnprocessedKeys"]),
             R"({"App":{"Keys":[{"PK":{"S":"B#42"},"SK":{"S":"X"}},{"PK":{"S":"B#43"},"SK":{"S":"X"}},{"PK":{"S":"B#44"},"SK":{"S":"X"}}],"ProjectionExpression":"PK, SK, #b","ExpressionAttributeNames":{"#b":"blob"},"ConsistentRead":true},"Other":{"Keys":[{"id":{"N":"7"}}]}})");
 }
