@@ -881,8 +881,15 @@ class Operation {
         ": it reads only the tables of the views in its views (server.tokens_file)"));
   }
 
+  // TableName, read and found as Known finds it.
+  absl::StatusOr<TableRef> ReadKnownTable(const RequestObject& r, std::string_view* name) const {
+    absl::StatusOr<TableRef> table = ReadTableName(r, name);
+    return Known(std::move(table), *name);
+  }
+
   // A restricted caller's IndexName, checked against its views before the table's indexes are
-  // looked up, so that a refusal tells nothing of which exist.
+  // looked up, so that a refusal tells nothing of which exist. The only check of the index's
+  // right: ReadIndex finds the view by this very name.
   absl::Status PermitIndexName(const RequestObject& r) const {
     if (!Restricted()) return absl::OkStatus();
     API_ASSIGN_OR_RETURN(std::optional<std::string_view> index, r.String("IndexName"));
@@ -898,13 +905,6 @@ class Operation {
     if (!Restricted()) return absl::OkStatus();
     return PermitEverything(*request_.who,
                             Cat("table ", QuoteBounded(AbslView(given)), "'s items"));
-  }
-
-  // Permit for the view `v`, before the rest of the request is read against it.
-  absl::Status PermitView(const ViewContext& v) const {
-    v1::DescribeViewRequest d;
-    d.set_view(v.spec->name);
-    return Permit(d);
   }
 
   // Select's checks; the effective Select.
@@ -1177,10 +1177,9 @@ class Operation {
     API_ASSIGN_OR_RETURN(std::optional<dom::object> key_conditions, r.Object("KeyConditions"));
     std::optional<dom::element> start = r.Element("ExclusiveStartKey");
     std::string_view table_name;
-    API_ASSIGN_OR_RETURN(TableRef table, Known(ReadTableName(r, &table_name), table_name));
+    API_ASSIGN_OR_RETURN(TableRef table, ReadKnownTable(r, &table_name));
     API_RETURN_IF_ERROR(PermitIndexName(r));
     API_ASSIGN_OR_RETURN(ViewContext v, ReadIndex(r, table));
-    API_RETURN_IF_ERROR(PermitView(v));
     API_RETURN_IF_ERROR(AskCapacity(r, table_name, v.spec->name));
     API_RETURN_IF_ERROR(ReadConsistentReadOnIndex(r));
 
@@ -1307,10 +1306,9 @@ class Operation {
     }
     std::optional<dom::element> start = r.Element("ExclusiveStartKey");
     std::string_view table_name;
-    API_ASSIGN_OR_RETURN(TableRef table, Known(ReadTableName(r, &table_name), table_name));
+    API_ASSIGN_OR_RETURN(TableRef table, ReadKnownTable(r, &table_name));
     API_RETURN_IF_ERROR(PermitIndexName(r));
     API_ASSIGN_OR_RETURN(ViewContext v, ReadIndex(r, table));
-    API_RETURN_IF_ERROR(PermitView(v));
     API_RETURN_IF_ERROR(AskCapacity(r, table_name, v.spec->name));
     API_RETURN_IF_ERROR(ReadConsistentReadOnIndex(r));
 
