@@ -732,6 +732,8 @@ class PageQueueTest : public HttpServerTest {
     scan_.set("X-Amz-Target", "DynamoDB_20120810.Scan");
     scan_.body() = "{\"TableName\":\"App\"}";  // no Limit: long
     scan_.prepare_payload();
+    waiting_scan_ = scan_;
+    waiting_scan_.set("x-cdcview-min-position", "Y3AB");  // long and waits: a page-wait thread
   }
   void TearDown() override {
     if (!release_.HasBeenNotified()) release_.Notify();
@@ -740,22 +742,35 @@ class PageQueueTest : public HttpServerTest {
   // `on_scan` runs on the thread that builds each Scan.
   void StartHolding(std::function<void()> on_scan = [] {}) {
     Start([this, on_scan](const ApiRequest& request) {
-      ApiResponse response;
-      response.operation = "Scan";
-      response.body = "{\"page\":true}";
       if (request.target == "DynamoDB_20120810.Scan") {
         on_scan();
         ++pages_;
         release_.WaitForNotificationWithTimeout(absl::Seconds(20));
       }
-      return response;
+      return Page();
     });
   }
   double Refused(const std::string& reason) {
     return Metric("cdcview_requests_refused_total", {{"port", "dynamodb"}, {"reason", reason}});
   }
+  // Refused(reason) once it reaches `count`, or what it is after 2.5 s (a refusal is counted
+  // on a pool's thread just after the client sees its connection end).
+  double RefusedReaching(const std::string& reason, double count) {
+    for (int i = 0; i < 500 && Refused(reason) < count; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return Refused(reason);
+  }
+  // What the Scan handlers answer.
+  static ApiResponse Page() {
+    ApiResponse response;
+    response.operation = "Scan";
+    response.body = "{\"page\":true}";
+    return response;
+  }
 
   http::request<http::string_body> scan_{http::verb::post, "/", 11};
+  http::request<http::string_body> waiting_scan_;
   absl::Notification release_;
   std::atomic<int> pages_{0};
 };
@@ -865,18 +880,13 @@ TEST_F(PageQueueTest, PageWaitBuildsRunNoMoreAtOnceThanPageThreads) {
       absl::MutexLock lock(&mu);
       --building;
     }
-    ApiResponse response;
-    response.operation = "Scan";
-    response.body = "{\"page\":true}";
-    return response;
+    return Page();
   });
   absl::Cleanup stop = [&] { server_.reset(); };  // before what the handler uses
-  http::request<http::string_body> waiting = scan_;
-  waiting.set("x-cdcview-min-position", "Y3AB");
   std::vector<std::unique_ptr<Client>> clients;
   for (int i = 0; i < 3; ++i) {
     clients.push_back(std::make_unique<Client>(server_->port()));
-    http::write(clients.back()->socket(), waiting);
+    http::write(clients.back()->socket(), waiting_scan_);
   }
   for (auto& client : clients) EXPECT_EQ(client->Read().body(), "{\"page\":true}");
   absl::MutexLock lock(&mu);
@@ -895,20 +905,15 @@ TEST_F(PageQueueTest, PageAndPageWaitBuildsShareTheirPlaces) {
     }
   };
   Start([&](const ApiRequest& request) {
-    ApiResponse response;
-    response.operation = "Scan";
-    response.body = "{\"page\":true}";
-    if (request.before_build && !request.before_build().ok()) return response;
+    if (request.before_build && !request.before_build().ok()) return Page();
     build();
     if (request.before_build) release_.WaitForNotificationWithTimeout(absl::Seconds(20));
     --building;
     ++pages_;
-    return response;
+    return Page();
   });
-  http::request<http::string_body> waiting = scan_;
-  waiting.set("x-cdcview-min-position", "Y3AB");
   Client page_wait(server_->port()), page(server_->port());
-  http::write(page_wait.socket(), waiting);
+  http::write(page_wait.socket(), waiting_scan_);
   ASSERT_EQ(Reached(building, 1), 1);
   http::write(page.socket(), scan_);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -929,21 +934,16 @@ TEST_F(PageQueueTest, PageAndPageWaitBuildsShareTheirPlaces) {
 TEST_F(PageQueueTest, APageWhoseClientLeftWhileItWaitedForABuildPlaceIsNotBuilt) {
   std::atomic<int> building{0};
   Start([&](const ApiRequest& request) {
-    ApiResponse response;
-    response.operation = "Scan";
-    response.body = "{\"page\":true}";
     if (request.before_build) {
-      if (!request.before_build().ok()) return response;
+      if (!request.before_build().ok()) return Page();
       ++building;
       release_.WaitForNotificationWithTimeout(absl::Seconds(20));
     }
     ++pages_;
-    return response;
+    return Page();
   });
-  http::request<http::string_body> waiting = scan_;
-  waiting.set("x-cdcview-min-position", "Y3AB");
   Client page_wait(server_->port());
-  http::write(page_wait.socket(), waiting);
+  http::write(page_wait.socket(), waiting_scan_);
   ASSERT_EQ(Reached(building, 1), 1);
   {
     Client gone(server_->port());
@@ -953,10 +953,7 @@ TEST_F(PageQueueTest, APageWhoseClientLeftWhileItWaitedForABuildPlaceIsNotBuilt)
   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the close has arrived
   release_.Notify();
   EXPECT_EQ(page_wait.Read().body(), "{\"page\":true}");
-  for (int i = 0; i < 500 && Refused("client_gone") < 1; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  EXPECT_EQ(Refused("client_gone"), 1);
+  EXPECT_EQ(RefusedReaching("client_gone", 1), 1);
   EXPECT_EQ(pages_.load(), 1);  // the page-wait request's only
   EXPECT_EQ(Metric("cdcview_dynamodb_api_build_wait_seconds", {}), 1);
 }
@@ -969,9 +966,6 @@ TEST_F(PageQueueTest, APageWaitRequestWhoseClientLeftDuringItsWaitIsNotBuilt) {
   std::vector<absl::Status> hooks;  // on the one page-wait thread at a time
   absl::Mutex mu;
   Start([&](const ApiRequest& request) {
-    ApiResponse response;
-    response.operation = "Scan";
-    response.body = "{\"page\":true}";
     if (request.before_build) {
       ++waiting;
       release_.WaitForNotificationWithTimeout(absl::Seconds(20));  // the wait
@@ -980,25 +974,19 @@ TEST_F(PageQueueTest, APageWaitRequestWhoseClientLeftDuringItsWaitIsNotBuilt) {
         absl::MutexLock lock(&mu);
         hooks.push_back(hook);
       }
-      if (!hook.ok()) return response;
+      if (!hook.ok()) return Page();
     }
     ++pages_;
-    return response;
+    return Page();
   });
-  http::request<http::string_body> waiting_scan = scan_;
-  waiting_scan.set("x-cdcview-min-position", "Y3AB");
   {
     Client gone(server_->port());
-    http::write(gone.socket(), waiting_scan);
+    http::write(gone.socket(), waiting_scan_);
     ASSERT_EQ(Reached(waiting, 1), 1);
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the close has arrived
   release_.Notify();
-  auto client_gone = [&] { return Refused("client_gone"); };
-  for (int i = 0; i < 500 && client_gone() < 1; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  EXPECT_EQ(client_gone(), 1);
+  EXPECT_EQ(RefusedReaching("client_gone", 1), 1);
   EXPECT_EQ(pages_.load(), 0);
   {
     absl::MutexLock lock(&mu);
@@ -1006,7 +994,7 @@ TEST_F(PageQueueTest, APageWaitRequestWhoseClientLeftDuringItsWaitIsNotBuilt) {
     EXPECT_EQ(hooks[0], absl::CancelledError("the connection has ended"));
   }
   Client next(server_->port());
-  http::write(next.socket(), waiting_scan);
+  http::write(next.socket(), waiting_scan_);
   EXPECT_EQ(next.Read().body(), "{\"page\":true}");
   EXPECT_EQ(pages_.load(), 1);
   EXPECT_EQ(Metric("cdcview_dynamodb_api_build_wait_seconds", {}), 0);
