@@ -1011,22 +1011,27 @@ TEST_F(ApplierTest, EachStageKeepsItsOwnWriterError) {
         },
         Applier::OnFailure::kRetry, &stop);
   });
-  auto wait_for = [&](const std::string& error) {
-    for (int i = 0; i < 400 && published_->WriterError() != error; ++i) {
+  // What `read` gives once it is `error`, or after 4 s. The stages fail on their own threads,
+  // so each error is waited for, not assumed published with another.
+  auto wait_for = [&](const std::string& error, auto read) {
+    for (int i = 0; i < 400 && read() != error; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    return published_->WriterError();
+    return read();
   };
+  auto overall = [&] { return published_->WriterError(); };
+  auto of_source_0 = [&] { return published_->WriterError(0); };
   const std::string commit_error =
       "source second: cannot write a dead letter, so the source does not advance past line 0: "
       "disk full";
   const std::string prepare_error =
       "items/App: a stored item is damaged (stored item has a bad flag byte); stop cdcviewd and "
       "restore the store from a backup, or delete it so that the sources replay into a new one";
-  EXPECT_EQ(wait_for(commit_error), commit_error);
-  EXPECT_EQ(published_->WriterError(0), prepare_error);  // the committer's names source 1 only
+  EXPECT_EQ(wait_for(commit_error, overall), commit_error);
+  // The committer's error names source 1 only.
+  EXPECT_EQ(wait_for(prepare_error, of_source_0), prepare_error);
   second_sink_.FailWith(absl::OkStatus());  // the committer recovers; the preparer does not
-  EXPECT_EQ(wait_for(prepare_error), prepare_error);
+  EXPECT_EQ(wait_for(prepare_error, overall), prepare_error);
   EXPECT_EQ(published_->WriterError(1), prepare_error);
   EXPECT_EQ(published_->commit_count(), 1u);
   stop = true;
